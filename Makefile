@@ -1,0 +1,30 @@
+# runs/ is never deleted by make: it holds the only copy of every trace.
+# One command sets up and runs the offline benchmark (`make bench`); one passes the tests (`make test`).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup bench test lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+bench: $(STAMP)
+	$(BIN)/palette-bench converse --host react --model rehearsal --workspace runs/converse-demo \
+		"Build a 3-slide deck on prompt caching" --reply yes
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2
+
+lint: $(STAMP)
+	$(BIN)/ruff check pytest_palette tests benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Agent hosts: the scaffolds that drive the skill under test."""

@@ -1,0 +1,205 @@
+"""The react host: LangGraph's prebuilt ReAct agent with a shell and a skill loader.
+
+The thinnest scaffold of the hosts — a model, a shell and a loader that hands over SKILL.md when
+asked; no planner, no todo list. A case it passes was passed by the skill's instructions.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import GraphRecursionError
+from langgraph.prebuilt import create_react_agent
+
+from ..skill import SkillCard, stage
+from .shell import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, run_shell
+
+#: LangGraph's default of 25 steps is about 12 model turns: less than one deck.
+DEFAULT_RECURSION_LIMIT = 120
+
+
+class HostError(RuntimeError):
+    """The host failed to run a turn (timeout, crash, exhausted budget): an error of the run, not a verdict."""
+
+
+@dataclass
+class Turn:
+    sent: str
+    answer: str = ""
+    steps: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str | None = None
+
+
+def system_prompt(cards: list[SkillCard], skills_root: Path, eager: bool = False) -> str:
+    """Host text only: it names no skill-specific vocabulary, so routing stays the model's decision."""
+    lines = [
+        "You are an agent with a shell and a set of skills. When a request matches a skill, "
+        "load it and follow its instructions exactly.",
+        "",
+        "Available skills:",
+    ]
+    if not cards:
+        lines.append("(none)")
+    for card in cards:
+        lines.append(f"- {card.name}: {card.description}")
+        if eager:
+            lines += [f"--- begin {card.name} instructions ---", card.body.strip(), f"--- end {card.name} instructions ---"]
+    if cards and not eager:
+        lines.append("Call load_skill(name) to read one before you use it.")
+    lines += [
+        "",
+        f"The skills folder on this host is {skills_root}. Your shell's working directory is the "
+        "folder that contains it. Work in the current directory. Do not cd elsewhere.",
+    ]
+    return "\n".join(lines)
+
+
+def make_tools(
+    cards: list[SkillCard],
+    workspace: Path,
+    env: Mapping[str, str],
+    command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    eager: bool = False,
+) -> list[BaseTool]:
+    by_name = {card.name: card for card in cards}
+
+    def load_skill(name: str) -> str:
+        card = by_name.get(name.strip())
+        if card is None:
+            return f"no skill named {name.strip()!r}. Available: {', '.join(sorted(by_name)) or 'none'}"
+        return card.body
+
+    def bash(command: str) -> str:
+        return run_shell(command, workspace, env, timeout=command_timeout, limit=DEFAULT_OUTPUT_LIMIT)
+
+    shell = StructuredTool.from_function(
+        bash,
+        name="bash",
+        description=(f"Run one shell command with /bin/sh. The working directory is always {workspace}; "
+                     f"do not cd. Commands are stopped after {command_timeout:g} s. Returns stdout, "
+                     "stderr and a non-zero exit code."),
+    )
+    if eager:
+        return [shell]
+    loader = StructuredTool.from_function(
+        load_skill, name="load_skill",
+        description="Return the full instructions of the skill with this name.",
+    )
+    return [loader, shell]
+
+
+class ReactSession:
+    """One conversation: one graph, one thread id, turns sent in order."""
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        cards: list[SkillCard],
+        workspace: Path,
+        env: Mapping[str, str],
+        *,
+        eager: bool = False,
+        recursion_limit: int = DEFAULT_RECURSION_LIMIT,
+        command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+        stage_skills: bool = True,
+        thread_id: str | None = None,
+    ) -> None:
+        workspace.mkdir(parents=True, exist_ok=True)
+        self.workspace = workspace
+        self.cards = [stage(card, workspace) for card in cards] if stage_skills else list(cards)
+        skills_root = workspace / "skills" if stage_skills else (cards[0].directory.parent if cards else workspace)
+        self.eager = eager
+        self.recursion_limit = recursion_limit
+        self.thread_id = thread_id or f"palette-{uuid.uuid4().hex[:8]}"
+        self.tools = make_tools(self.cards, workspace, env, command_timeout, eager)
+        self.graph = create_react_agent(
+            model, self.tools, prompt=system_prompt(self.cards, skills_root, eager), checkpointer=InMemorySaver(),
+        )
+        self.turns: list[Turn] = []
+        self._broken: str | None = None
+
+    def send(self, message: str, on_event: Callable[[str], None] | None = None,
+             timeout: float | None = None) -> Turn:
+        """Send one user message and run the agent until it hands the turn back.
+
+        Raises HostError when the turn times out, raises or exhausts the step budget.
+        """
+        if self._broken:
+            raise HostError(f"the session cannot continue: {self._broken}")
+        turn = Turn(sent=message)
+        self.turns.append(turn)
+        started = time.monotonic()
+        updates: queue.Queue[tuple[str, Any]] = queue.Queue()
+        worker = threading.Thread(target=self._stream, args=(message, updates), daemon=True)
+        worker.start()
+        deadline = None if timeout is None else started + timeout
+        try:
+            while True:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    kind, payload = updates.get(timeout=remaining)
+                except queue.Empty:
+                    # The graph keeps its thread; the session is marked broken so nothing reuses it.
+                    self._broken = f"turn timed out after {timeout:g} s"
+                    raise HostError(self._broken) from None
+                if kind == "done":
+                    break
+                if kind == "error":
+                    raise HostError(payload) from None
+                for line, answer in _describe(payload):
+                    if line:
+                        turn.steps.append(line)
+                        if on_event:
+                            on_event(line)
+                    if answer:
+                        turn.answer = answer
+        except HostError as error:
+            turn.error = str(error)
+            raise
+        finally:
+            turn.seconds = round(time.monotonic() - started, 3)
+        return turn
+
+    def _stream(self, message: str, updates: queue.Queue[tuple[str, Any]]) -> None:
+        config: Any = {"configurable": {"thread_id": self.thread_id}, "recursion_limit": self.recursion_limit}
+        try:
+            for chunk in self.graph.stream({"messages": [{"role": "user", "content": message}]},
+                                           config=config, stream_mode="updates"):
+                updates.put(("update", chunk))
+            updates.put(("done", None))
+        except GraphRecursionError:
+            updates.put(("error", f"the agent exhausted its step budget (recursion limit {self.recursion_limit})"))
+        except Exception as error:  # noqa: BLE001 - any failure inside the graph is the host's
+            updates.put(("error", f"{type(error).__name__}: {error}"))
+
+
+def _describe(chunk: dict[str, Any]) -> list[tuple[str, str]]:
+    """Progress lines and answers from one streamed graph update."""
+    found: list[tuple[str, str]] = []
+    for update in chunk.values():
+        messages: list[BaseMessage] = (update or {}).get("messages", []) if isinstance(update, dict) else []
+        for message in messages:
+            if isinstance(message, AIMessage):
+                for call in message.tool_calls:
+                    args = call.get("args", {})
+                    shown = args.get("command") if "command" in args else args
+                    found.append((f"→ {call['name']}: {shown}", ""))
+                text = message.text if isinstance(message.text, str) else str(message.content)
+                if text.strip():
+                    found.append(("", text))
+            elif isinstance(message, ToolMessage):
+                content = message.content if isinstance(message.content, str) else str(message.content)
+                found.append((f"← {' '.join(content.split())[:160]}", ""))
+    return found

@@ -1,0 +1,1 @@
+"""The rehearsal model: a scripted, deterministic stand-in for a language model."""

@@ -1,0 +1,252 @@
+"""The rehearsal model's policy: what a careful agent does next, given the conversation so far.
+
+It is a scripted, deterministic stand-in for a language model, so that every host can run end to
+end with no network. It follows the skill the way a good agent would: it loads the skill, looks
+before it acts, plans with the user's words verbatim and pasted material in --context, asks for
+approval, classifies each reply, edits rather than re-plans, holds rather than spins, builds only
+after approval and reports the absolute path. It decides from the conversation alone — the
+user's messages and the tool results — never from knowledge of a benchmark case.
+
+Written once, apart from any message format: adapters serve it to LangChain in-process and, over
+HTTP, to other clients.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from .conversation import Action, Conversation, Event, LoadSkill, Reply, RunCommand
+from .replies import ReplyKind, classify_reply
+
+#: Printed wherever a model name is printed: this is not a language model.
+MODEL_NAME = "rehearsal"
+
+PLAN_FILE = "plan.md"
+DECK_DIR = "./deck"
+#: A careful agent gives up on a turn long before any host's step budget would stop it.
+MAX_POLLS_PER_TURN = 20
+
+_DECK_WORDS = re.compile(r"\b(deck|slides?|presentation|pptx|powerpoint|pitch|talk|readout|briefing)\b", re.I)
+_SCRIPT = re.compile(r"(python3?\s+\S*deck\.py)")
+
+
+@dataclass(frozen=True)
+class Step:
+    """A deck.py call the agent made in the current turn, with its parsed JSON answer."""
+
+    subcommand: str
+    command: str
+    answer: dict[str, Any]
+
+
+def parse_answer(text: str) -> dict[str, Any]:
+    """The JSON object a deck.py call printed, or {} when the output is not one (a shell error)."""
+    start = text.find("{")
+    end = text.rfind("}")
+    if start < 0 or end <= start:
+        return {}
+    try:
+        value = json.loads(text[start:end + 1])
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def split_opening(message: str) -> tuple[str, str]:
+    """Separate the user's request from material pasted under it (a blank line apart)."""
+    text = message.strip()
+    head, sep, rest = text.partition("\n\n")
+    if sep and rest.strip() and head.count("\n") < 3:
+        return head.strip(), rest.strip()
+    if text.count("\n") >= 8:
+        # No request line of its own: the first line is the request, the rest the material.
+        first, _, rest = text.partition("\n")
+        return first.strip(), rest.strip()
+    return text, ""
+
+
+def catalogue(system: str) -> list[tuple[str, str]]:
+    """The skills a host's system prompt offers, as (name, description)."""
+    entries = re.findall(r"^\s*-\s*([a-z0-9][\w-]*):\s*(.+)$", system, re.M)
+    inlined = re.findall(r"--- begin (\S+) instructions ---", system)
+    return entries + [(name, "") for name in inlined if name not in {n for n, _ in entries}]
+
+
+class RehearsalPolicy:
+    """The good agent. Known-bad variants subclass it and override one decision each."""
+
+    name = MODEL_NAME
+
+    def next_action(self, conversation: Conversation) -> Action:
+        user_text, turn = conversation.current_turn()
+        skill = self.skill_text(conversation)
+        if skill is None:
+            return self.route(conversation, turn)
+        deck = self.deck_command(skill)
+        steps = self.steps(conversation, turn)
+        if not any(step.subcommand == "find" for step in steps):
+            return RunCommand(f"{deck} find --root .")
+        return self.continue_turn(conversation, user_text, steps, deck)
+
+    # -- reading the conversation ------------------------------------------------------------
+
+    def skill_text(self, conversation: Conversation) -> str | None:
+        """The skill's instructions, if the agent has them: inlined, or returned by a load."""
+        match = re.search(r"--- begin \S+ instructions ---\n(.*?)--- end", conversation.system, re.S)
+        if match:
+            return match.group(1)
+        for event in conversation.events:
+            if isinstance(event, LoadSkill):
+                text = conversation.result_of(event.call_id)
+                if text and "deck.py" in text:
+                    return text
+        return None
+
+    def deck_command(self, skill: str) -> str:
+        """How the skill says to run its script: the rehearsal model follows the instructions."""
+        match = _SCRIPT.search(skill)
+        return match.group(1) if match else "python3 skills/palette/scripts/deck.py"
+
+    def steps(self, conversation: Conversation, events: list[Event]) -> list[Step]:
+        found: list[Step] = []
+        for event in events:
+            if isinstance(event, RunCommand) and "deck.py" in event.command:
+                tokens = event.command.split("deck.py", 1)[1].split()
+                sub = tokens[0] if tokens else ""
+                answer = parse_answer(conversation.result_of(event.call_id) or "")
+                found.append(Step(sub, event.command, answer))
+        return found
+
+    def route(self, conversation: Conversation, turn: list[Event]) -> Action:
+        """Load the skill the request needs, once; say so plainly when there is none."""
+        tried = [e for e in turn if isinstance(e, LoadSkill)]
+        offered = catalogue(conversation.system)
+        if tried:
+            return Reply(f"I could not load the {tried[-1].name} skill: "
+                         f"{(conversation.result_of(tried[-1].call_id) or 'no answer').strip()[:300]}")
+        if not offered:
+            return Reply("I have no skill that builds slide decks here, so I cannot build one.")
+        for name, description in offered:
+            if _DECK_WORDS.search(description) or _DECK_WORDS.search(name):
+                return LoadSkill(name)
+        return LoadSkill(offered[0][0])
+
+    def state_before(self, conversation: Conversation) -> dict[str, Any]:
+        """What earlier turns left: whether a plan was shown, and its text."""
+        plan_text = ""
+        for step in self.steps(conversation, conversation.earlier_turns()):
+            if step.subcommand in {"plan", "edit", "plan-status"} and step.answer.get("done"):
+                plan_text = str(step.answer.get("text", ""))
+        return {"plan_text": plan_text}
+
+    # -- deciding ------------------------------------------------------------------------------
+
+    def continue_turn(self, conversation: Conversation, user_text: str, steps: list[Step], deck: str) -> Action:
+        last = steps[-1]
+        if last.subcommand == "find":
+            return self.after_find(conversation, user_text, last, deck)
+        if last.subcommand in {"plan", "edit", "plan-status"}:
+            return self.after_plan(steps, last, deck)
+        if last.subcommand in {"start", "status"}:
+            return self.after_build(steps, last, deck)
+        return Reply(f"deck.py answered something I did not expect: {json.dumps(last.answer)[:400]}")
+
+    def after_find(self, conversation: Conversation, user_text: str, find: Step, deck: str) -> Action:
+        builds = [f for f in find.answer.get("found", []) if f.get("kind") == "build"]
+        state = builds[-1].get("state") if builds else None
+        if state == "running":
+            return self.poll_build(deck)
+        prior = self.state_before(conversation)
+        if not prior["plan_text"] and not conversation.earlier_turns():
+            return self.plan(user_text, deck)
+        kind = self.classify(user_text)
+        if state == "done" and kind is not ReplyKind.CHANGE and kind is not ReplyKind.NEW_DECK:
+            done = builds[-1]
+            return Reply(self.report(str(done.get("pptx")), done.get("slide_previews")))
+        if kind is ReplyKind.APPROVAL:
+            if not prior["plan_text"]:
+                return Reply("There is no plan to approve yet. What should the deck be about?")
+            return self.build(deck)
+        if kind is ReplyKind.CHANGE:
+            return self.edit(user_text, deck)
+        if kind is ReplyKind.QUESTION:
+            return Reply(self.answer_question(user_text, prior["plan_text"]))
+        if kind is ReplyKind.DECLINE:
+            return Reply("Understood — I won't build the deck. The plan is saved as plan.md if you "
+                         "want to pick it up later.")
+        return self.plan(user_text, deck)
+
+    def classify(self, user_text: str) -> ReplyKind:
+        return classify_reply(user_text)
+
+    def plan(self, user_text: str, deck: str) -> Action:
+        request, material = split_opening(user_text)
+        command = f"{deck} plan --request {shlex.quote(request)} --out {PLAN_FILE}"
+        if material:
+            command += f" --context {shlex.quote(material)}"
+        return RunCommand(command)
+
+    def edit(self, user_text: str, deck: str) -> Action:
+        return RunCommand(f"{deck} edit --instruction {shlex.quote(user_text.strip())} --plan {PLAN_FILE}")
+
+    def build(self, deck: str) -> Action:
+        return RunCommand(f"{deck} start --plan {PLAN_FILE} --out-dir {DECK_DIR}")
+
+    def poll_build(self, deck: str) -> Action:
+        return RunCommand(f"{deck} status --out-dir {DECK_DIR}")
+
+    def poll_plan(self, deck: str) -> Action:
+        return RunCommand(f"{deck} plan-status --out {PLAN_FILE}")
+
+    def after_plan(self, steps: list[Step], last: Step, deck: str) -> Action:
+        answer = last.answer
+        if answer.get("done"):
+            return Reply(self.present(str(answer.get("text", ""))))
+        if answer.get("state") == "running" and self.polls(steps) < MAX_POLLS_PER_TURN:
+            return self.poll_plan(deck)
+        return Reply(self.relay(answer))
+
+    def after_build(self, steps: list[Step], last: Step, deck: str) -> Action:
+        answer = last.answer
+        if answer.get("done") and answer.get("verified"):
+            return Reply(self.report(str(answer.get("pptx")), answer.get("slide_previews")))
+        running = answer.get("state") == "running" or (last.subcommand == "start" and answer.get("ok") is not False)
+        if running and self.polls(steps) < MAX_POLLS_PER_TURN:
+            return self.poll_build(deck)
+        return Reply(self.relay(answer))
+
+    def polls(self, steps: list[Step]) -> int:
+        return sum(step.subcommand in {"status", "plan-status"} for step in steps)
+
+    # -- what it says --------------------------------------------------------------------------
+
+    def present(self, plan_text: str) -> str:
+        return (f"Here is the plan for your deck:\n\n{plan_text.strip()}\n\n"
+                "Does this look right? Reply **yes** to build the deck, or tell me what you'd like to change.")
+
+    def report(self, pptx: str, slides: Any) -> str:
+        return f"Your deck is ready: {pptx} ({slides} slides)."
+
+    def relay(self, answer: dict[str, Any]) -> str:
+        detail = answer.get("error") or answer.get("note") or answer.get("hint") or json.dumps(answer)[:400]
+        tail = answer.get("log_tail")
+        text = f"Palette did not finish: {detail}"
+        if tail:
+            text += "\n\n" + (tail if isinstance(tail, str) else "\n".join(map(str, tail)))
+        return text
+
+    def answer_question(self, question: str, plan_text: str) -> str:
+        titles = re.findall(r"^##\s+(.+)$", plan_text, re.M)
+        listing = "\n".join(f"{i}. {title}" for i, title in enumerate(titles, 1)) or "(the plan has no slides yet)"
+        words = [w for w in re.findall(r"[a-z]{4,}", question.lower())
+                 if w not in {"there", "slide", "slides", "deck", "plan", "what", "which", "does", "have", "about"}]
+        missing = [w for w in words if w not in plan_text.lower()]
+        note = (f"The plan has no slide about {missing[0]}; I can add one if you'd like. "
+                if missing else "")
+        return (f"The plan has {len(titles)} slides:\n{listing}\n\n{note}"
+                "Reply **yes** to build the deck as planned, or tell me what you'd like to change.")
+

@@ -1,0 +1,82 @@
+"""How the rehearsal model reads a user's reply to a plan: the skill's reply table, as rules.
+
+The order of the rules is the point. "yes, but drop the last slide" carries an approval word
+and a change, and a change wins; "can it be more casual?" is phrased as a question and asks
+for a change; "actually, hold off" declines even though it starts like a new request.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+
+class ReplyKind(enum.Enum):
+    APPROVAL = "approval"
+    CHANGE = "change"
+    QUESTION = "question"
+    DECLINE = "decline"
+    NEW_DECK = "new deck"
+
+
+_NEW_DECK = re.compile(
+    r"\b(instead|different (deck|presentation|topic)|new (deck|presentation) (on|about)|"
+    r"start over (with|on)|scrap (that|this|it)\b.*\b(on|about))\b"
+)
+_NEW_DECK_SUBJECT = re.compile(r"\b(one|a deck|a presentation|deck|slides)\b.*\b(on|about)\b")
+
+_DECLINE = re.compile(
+    r"\b(hold off|not now|not yet|cancel|never ?mind|forget (it|about it)|don'?t build|do not build|"
+    r"no thanks|no, thanks|let'?s not|skip it|stop|wait|pause|abort|leave it)\b"
+)
+
+# Words that ask for the plan to be different. A question that carries one asks for a change.
+_CHANGE = re.compile(
+    r"\b(make (it|the|this|that|them|slide)|add|drop|remove|delete|cut|trim|shorten|shorter|longer|"
+    r"expand|extend|more|less|fewer|fix|rewrite|reword|change|replace|swap|move|reorder|rename|"
+    r"lead with|open with|start with|end with|focus|only|split|merge|combine|include|mention|use|"
+    r"tone|casual|formal|friendlier|punchier|simpler|instead of|turn (it|slide)|put)\b"
+    r"|\b\d+\s*-?\s*slides?\b"
+)
+
+_QUESTION_START = re.compile(
+    r"^(why|what|how|where|who|which|when|is|are|was|were|does|do|did|will|would|should|has|have)\b"
+)
+
+_APPROVAL = re.compile(
+    r"\b(yes|yep|yeah|yup|sure|ok|okay|looks good|look good|looks great|lgtm|go ahead|go for it|"
+    r"build it|build the deck|ship it|perfect|great|sounds good|approved?|do it|proceed|"
+    r"good to go|let'?s go|that works|all good|fine|correct|nice)\b"
+)
+
+_NEGATION = re.compile(r"^(no|nope|nah)\b")
+
+
+def normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text.strip().lower().replace("’", "'"))
+
+
+def classify_reply(text: str) -> ReplyKind:
+    """Classify a reply to a presented plan."""
+    said = normalise(text)
+    if not said:
+        return ReplyKind.QUESTION
+    if _NEW_DECK.search(said) and _NEW_DECK_SUBJECT.search(said):
+        return ReplyKind.NEW_DECK
+    wants_change = bool(_CHANGE.search(said))
+    if _DECLINE.search(said) and not wants_change:
+        return ReplyKind.DECLINE
+    if _NEGATION.match(said) and not wants_change:
+        return ReplyKind.DECLINE
+    asks = said.endswith("?") or bool(_QUESTION_START.match(said))
+    if wants_change:
+        # "why is there no agenda slide?" asks about the plan; "can it be more formal?" asks for a change.
+        if asks and _QUESTION_START.match(said) and not re.search(r"\b(more|less|fewer|shorter|longer)\b", said):
+            return ReplyKind.QUESTION
+        return ReplyKind.CHANGE
+    if asks:
+        return ReplyKind.QUESTION
+    if _APPROVAL.search(said) or said in {"y", "👍", "✅"}:
+        return ReplyKind.APPROVAL
+    # Anything else that states something about the deck ("use our Q3 numbers") is a change.
+    return ReplyKind.CHANGE

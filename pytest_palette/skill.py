@@ -1,0 +1,121 @@
+"""Skill folders: read a SKILL.md card, stage a fresh copy for a host, hash what is under test."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The skill folders shipped with the package: the reference Palette skill lives here.
+PACKAGED_SKILLS = Path(__file__).parent / "skills"
+
+_FRONTMATTER = re.compile(r"\A---[ \t]*\n(?P<meta>.*?)\n---[ \t]*\n?", re.DOTALL)
+_IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
+class SkillNotFound(LookupError):
+    """A skill named by a user or a host is not where it was looked for."""
+
+
+@dataclass(frozen=True)
+class SkillCard:
+    """What a host needs of a skill: its name, its routing description, its body and its folder."""
+
+    name: str
+    description: str
+    body: str
+    directory: Path
+
+    @property
+    def scripts(self) -> Path:
+        return self.directory / "scripts"
+
+
+def parse_frontmatter(meta: str) -> dict[str, str]:
+    """Parse the flat `key: value` frontmatter SKILL.md files use, folded scalars included.
+
+    A regex parser rather than PyYAML: a skill's frontmatter is read the same way by every
+    host here, and folded (`>-`, `>`, `|`) descriptions are joined onto one line.
+    """
+    fields: dict[str, str] = {}
+    key: str | None = None
+    folded: list[str] = []
+    for line in meta.splitlines():
+        match = re.match(r"^([A-Za-z0-9_-]+):\s*(.*)$", line)
+        if match and not line.startswith((" ", "\t")):
+            if key is not None and folded:
+                fields[key] = " ".join(folded)
+            key, value = match.group(1), match.group(2).strip()
+            folded = []
+            if value in {">", ">-", "|", "|-"}:
+                fields[key] = ""
+            else:
+                fields[key] = value.strip("\"'")
+                key = None
+        elif key is not None and line.strip():
+            folded.append(line.strip())
+    if key is not None and folded:
+        fields[key] = " ".join(folded)
+    return fields
+
+
+def load_card(directory: Path) -> SkillCard:
+    """Read `<directory>/SKILL.md` without writing anything."""
+    path = directory / "SKILL.md"
+    if not path.is_file():
+        raise SkillNotFound(f"no SKILL.md in {directory}")
+    text = path.read_text(encoding="utf-8")
+    match = _FRONTMATTER.match(text)
+    meta = parse_frontmatter(match.group("meta")) if match else {}
+    body = text[match.end():] if match else text
+    return SkillCard(
+        name=meta.get("name") or directory.name,
+        description=meta.get("description", ""),
+        body=body,
+        directory=directory,
+    )
+
+
+def load_skill(name: str, root: Path = PACKAGED_SKILLS) -> SkillCard:
+    """Find the skill called `name` under a skills root (a folder of skill folders)."""
+    directory = root / name
+    if not (directory / "SKILL.md").is_file():
+        present = sorted(p.name for p in root.iterdir() if (p / "SKILL.md").is_file()) if root.is_dir() else []
+        where = f"{root} holds {', '.join(present)}" if present else f"{root} holds no skill folders"
+        raise SkillNotFound(f"no skill named {name!r}: {where}")
+    return load_card(directory)
+
+
+def stage(card: SkillCard, workspace: Path) -> SkillCard:
+    """Copy the skill fresh into `<workspace>/skills/<name>` and return the staged card.
+
+    SKILL.md names its script relative to the folder that holds `skills/`, so the copy makes
+    `python3 skills/palette/scripts/deck.py` resolve from the conversation's working directory.
+    The copy is rebuilt, never merged, so a host cannot carry edits from one conversation to the next.
+    """
+    target = workspace / "skills" / card.name
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(card.directory, target, ignore=_IGNORED)
+    return SkillCard(card.name, card.description, card.body, target)
+
+
+def skill_files(directory: Path) -> list[Path]:
+    """The files that make up a skill, in a stable order, caches left out."""
+    return sorted(
+        p for p in directory.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    )
+
+
+def skill_hash(directory: Path) -> str:
+    """A short sha256 over the skill's file names and contents: which skill was under test."""
+    digest = hashlib.sha256()
+    for path in skill_files(directory):
+        digest.update(path.relative_to(directory).as_posix().encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()[:12]

@@ -1,0 +1,213 @@
+"""The rehearsal policy on hand-built conversations: each decision the skill asks of an agent."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import pytest
+
+from pytest_palette.rehearsal.conversation import (
+    AgentSaid, Conversation, Event, LoadSkill, Reply, RunCommand, ToolResult, UserSaid,
+)
+from pytest_palette.rehearsal.policy import RehearsalPolicy, split_opening
+from pytest_palette.skill import load_skill
+
+SKILL = load_skill("palette").body
+SYSTEM = "Available skills:\n- palette: REQUIRED for every request that produces slides: a deck.\n"
+DECK = "python3 skills/palette/scripts/deck.py"
+PLAN_TEXT = "# Prompt caching\nAudience: engineers\n\n## Why cache\n- cost\n\n## How it works\n- prefix\n"
+
+
+class Script:
+    """Builds a conversation the way a host would: each action answered by a tool result."""
+
+    def __init__(self, opening: str) -> None:
+        self.conversation = Conversation(system=SYSTEM, events=[UserSaid(opening)])
+        self.count = 0
+
+    def answer(self, action: Any, result: str | dict[str, Any]) -> None:
+        self.count += 1
+        call_id = f"c{self.count}"
+        text = result if isinstance(result, str) else json.dumps(result)
+        self.conversation.events += [type(action)(*_fields(action), call_id), ToolResult(call_id, text)]
+
+    def say(self, user: str, agent: str = "ok") -> None:
+        self.conversation.events += [AgentSaid(agent), UserSaid(user)]
+
+    def next(self) -> Any:
+        return RehearsalPolicy().next_action(self.conversation)
+
+
+def _fields(action: Any) -> tuple[str]:
+    return (action.name,) if isinstance(action, LoadSkill) else (action.command,)
+
+
+def args_of(command: str) -> dict[str, str]:
+    tokens = shlex.split(command)
+    return {tokens[i][2:]: tokens[i + 1] for i in range(len(tokens) - 1) if tokens[i].startswith("--")}
+
+
+def planned(opening: str) -> Script:
+    """A conversation that has loaded the skill, looked, planned and shown the plan."""
+    script = Script(opening)
+    script.answer(script.next(), SKILL)
+    script.answer(script.next(), {"root": ".", "found": [], "note": "no finished deck under this root"})
+    script.answer(script.next(), {"state": "done", "done": True, "plan": "/w/plan.md", "text": PLAN_TEXT})
+    return script
+
+
+def test_it_loads_the_skill_the_catalogue_offers_then_looks_before_acting() -> None:
+    script = Script("Build a 3-slide deck on prompt caching")
+    assert script.next() == LoadSkill("palette")
+    script.answer(LoadSkill("palette"), SKILL)
+    assert script.next() == RunCommand(f"{DECK} find --root .")
+
+
+def test_an_inlined_skill_needs_no_load() -> None:
+    conversation = Conversation(
+        system=f"{SYSTEM}--- begin palette instructions ---\n{SKILL}\n--- end palette instructions ---",
+        events=[UserSaid("Build a deck on tides")])
+    assert RehearsalPolicy().next_action(conversation) == RunCommand(f"{DECK} find --root .")
+
+
+def test_it_runs_the_script_where_the_skill_says() -> None:
+    script = Script("Build a deck on tides")
+    script.answer(script.next(), SKILL.replace("skills/palette/scripts/deck.py", "tools/deck.py"))
+    assert script.next() == RunCommand("python3 tools/deck.py find --root .")
+
+
+def test_without_a_skill_it_says_so_instead_of_hand_writing_a_deck() -> None:
+    conversation = Conversation(system="Available skills:\n(none)", events=[UserSaid("Build a deck")])
+    action = RehearsalPolicy().next_action(conversation)
+    assert isinstance(action, Reply) and "no skill" in action.text
+
+
+def test_the_request_goes_verbatim_and_pasted_material_goes_to_context() -> None:
+    notes = "# Q3\n## Revenue\n- $4.2M, up 12%\n## Hiring\n- 14 engineers"
+    script = Script(f"Turn these notes into a deck for the board\n\n{notes}")
+    script.answer(script.next(), SKILL)
+    script.answer(script.next(), {"found": []})
+    action = script.next()
+    assert isinstance(action, RunCommand) and " plan " in action.command
+    assert args_of(action.command) == {
+        "request": "Turn these notes into a deck for the board", "out": "plan.md", "context": notes}
+
+
+def test_a_plain_request_has_no_context() -> None:
+    assert split_opening("Build a 3-slide deck on prompt caching") == ("Build a 3-slide deck on prompt caching", "")
+
+
+def test_it_shows_the_plan_and_asks_for_approval() -> None:
+    action = planned("Build a deck on prompt caching").next()
+    assert isinstance(action, Reply)
+    assert PLAN_TEXT.strip() in action.text and "Reply **yes**" in action.text
+
+
+def test_a_plan_still_drafting_is_collected_with_plan_status_not_replanned() -> None:
+    script = Script("Build a deck on tides")
+    script.answer(script.next(), SKILL)
+    script.answer(script.next(), {"found": []})
+    script.answer(script.next(), {"state": "running", "done": False})
+    assert script.next() == RunCommand(f"{DECK} plan-status --out plan.md")
+
+
+def test_approval_builds_holds_and_reports_the_absolute_path() -> None:
+    script = planned("Build a deck on prompt caching")
+    script.say("looks good")
+    assert script.next() == RunCommand(f"{DECK} find --root .")
+    script.answer(script.next(), {"found": [{"kind": "plan", "path": "plan.md", "state": "done"}]})
+    start = script.next()
+    assert start == RunCommand(f"{DECK} start --plan plan.md --out-dir ./deck")
+    script.answer(start, {"state": "running", "note": "building"})
+    poll = script.next()
+    assert poll == RunCommand(f"{DECK} status --out-dir ./deck")
+    script.answer(poll, {"state": "running", "done": False})
+    assert script.next() == poll
+    script.answer(poll, {"state": "done", "done": True, "verified": True, "pptx": "/w/deck/deck.pptx",
+                         "slide_previews": 2})
+    action = script.next()
+    assert isinstance(action, Reply) and "/w/deck/deck.pptx" in action.text and "2 slides" in action.text
+
+
+@pytest.mark.parametrize("reply", ["make it 5 slides", "yes, but drop the last slide", "can it be more casual?"])
+def test_a_change_is_an_edit_with_the_users_words_verbatim(reply: str) -> None:
+    script = planned("Build a deck on prompt caching")
+    script.say(reply)
+    script.answer(script.next(), {"found": []})
+    action = script.next()
+    assert isinstance(action, RunCommand) and " edit " in action.command and " plan " not in action.command
+    assert args_of(action.command) == {"instruction": reply, "plan": "plan.md"}
+    script.answer(action, {"state": "done", "done": True, "text": PLAN_TEXT})
+    again = script.next()
+    assert isinstance(again, Reply) and "Reply **yes**" in again.text
+
+
+def test_a_decline_builds_nothing() -> None:
+    script = planned("Build a deck on prompt caching")
+    script.say("actually, hold off for now")
+    script.answer(script.next(), {"found": []})
+    action = script.next()
+    assert isinstance(action, Reply) and "won't build" in action.text
+
+
+def test_a_question_is_answered_from_the_plan_and_approval_asked_again() -> None:
+    script = planned("Build a deck on prompt caching")
+    script.say("why is there no agenda slide?")
+    script.answer(script.next(), {"found": []})
+    action = script.next()
+    assert isinstance(action, Reply)
+    assert "1. Why cache" in action.text and "agenda" in action.text and "Reply **yes**" in action.text
+
+
+def test_a_different_deck_is_planned_from_scratch() -> None:
+    script = planned("Build a deck on prompt caching")
+    script.say("actually, do one on Kubernetes instead")
+    script.answer(script.next(), {"found": []})
+    action = script.next()
+    assert isinstance(action, RunCommand)
+    assert args_of(action.command)["request"] == "actually, do one on Kubernetes instead"
+
+
+def test_a_running_build_is_collected_not_restarted() -> None:
+    script = planned("Build a deck on prompt caching")
+    script.say("yes")
+    script.answer(script.next(), {"found": [{"kind": "build", "dir": "/w/deck", "state": "running"}]})
+    assert script.next() == RunCommand(f"{DECK} status --out-dir ./deck")
+
+
+def test_a_finished_deck_is_reported_not_rebuilt() -> None:
+    script = planned("Build a deck on prompt caching")
+    script.say("yes")
+    script.answer(script.next(), {"found": [{"kind": "build", "dir": "/w/deck", "state": "done",
+                                             "pptx": "/w/deck/deck.pptx", "slide_previews": 2}]})
+    action = script.next()
+    assert isinstance(action, Reply) and "/w/deck/deck.pptx" in action.text
+
+
+def test_an_error_is_relayed_verbatim() -> None:
+    script = planned("Build a deck on prompt caching")
+    script.say("yes")
+    script.answer(script.next(), {"found": []})
+    script.answer(script.next(), {"state": "running"})
+    script.answer(script.next(), {"state": "error", "done": False, "log_tail": "error: font missing",
+                                  "hint": "see build.log"})
+    action = script.next()
+    assert isinstance(action, Reply) and "error: font missing" in action.text
+
+
+def test_it_stops_polling_long_before_a_step_budget() -> None:
+    script = planned("Build a deck on prompt caching")
+    script.say("yes")
+    script.answer(script.next(), {"found": []})
+    action: Any = script.next()
+    polls = 0
+    while isinstance(action, RunCommand):
+        script.answer(action, {"state": "running", "done": False})
+        polls += "status" in action.command
+        action = script.next()
+        assert polls <= 25
+    assert isinstance(action, Reply)
+
+

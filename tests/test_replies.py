@@ -1,0 +1,36 @@
+"""The rehearsal model classifies replies to a plan the way the skill's reply table says."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_palette.rehearsal.replies import ReplyKind, classify_reply
+
+A, C, Q, D, N = (ReplyKind.APPROVAL, ReplyKind.CHANGE, ReplyKind.QUESTION, ReplyKind.DECLINE, ReplyKind.NEW_DECK)
+
+PHRASINGS = [
+    ("yes", A), ("Yes!", A), ("yes please", A), ("y", A), ("looks good", A), ("Looks good to me.", A),
+    ("go ahead", A), ("build it", A), ("ship it", A), ("Perfect", A), ("perfect, ship it", A),
+    ("sounds good", A), ("LGTM", A), ("ok", A), ("okay, go for it", A), ("approved", A), ("👍", A),
+    ("make it 3 slides", C), ("Make it 5 slides", C), ("cut it to 4", C), ("add a slide on cost", C),
+    ("more casual", C), ("drop slide 2", C), ("use our Q3 numbers", C), ("fix slide 2", C),
+    ("yes, but drop the last slide", C), ("Yes but make it shorter", C), ("ok, just make it shorter", C),
+    ("can it be more formal?", C), ("Could you add a slide about pricing?", C), ("lead with the results", C),
+    ("focus on pricing only", C), ("no, make it 3 slides", C), ("looks good, but 4 slides", C),
+    ("why is there no agenda slide?", Q), ("What is on slide 3?", Q), ("Does it cover pricing?", Q),
+    ("how long will the build take?", Q), ("is this for executives?", Q),
+    ("actually, hold off for now", D), ("not now", D), ("cancel", D), ("no", D), ("No thanks.", D),
+    ("never mind", D), ("let's not build it yet", D), ("please don't build it", D),
+    ("actually, do one on Kubernetes instead", N), ("scrap that, make a deck about our hiring plan instead", N),
+    ("different deck: one on onboarding", N),
+]
+
+
+@pytest.mark.parametrize(("reply", "kind"), PHRASINGS, ids=[p for p, _ in PHRASINGS])
+def test_each_phrasing_is_read_as_the_skill_says(reply: str, kind: ReplyKind) -> None:
+    assert classify_reply(reply) is kind
+
+
+def test_an_approval_that_carries_a_condition_is_a_change_not_an_approval() -> None:
+    assert classify_reply("yes") is ReplyKind.APPROVAL
+    assert classify_reply("yes, but drop the last slide") is ReplyKind.CHANGE
