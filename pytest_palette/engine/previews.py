@@ -1,0 +1,150 @@
+"""slide-N.png previews drawn with Pillow from the same layout as the pptx.
+
+A person looking at one sees the slide: the family's colours and side band, the title,
+the bullets (wrapped) and any table as a grid. Pillow is imported only here.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from PIL import Image, ImageDraw, ImageFont
+
+from .families import Family, rgb
+from .layout import BULLET_INDENT, SLIDE_W, Box, SlideLayout
+from .plan_format import Plan
+
+WIDTH, HEIGHT = 1280, 720
+PX_PER_IN = WIDTH / SLIDE_W
+PX_PER_PT = PX_PER_IN / 72
+FontType = ImageFont.FreeTypeFont | ImageFont.ImageFont
+
+_FONT_DIRS = ("/usr/share/fonts", "/usr/local/share/fonts", "~/.fonts", "~/.local/share/fonts",
+              "/Library/Fonts", "~/Library/Fonts", "C:/Windows/Fonts")
+
+
+@functools.lru_cache(maxsize=1)
+def plex_files() -> dict[str, str]:
+    """IBM Plex Sans TTF/OTF files installed on this machine, by weight ("regular", "bold")."""
+    found: dict[str, str] = {}
+    for folder in _FONT_DIRS:
+        root = Path(os.path.expanduser(folder))
+        if not root.is_dir():
+            continue
+        for path in root.rglob("IBMPlexSans-*"):
+            stem = path.stem.lower()
+            if path.suffix.lower() in (".ttf", ".otf"):
+                if stem.endswith("-regular"):
+                    found.setdefault("regular", str(path))
+                elif stem.endswith(("-semibold", "-bold")):
+                    found.setdefault("bold", str(path))
+    return found
+
+
+@functools.lru_cache(maxsize=64)
+def font(size_px: int, bold: bool = False) -> FontType:
+    """IBM Plex when installed, else Pillow's built-in scalable font (Pillow >= 10.1)."""
+    files = plex_files()
+    path = files.get("bold" if bold else "regular") or files.get("regular")
+    if path:
+        return ImageFont.truetype(path, size_px)
+    return ImageFont.load_default(size=size_px)
+
+
+def _px(box: Box) -> tuple[int, int, int, int]:
+    return (round(box.x * PX_PER_IN), round(box.y * PX_PER_IN),
+            round((box.x + box.w) * PX_PER_IN), round((box.y + box.h) * PX_PER_IN))
+
+
+def _wrap(text: str, face: FontType, width: float) -> list[str]:
+    lines: list[str] = []
+    current = ""
+    for word in text.split():
+        trial = f"{current} {word}".strip()
+        if current and face.getlength(trial) > width:
+            lines.append(current)
+            current = word
+        else:
+            current = trial
+    return [*lines, current] if current else lines or [""]
+
+
+def _draw_text(draw: ImageDraw.ImageDraw, box: Box, texts: list[str], size_pt: float, colour: str,
+               family: Family, bullets: bool, bold: bool = False, bottom: bool = False) -> None:
+    size = max(8, round(size_pt * PX_PER_PT))
+    face = font(size, bold)
+    left, top, right, low = _px(box)
+    indent = round(BULLET_INDENT * PX_PER_IN) if bullets else 0
+    line_h = round(size * 1.2)
+    blocks = [_wrap(text, face, right - left - indent) for text in texts]
+    height = sum(len(b) * line_h for b in blocks) + round(size * 0.45) * (len(blocks) - 1)
+    y = max(top, low - height) if bottom else top
+    for block in blocks:
+        if y >= low:
+            break  # past the box: PowerPoint would shrink it; the preview clips
+        if bullets:
+            r = max(2, size // 6)
+            cy = y + line_h // 2
+            draw.ellipse((left + 4, cy - r, left + 4 + 2 * r, cy + r), fill=rgb(family.accent))
+        # Pillow's built-in face has no bold weight: a hairline stroke stands in for it.
+        stroke = 1 if bold and not plex_files() else 0
+        for line in block:
+            draw.text((left + indent, y), line, font=face, fill=rgb(colour), stroke_width=stroke,
+                      stroke_fill=rgb(colour))
+            y += line_h
+        y += round(size * 0.45)
+
+
+def _draw_table(draw: ImageDraw.ImageDraw, box: Box, table: list[list[str]], size_pt: float,
+                family: Family) -> None:
+    left, top, right, low = _px(box)
+    cols = max(len(row) for row in table)
+    col_w = (right - left) / cols
+    row_h = (low - top) / len(table)
+    size = max(8, min(round(size_pt * PX_PER_PT), int(row_h * 0.7)))
+    for r, row in enumerate(table):
+        fill = family.header_fill if r == 0 else family.row_fill if r % 2 == 0 else family.background
+        y0, y1 = top + r * row_h, top + (r + 1) * row_h
+        draw.rectangle((left, y0, right, y1), fill=rgb(fill))
+        face = font(size, r == 0)
+        for c in range(cols):
+            text = row[c] if c < len(row) else ""
+            x0 = left + c * col_w
+            while text and face.getlength(text) > col_w - 12:
+                text = text[:-2] + "…" if len(text) > 2 else ""
+            draw.text((x0 + 6, y0 + (row_h - size) / 2), text, font=face,
+                      fill=rgb(family.header_text if r == 0 else family.body))
+    for c in range(cols + 1):
+        x = left + c * col_w
+        draw.line((x, top, x, low), fill=rgb(family.grid), width=1)
+    for r in range(len(table) + 1):
+        y = top + r * row_h
+        draw.line((left, y, right, y), fill=rgb(family.grid), width=1)
+
+
+def draw_preview(plan: Plan, index: int, layout: SlideLayout, family: Family) -> Image.Image:
+    section = plan.sections[index]
+    image = Image.new("RGB", (WIDTH, HEIGHT), rgb(family.background))
+    draw = ImageDraw.Draw(image)
+    draw.rectangle((0, 0, round(0.18 * PX_PER_IN), HEIGHT), fill=rgb(family.accent))
+    _draw_text(draw, layout.title_box, [section.title], layout.title_size, family.title, family,
+               bullets=False, bold=True, bottom=True)
+    rule_y = (layout.title_box.y + layout.title_box.h + 0.08) * PX_PER_IN
+    x0 = layout.title_box.x * PX_PER_IN
+    draw.rectangle((x0, rule_y, x0 + 1.2 * PX_PER_IN, rule_y + 0.06 * PX_PER_IN), fill=rgb(family.accent))
+    for box, lines in layout.bullet_columns:
+        if lines:
+            _draw_text(draw, box, lines, layout.bullet_size, family.body, family, bullets=layout.kind != "title")
+    for box, table in layout.tables:
+        _draw_table(draw, box, table, layout.table_size, family)
+    footer = f"{plan.title}  \u00b7  {index + 1} / {len(plan.sections)}"
+    _draw_text(draw, layout.footer_box, [footer], 11, family.muted, family, bullets=False)
+    return image
+
+
+def write_previews(plan: Plan, layouts: list[SlideLayout], family: Family, paths: list[Path]) -> None:
+    for index, (layout, path) in enumerate(zip(layouts, paths)):
+        # Level 1: flat slide art compresses well anyway, and encoding is the costliest step here.
+        draw_preview(plan, index, layout, family).save(path, format="PNG", compress_level=1)
