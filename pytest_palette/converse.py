@@ -107,7 +107,7 @@ def _summarise(workspace: Path, trace: Path, out: Callable[[str], None]) -> None
         out("deck: none")
     else:
         facts = inspect_deck(deck)
-        plex = "rendered by Palette (IBM Plex)" if facts.has_plex else "NOT rendered by Palette (no IBM Plex)"
+        plex = "IBM Plex on slide 1" if facts.has_plex else "NO IBM Plex on slide 1: not rendered by Palette"
         out(f"deck: {facts.path} · {facts.size:,} bytes · {facts.slides} slides · {plex}")
     calls = read_trace(trace)
     out(f"trace: {trace} ({len(calls)} call{'s' if len(calls) != 1 else ''})")

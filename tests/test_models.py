@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_palette.models import ModelUnavailable, build_chat_model, check_model, missing_credentials, parse_model
+from pytest_palette.models import (
+    ModelUnavailable,
+    build_chat_model,
+    check_model,
+    missing_credentials,
+    parse_model,
+)
 
 
 def test_rehearsal_needs_nothing_and_says_what_it_is() -> None:

@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from pytest_palette.rehearsal.conversation import (
-    AgentSaid, Conversation, Event, LoadSkill, Reply, RunCommand, ToolResult, UserSaid,
+    AgentSaid,
+    Conversation,
+    LoadSkill,
+    Reply,
+    RunCommand,
+    ToolResult,
+    UserSaid,
 )
 from pytest_palette.rehearsal.policy import RehearsalPolicy, split_opening
 from pytest_palette.skill import load_skill

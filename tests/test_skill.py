@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_palette.skill import PACKAGED_SKILLS, SkillNotFound, load_skill, parse_frontmatter, skill_hash, stage
+from pytest_palette.skill import (
+    PACKAGED_SKILLS,
+    SkillNotFound,
+    load_skill,
+    parse_frontmatter,
+    skill_hash,
+    stage,
+)
 
 
 def test_the_reference_skill_loads_with_a_routing_description() -> None:

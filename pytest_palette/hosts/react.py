@@ -10,6 +10,7 @@ import queue
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,9 +125,14 @@ class ReactSession:
         self.recursion_limit = recursion_limit
         self.thread_id = thread_id or f"palette-{uuid.uuid4().hex[:8]}"
         self.tools = make_tools(self.cards, workspace, env, command_timeout, eager)
-        self.graph = create_react_agent(
-            model, self.tools, prompt=system_prompt(self.cards, skills_root, eager), checkpointer=InMemorySaver(),
-        )
+        with warnings.catch_warnings():
+            # Pinned on purpose: the prebuilt ReAct agent is the thinnest scaffold LangGraph ships, and the
+            # benchmark's floor. LangGraph 1.x marks it deprecated in favour of langchain's create_agent.
+            warnings.simplefilter("ignore", category=DeprecationWarning)
+            self.graph = create_react_agent(
+                model, self.tools, prompt=system_prompt(self.cards, skills_root, eager),
+                checkpointer=InMemorySaver(),
+            )
         self.turns: list[Turn] = []
         self._broken: str | None = None
 
@@ -181,7 +187,7 @@ class ReactSession:
             updates.put(("done", None))
         except GraphRecursionError:
             updates.put(("error", f"the agent exhausted its step budget (recursion limit {self.recursion_limit})"))
-        except Exception as error:  # noqa: BLE001 - any failure inside the graph is the host's
+        except Exception as error:
             updates.put(("error", f"{type(error).__name__}: {error}"))
 
 

@@ -1,0 +1,258 @@
+"""Case files: YAML lists of scripted conversations, validated with the file and line of every mistake.
+
+A typo must never be ignored, so unknown keys and wrong types are errors at collection. What can only
+be resolved on the machine that runs the case — an environment variable, a context file, a corpus
+glob — is resolved here too, but a failure there is kept on the case as a `problem`, so that case
+ERRORs at setup while every other case still runs.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NAME = re.compile(r"^[a-z0-9_]+$")
+VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+DEFAULT_MAX_POLLS = 12
+
+CASE_KEYS = ("name", "covers", "tags", "request", "context", "context_file", "replies", "expect", "documents")
+EXPECT_KEYS = ("deck", "slides", "edit", "context", "max_polls")
+
+
+class CaseFileError(Exception):
+    """A mistake in a case file, with the file and line it is on."""
+
+    def __init__(self, path: Path, line: int, message: str) -> None:
+        super().__init__(f"{path}:{line}: {message}")
+        self.path, self.line, self.message = path, line, message
+
+
+@dataclass(frozen=True)
+class Expect:
+    deck: bool = True
+    slides: int | None = None
+    edit: bool = False
+    context: bool = False
+    max_polls: int = DEFAULT_MAX_POLLS
+
+
+@dataclass(frozen=True)
+class Case:
+    """One scripted user: an opening request (maybe with pasted material) and one reply per yield."""
+
+    name: str
+    covers: str
+    tags: tuple[str, ...]
+    request: str
+    context: str
+    replies: tuple[str, ...]
+    expect: Expect
+    path: Path
+    line: int
+    #: Why this case cannot run here (an unset variable, a missing file); it ERRORs at setup.
+    problem: str | None = None
+    context_source: str | None = field(default=None, compare=False)
+
+    @property
+    def opening(self) -> str:
+        """The first message: the request, a blank line, the pasted material."""
+        return f"{self.request}\n\n{self.context}" if self.context else self.request
+
+    def digest(self) -> str:
+        """A hash of what the case asks and expects: two runs of the same digest asked the same question."""
+        payload = json.dumps([self.request, self.context, list(self.replies), self.expect.__dict__], sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def expand(text: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
+    """Expand `${VAR}`; return the text and the names of variables that are unset or empty."""
+    missing: list[str] = []
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if not env.get(name):
+            missing.append(name)
+            return match.group(0)
+        return env[name]
+
+    return VARIABLE.sub(value, text), missing
+
+
+class _Reader:
+    """Walks one file's YAML node tree, so every error can name the line it is on."""
+
+    def __init__(self, path: Path, env: Mapping[str, str]) -> None:
+        self.path = path
+        self.env = env
+        self.loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
+
+    def error(self, node: yaml.Node, message: str) -> CaseFileError:
+        return CaseFileError(self.path, node.start_mark.line + 1, message)
+
+    def value(self, node: yaml.Node) -> Any:
+        return self.loader.construct_object(node, deep=True)
+
+    def cases(self) -> Iterator[Case]:
+        try:
+            root = self.loader.get_single_node()
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            raise CaseFileError(self.path, (mark.line + 1) if mark else 1, f"not valid YAML: {error}") from None
+        finally:
+            self.loader.dispose()
+        if root is None:
+            raise CaseFileError(self.path, 1, "the file is empty; a case file is a list of cases")
+        if not isinstance(root, yaml.SequenceNode):
+            raise self.error(root, "a case file is a list of cases (each item starts with '- name: ...')")
+        for item in root.value:
+            yield from self.case(item)
+
+    def fields(self, node: yaml.Node, known: tuple[str, ...], what: str) -> dict[str, tuple[yaml.Node, Any]]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(node, f"{what} must be a mapping of keys to values")
+        found: dict[str, tuple[yaml.Node, Any]] = {}
+        for key_node, value_node in node.value:
+            key = self.value(key_node)
+            if key not in known:
+                raise self.error(key_node, f"unknown key {key!r} in {what} (known: {', '.join(known)})")
+            if key in found:
+                raise self.error(key_node, f"{key!r} appears twice in {what}")
+            found[key] = (value_node, self.value(value_node))
+        return found
+
+    def typed(self, fields: dict[str, tuple[yaml.Node, Any]], key: str, kind: type | tuple[type, ...],
+              what: str, default: Any = None) -> Any:
+        if key not in fields:
+            return default
+        node, value = fields[key]
+        # bool is an int in Python; a count of `true` slides is a typo, not a number.
+        wrong_bool = isinstance(value, bool) and kind in (int, (int, type(None)))
+        if not isinstance(value, kind) or wrong_bool:
+            names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            raise self.error(node, f"{what} {key!r} must be {names.replace('NoneType', 'null')}, "
+                                   f"not {type(value).__name__}")
+        return value
+
+    def text_list(self, fields: dict[str, tuple[yaml.Node, Any]], key: str, what: str,
+                  default: list[str]) -> list[str]:
+        value = self.typed(fields, key, list, what, default)
+        node = fields[key][0] if key in fields else None
+        for entry in value:
+            if not isinstance(entry, str) or not entry.strip():
+                assert node is not None
+                raise self.error(node, f"every entry of {what} {key!r} must be non-empty text")
+        return list(value)
+
+    def case(self, node: yaml.Node) -> Iterator[Case]:
+        fields = self.fields(node, CASE_KEYS, "a case")
+        line = node.start_mark.line + 1
+        label = f"case at line {line}"
+        if "documents" in fields:
+            yield from self.generated(node, fields)
+            return
+        name = self.typed(fields, "name", str, label)
+        if name is None:
+            raise self.error(node, "a case needs a 'name' ([a-z0-9_]+)")
+        label = f"case {name!r}"
+        if not NAME.match(name):
+            raise self.error(fields["name"][0], f"case name {name!r} must match [a-z0-9_]+")
+        common = self.common(node, fields, label)
+        context, source, problem = self.context(fields, label)
+        yield self.build(name, common, context, source, problem, line, fields, label)
+
+    def common(self, node: yaml.Node, fields: dict[str, tuple[yaml.Node, Any]], label: str) -> dict[str, Any]:
+        covers = self.typed(fields, "covers", str, label)
+        if not covers or not covers.strip():
+            raise self.error(node, f"{label} needs 'covers': what the case is there to catch")
+        request = self.typed(fields, "request", str, label)
+        if not request or not request.strip():
+            raise self.error(node, f"{label} needs a non-empty 'request'")
+        tags = self.text_list(fields, "tags", label, [])
+        for tag in tags:
+            if not NAME.match(tag):
+                raise self.error(fields["tags"][0], f"tag {tag!r} of {label} must match [a-z0-9_]+ (it becomes a marker)")
+        replies = self.text_list(fields, "replies", label, ["yes"])
+        return {"covers": covers.strip(), "request": request.strip(), "tags": tuple(tags), "replies": tuple(replies)}
+
+    def context(self, fields: dict[str, tuple[yaml.Node, Any]], label: str) -> tuple[str, str | None, str | None]:
+        if "context" in fields and "context_file" in fields:
+            raise self.error(fields["context_file"][0], f"{label} has both 'context' and 'context_file'; keep one")
+        if "context" in fields:
+            return self.typed(fields, "context", str, label).strip(), None, None
+        if "context_file" not in fields:
+            return "", None, None
+        raw = self.typed(fields, "context_file", str, label)
+        text, missing = expand(raw, self.env)
+        if missing:
+            return "", raw, (f"{self.path}:{fields['context_file'][0].start_mark.line + 1}: context_file {raw!r} "
+                             f"needs {', '.join('$' + m for m in missing)}, which is not set")
+        path = (self.path.parent / text).resolve()
+        if not path.is_file():
+            return "", str(path), f"{self.path}: context_file {raw!r}: no file at {path}"
+        return path.read_text(encoding="utf-8").strip(), str(path), None
+
+    def expect(self, fields: dict[str, tuple[yaml.Node, Any]], tags: tuple[str, ...], has_context: bool,
+               label: str) -> Expect:
+        given = self.fields(fields["expect"][0], EXPECT_KEYS, f"'expect' of {label}") if "expect" in fields else {}
+        what = f"'expect' of {label}:"
+        slides = self.typed(given, "slides", (int, type(None)), what)
+        max_polls = self.typed(given, "max_polls", int, what, DEFAULT_MAX_POLLS)
+        if slides is not None and slides < 1:
+            raise self.error(given["slides"][0], f"{what} slides must be at least 1")
+        if max_polls < 0:
+            raise self.error(given["max_polls"][0], f"{what} max_polls must be 0 or more")
+        return Expect(
+            deck=self.typed(given, "deck", bool, what, True),
+            slides=slides,
+            edit=self.typed(given, "edit", bool, what, "edit" in tags),
+            context=self.typed(given, "context", bool, what, has_context),
+            max_polls=max_polls,
+        )
+
+    def build(self, name: str, common: dict[str, Any], context: str, source: str | None, problem: str | None,
+              line: int, fields: dict[str, tuple[yaml.Node, Any]], label: str) -> Case:
+        has_context = bool(context) or "context_file" in fields
+        return Case(name=name, context=context, context_source=source, problem=problem, path=self.path,
+                    line=line, expect=self.expect(fields, common["tags"], has_context, label), **common)
+
+    def generated(self, node: yaml.Node, fields: dict[str, tuple[yaml.Node, Any]]) -> Iterator[Case]:
+        """`documents: <glob>`: one case per matching document, named from its file stem."""
+        line = node.start_mark.line + 1
+        label = f"documents case at line {line}"
+        for key in ("name", "context", "context_file"):
+            if key in fields:
+                raise self.error(fields[key][0], f"{label}: {key!r} does not go with 'documents' "
+                                                 "(each document is the pasted material; cases are named from its file stem)")
+        pattern = self.typed(fields, "documents", str, label)
+        common = self.common(node, fields, label)
+        text, missing = expand(pattern, self.env)
+        placeholder = f"{self.path.stem.replace('-', '_').lower()}_documents_line{line}"
+        if missing:
+            problem = (f"{self.path}:{line}: documents {pattern!r} needs {', '.join('$' + m for m in missing)}, "
+                       "which is not set: point it at the folder of corpus documents")
+            yield self.build(placeholder, common, "", pattern, problem, line, fields, label)
+            return
+        full = text if os.path.isabs(text) else str(self.path.parent / text)
+        matches = sorted(Path(p) for p in glob.glob(full) if Path(p).is_file())
+        if not matches:
+            problem = f"{self.path}:{line}: documents {pattern!r} matched no file ({full})"
+            yield self.build(placeholder, common, "", pattern, problem, line, fields, label)
+            return
+        for document in matches:
+            name = re.sub(r"[^a-z0-9_]+", "_", document.stem.lower()).strip("_")
+            context = document.read_text(encoding="utf-8").strip()
+            yield self.build(name, common, context, str(document), None, line, fields, label)
+
+
+def load_cases(path: Path, env: Mapping[str, str] | None = None) -> list[Case]:
+    """Every case in one file, in file order; CaseFileError on the first mistake."""
+    return list(_Reader(path, os.environ if env is None else env).cases())

@@ -1,0 +1,76 @@
+"""`palette-bench converse`: the hand-driving command, run as a real process in a scratch workspace."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from pytest_palette.evidence import TRACE_NAME, inspect_deck, newest_deck, read_trace
+
+REQUEST = "Build a 3-slide deck on prompt caching"
+
+
+def converse(workspace: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_palette.cli", "converse", "--host", "react", *args],
+        cwd=workspace, env=env or dict(os.environ), capture_output=True, text=True, timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_a_plain_yes_builds_three_slides_and_prints_the_deck_and_trace(tmp_path: Path) -> None:
+    done = converse(tmp_path, "--model", "rehearsal", REQUEST, "--reply", "yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    deck = newest_deck(tmp_path)
+    assert deck is not None and deck.parent == tmp_path / "deck"
+    facts = inspect_deck(deck)
+    assert facts.size >= 20_000 and facts.slides == 3 and facts.has_plex
+    assert f"deck: {deck} · {facts.size:,} bytes · 3 slides" in done.stdout
+    assert "→ bash: python3 skills/palette/scripts/deck.py plan" in done.stdout
+    assert "model rehearsal (scripted stand-in, not a language model)" in done.stdout
+    calls = read_trace(tmp_path / TRACE_NAME)
+    assert [c["command"] for c in calls] == ["find", "plan", "find", "start", "status"]
+    for call in calls:
+        assert list(call) == ["at", "command", "args", "seconds", "exit_code", "stdout"]
+    assert calls[1]["args"]["request"] == REQUEST
+
+
+def test_a_change_then_yes_builds_five_slides_through_edit(tmp_path: Path) -> None:
+    done = converse(tmp_path, "--model", "rehearsal", REQUEST, "--reply", "make it 5 slides", "--reply", "yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    commands = [c["command"] for c in read_trace(tmp_path / TRACE_NAME)]
+    assert "edit" in commands and "plan" not in commands[commands.index("edit"):]
+    deck = newest_deck(tmp_path)
+    assert deck is not None and inspect_deck(deck).slides == 5
+
+
+def test_holding_off_leaves_no_deck(tmp_path: Path) -> None:
+    done = converse(tmp_path, "--model", "rehearsal", REQUEST, "--reply", "actually, hold off for now")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not list(tmp_path.rglob("*.pptx"))
+    assert "deck: none" in done.stdout
+
+
+def test_watsonx_without_credentials_stops_before_the_agent_starts(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WATSONX_")}
+    done = converse(tmp_path, "--model", "watsonx:openai/gpt-oss-120b", REQUEST, env=env)
+    assert done.returncode == 2
+    for name in ("WATSONX_APIKEY", "WATSONX_URL", "WATSONX_PROJECT_ID or WATSONX_SPACE_ID"):
+        assert name in done.stdout
+    assert not (tmp_path / "skills").exists() and not (tmp_path / TRACE_NAME).exists()
+
+
+def test_an_earlier_trace_is_kept_not_overwritten(tmp_path: Path) -> None:
+    (tmp_path / TRACE_NAME).write_text('{"command": "find"}\n')
+    done = converse(tmp_path, "--model", "rehearsal", REQUEST, "--reply", "actually, hold off for now")
+    assert done.returncode == 0
+    kept = list(tmp_path.glob("palette-calls.*.jsonl"))
+    assert len(kept) == 1 and kept[0].read_text() == '{"command": "find"}\n'
+
+
+def test_an_unknown_host_is_a_usage_error(tmp_path: Path) -> None:
+    other = subprocess.run([sys.executable, "-m", "pytest_palette.cli", "converse", "--host", "nope", REQUEST],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert other.returncode == 2 and "--host 'nope'" in other.stdout and "react" in other.stdout
