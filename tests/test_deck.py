@@ -683,6 +683,22 @@ def test_liveness_when_ps_cannot_run_is_unknown(monkeypatch: pytest.MonkeyPatch)
     assert mod.alive(None) is None
 
 
+@pytest.mark.parametrize(("ps_line", "expected"), [
+    ("S    /bin/sh -c python -u -m pytest_palette.engine build-deck", True),
+    ("S    [sh]", None),  # mid-exec: no command line yet — the race that once ended a hold at once
+    ("R    ", None),
+    ("Z    [sh] <defunct>", False),
+    ("S    /usr/sbin/sshd -D", False),  # a recycled pid
+])
+def test_liveness_reads_state_and_command_line(monkeypatch: pytest.MonkeyPatch, ps_line: str,
+                                               expected: bool | None) -> None:
+    mod = load_deck_module()
+    monkeypatch.setattr(mod.os, "kill", lambda pid, sig: None)
+    monkeypatch.setattr(mod.subprocess, "run",
+                        lambda *a, **k: SimpleNamespace(returncode=0, stdout=ps_line + "\n"))
+    assert mod.alive(4242) is expected
+
+
 def test_dotenv_parser_and_unindent_units(tmp_path: Path) -> None:
     mod = load_deck_module()
     env = tmp_path / ".env"

@@ -171,15 +171,21 @@ def alive(pid: Any) -> Optional[bool]:
         # which can hide "palette" behind a long interpreter path.
         env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
         proc = subprocess.run(
-            ["ps", "-ww", "-p", str(pid), "-o", "args="],
+            ["ps", "-ww", "-p", str(pid), "-o", "stat=,args="],
             capture_output=True, text=True, timeout=5, stdin=subprocess.DEVNULL, env=env,
         )
     except (OSError, subprocess.SubprocessError):
         return None
     if proc.returncode != 0:
         return None
-    # A recycled pid or a zombie ("[sh] <defunct>") no longer names palette.
-    return "palette" in proc.stdout
+    stat, _, args = proc.stdout.strip().partition(" ")
+    if stat.startswith("Z"):
+        return False  # a zombie has ended; only its parent has not reaped it yet
+    if args.strip().startswith("[") or not args.strip():
+        # A process in the middle of exec shows no command line ("[sh]"): that is not evidence of death.
+        return None
+    # A recycled pid names some other program.
+    return "palette" in args
 
 
 def hold(ended: Callable[[], bool], pid: Any, seconds: Optional[float]) -> None:
