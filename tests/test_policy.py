@@ -217,3 +217,15 @@ def test_it_stops_polling_long_before_a_step_budget() -> None:
     assert isinstance(action, Reply)
 
 
+
+
+def test_a_skill_handed_over_with_its_base_directory_runs_its_script_from_there() -> None:
+    # Claude Code: the Skill result, then "Base directory for this skill: <abs path>" and SKILL.md.
+    base = "/w/.claude/skills/palette"
+    script = Script("Build a deck on tides")
+    script.answer(script.next(), f"Launching skill: palette\n\nBase directory for this skill: {base}\n\n{SKILL}")
+    find = script.next()
+    assert find == RunCommand(f"python3 {base}/scripts/deck.py find --root .")
+    script.answer(find, {"found": []})
+    plan = script.next()
+    assert isinstance(plan, RunCommand) and plan.command.startswith(f"python3 {base}/scripts/deck.py plan ")

@@ -32,6 +32,9 @@ MAX_POLLS_PER_TURN = 20
 
 _DECK_WORDS = re.compile(r"\b(deck|slides?|presentation|pptx|powerpoint|pitch|talk|readout|briefing)\b", re.I)
 _SCRIPT = re.compile(r"(python3?\s+\S*deck\.py)")
+# Claude Code hands a skill over as "Base directory for this skill: <abs path>" and its SKILL.md.
+_BASE_DIRECTORY = re.compile(r"Base directory for this skill:[ \t]*(\S[^\n]*?)[ \t]*$", re.M)
+_UNDER_SKILLS = re.compile(r"^(?:\./)?skills/[^/\s]+/")
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,14 @@ class RehearsalPolicy:
     def deck_command(self, skill: str) -> str:
         """How the skill says to run its script: the rehearsal model follows the instructions."""
         match = _SCRIPT.search(skill)
-        return match.group(1) if match else "python3 skills/palette/scripts/deck.py"
+        command = match.group(1) if match else "python3 skills/palette/scripts/deck.py"
+        base = _BASE_DIRECTORY.search(skill)
+        interpreter, script = command.split(None, 1)
+        if base and _UNDER_SKILLS.match(script):
+            # The host says where the skill's folder is; `skills/<name>/` is not under the cwd there.
+            script = shlex.quote(base.group(1).rstrip("/") + "/" + _UNDER_SKILLS.sub("", script))
+            return f"{interpreter} {script}"
+        return command
 
     def steps(self, conversation: Conversation, events: list[Event]) -> list[Step]:
         found: list[Step] = []

@@ -1,0 +1,244 @@
+"""OpenAI chat completions ⇄ the rehearsal policy, in the two shapes OpenAI-compatible clients use.
+
+* **codeact** (CUGA's default): the request carries no `tools`. The model acts by answering with
+  a ```python block that awaits `load_skill(...)` or `run_command(...)`; the client runs it and
+  sends back a user message starting with "Execution output:". A plain-text answer ends the turn.
+* **function calling**: the request carries `tools`; the model answers with `message.tool_calls`
+  and the client sends back `role: tool` messages.
+
+Token counts in `usage` are an estimate (characters / 4): nothing here is a tokenizer.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .conversation import (
+    Action, AgentSaid, Conversation, Event, LoadSkill, Reply, RunCommand, ToolResult, UserSaid,
+)
+from .policy import RehearsalPolicy
+
+Json = dict[str, Any]
+
+_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+_SKILLS_BLOCK = re.compile(r"<available_skills>(.*?)</available_skills>", re.S)
+_BOLD_ENTRY = re.compile(r"\*\*([A-Za-z0-9][\w.-]*)\*\*\s*:\s*(.+)")
+# What CUGA prints after a code block's stdout. Cut it off: a variables dump can carry braces
+# that would spoil reading the JSON object a deck.py call printed.
+_VARIABLES = re.compile(r"^[ \t#*]*Variables Summary\b.*", re.S | re.M)
+#: How CUGA reports a code block's outcome to the model, in a user message.
+EXECUTION_PREFIXES = ("Execution output:", "Error during execution")
+
+
+def estimate_tokens(text: str) -> int:
+    """A rough token count (characters / 4), labelled as an estimate wherever it is served."""
+    return (len(text) + 3) // 4
+
+
+def text_of(content: Any) -> str:
+    """The text of a message's content: a string, or a list of `{"type": "text"}` parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part if isinstance(part, str) else str(part.get("text", ""))
+                       for part in content if isinstance(part, (str, dict)))
+    return str(content)
+
+
+# -- reading a request ---------------------------------------------------------------------------
+
+
+def skills_listing(system: str) -> str:
+    """CUGA's `<available_skills>` entries (`**name**: description`) as lines `catalogue()` reads."""
+    block = _SKILLS_BLOCK.search(system)
+    if not block:
+        return ""
+    entries = _BOLD_ENTRY.findall(block.group(1))
+    return "".join(f"- {name}: {description.strip()}\n" for name, description in entries)
+
+
+def tool_roles(tools: Sequence[Json]) -> dict[str, str]:
+    """Which offered function loads a skill and which runs a command, told apart by parameters."""
+    roles: dict[str, str] = {}
+    for tool in tools:
+        function = tool.get("function", tool)
+        name = str(function.get("name", ""))
+        params = set((function.get("parameters") or {}).get("properties", {}))
+        if "command" in params:
+            roles["run"] = name
+        elif params & {"name", "skill", "skill_name"} or "skill" in name.lower():
+            roles["load"] = name
+            roles["load_param"] = next((p for p in ("name", "skill", "skill_name") if p in params), "name")
+    return roles
+
+
+def parse_code(text: str, call_id: str) -> list[Event]:
+    """The tool calls in an assistant's ```python blocks: the policy sees its own past actions."""
+    events: list[Event] = []
+    for index, block in enumerate(_CODE_BLOCK.findall(text)):
+        try:
+            tree = ast.parse(block)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args):
+                continue
+            arg = node.args[0]
+            if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+                continue
+            ident = f"{call_id}.{index}.{len(events)}"  # one id per call, even two in a block
+            if node.func.id == "load_skill":
+                events.append(LoadSkill(arg.value, ident))
+            elif node.func.id == "run_command":
+                events.append(RunCommand(arg.value, ident))
+    return events
+
+
+def execution_output(text: str) -> str:
+    """The stdout CUGA reports for a code block, without its prefix and variables summary."""
+    body = text.split(":", 1)[1] if text.startswith(EXECUTION_PREFIXES[0]) else text
+    return _VARIABLES.sub("", body).strip()
+
+
+def to_conversation(request: Json) -> Conversation:
+    """Turn a chat-completions request, in either shape, into the policy's events."""
+    roles = tool_roles(request.get("tools") or [])
+    codeact = not request.get("tools")
+    conversation = Conversation()
+    pending: list[str] = []  # call ids of the last assistant message's code, awaiting its output
+    for number, message in enumerate(request.get("messages") or []):
+        role = message.get("role")
+        text = text_of(message.get("content"))
+        if role in {"system", "developer"}:
+            conversation.system += text
+        elif role == "tool":
+            conversation.events.append(ToolResult(str(message.get("tool_call_id", "")), text))
+        elif role == "assistant":
+            pending = _read_assistant(conversation.events, message, text, roles, f"m{number}" if codeact else "")
+        elif role == "user" and pending and text.lstrip().startswith(EXECUTION_PREFIXES):
+            # Not the user speaking: CUGA reporting what the previous code block printed.
+            conversation.events += [ToolResult(call_id, execution_output(text.lstrip())) for call_id in pending]
+            pending = []
+        elif role == "user":
+            conversation.events.append(UserSaid(text))
+            pending = []
+    # Skills first, so the catalogue offers them ahead of anything else the prompt lists.
+    conversation.system = skills_listing(conversation.system) + conversation.system
+    return conversation
+
+
+def _read_assistant(events: list[Event], message: Json, text: str, roles: dict[str, str], call_id: str) -> list[str]:
+    """Append an assistant message's events; return the codeact call ids awaiting output.
+
+    `call_id` is empty when the request offers tools: code in a reply is then just text.
+    """
+    calls: list[Event] = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        try:
+            args = json.loads(function.get("arguments") or "{}")
+        except json.JSONDecodeError:
+            args = {}
+        name, ident = function.get("name"), str(call.get("id", ""))
+        if name == roles.get("run"):
+            calls.append(RunCommand(str(args.get("command", "")), ident))
+        elif name == roles.get("load"):
+            calls.append(LoadSkill(str(args.get(roles.get("load_param", "name"), "")), ident))
+    code = parse_code(text, call_id) if call_id else []
+    if text.strip() and not code:
+        events.append(AgentSaid(text))
+    events += calls + code
+    return [event.call_id for event in code if isinstance(event, (LoadSkill, RunCommand))]
+
+
+# -- writing a response --------------------------------------------------------------------------
+
+
+def codeact_text(action: Action) -> str:
+    """The assistant text CUGA's codeact executor runs (or, for a reply, hands to the user)."""
+    if isinstance(action, LoadSkill):
+        return f"```python\nr = await load_skill({json.dumps(action.name)})\nprint(r)\n```"
+    if isinstance(action, RunCommand):
+        # repr() is a Python string literal for any command: quotes, newlines and non-ASCII alike.
+        return f"```python\nprint(await run_command({action.command!r}))\n```"
+    return action.text
+
+
+def assistant_message(action: Action, roles: dict[str, str], call_id: str, codeact: bool) -> Json:
+    """The `choices[0].message` for an action, in the request's shape."""
+    if codeact:
+        return {"role": "assistant", "content": codeact_text(action)}
+    if isinstance(action, RunCommand) and "run" in roles:
+        return _tool_call_message(call_id, roles["run"], {"command": action.command})
+    if isinstance(action, LoadSkill) and "load" in roles:
+        return _tool_call_message(call_id, roles["load"], {roles["load_param"]: action.name})
+    if isinstance(action, Reply):
+        return {"role": "assistant", "content": action.text}
+    # The client offered no tool for what the protocol needs next: say so rather than pretend.
+    return {"role": "assistant",
+            "content": f"I need a tool this host does not offer to continue ({type(action).__name__})."}
+
+
+def _tool_call_message(call_id: str, name: str, args: Json) -> Json:
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+def complete(policy: RehearsalPolicy, request: Json) -> Json:
+    """A `chat.completion` object: the policy's next action for this request."""
+    messages = request.get("messages") or []
+    roles = tool_roles(request.get("tools") or [])
+    codeact = not request.get("tools")
+    action = policy.next_action(to_conversation(request))
+    message = assistant_message(action, roles, f"call_rehearsal_{len(messages)}", codeact)
+    prompt = estimate_tokens(json.dumps(messages))
+    output = estimate_tokens(text_of(message.get("content")) + json.dumps(message.get("tool_calls") or []))
+    return {
+        "id": f"chatcmpl-rehearsal-{len(messages)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": str(request.get("model") or policy.name),
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output},
+    }
+
+
+def chunks(completion: Json, include_usage: bool = False) -> Iterator[Json]:
+    """The same completion as `chat.completion.chunk` objects, the way a streaming server sends it."""
+    base = {key: completion[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    choice = completion["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: Json, finish: str | None = None) -> Json:
+        return base | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    for piece in _pieces(message.get("content") or ""):
+        yield chunk({"content": piece})
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        yield chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                     "function": {"name": function["name"], "arguments": ""}}]})
+        for piece in _pieces(function["arguments"]):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    yield chunk({}, choice["finish_reason"])
+    if include_usage:
+        yield base | {"choices": [], "usage": completion["usage"]}
+
+
+def _pieces(text: str, size: int = 48) -> list[str]:
+    """Split text as a real stream would, so a client must reassemble it."""
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def to_sse(completion: Json, include_usage: bool = False) -> bytes:
+    lines = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks(completion, include_usage)]
+    return ("".join(lines) + "data: [DONE]\n\n").encode()

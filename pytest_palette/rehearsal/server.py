@@ -1,0 +1,236 @@
+"""The rehearsal model over HTTP on 127.0.0.1, for clients that only speak to a model server.
+
+CUGA reaches it as an OpenAI-compatible endpoint (`OPENAI_BASE_URL=<base_url>/v1`) and the Claude
+Code CLI as an Anthropic one (`ANTHROPIC_BASE_URL=<base_url>`). Each request is answered by one
+policy, chosen when the server is made, from the messages that request carries and nothing else.
+
+    python -m pytest_palette.rehearsal.server --port 8765    # serve until interrupted
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+from . import anthropic_wire, openai_wire
+from .policy import MODEL_NAME, RehearsalPolicy
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+HOST = "127.0.0.1"
+#: A request body larger than this is refused: no conversation here comes near it.
+MAX_BODY = 64 * 1024 * 1024
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+def models() -> Json:
+    """One model, described in both the OpenAI and the Anthropic listing shapes."""
+    entry = {"id": MODEL_NAME, "object": "model", "type": "model", "created": 0,
+             "created_at": "1970-01-01T00:00:00Z", "owned_by": "pytest-palette",
+             "display_name": "Rehearsal (scripted, not a language model)"}
+    return {"object": "list", "data": [entry], "has_more": False, "first_id": MODEL_NAME, "last_id": MODEL_NAME}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    # HTTP/1.0: one response per connection, so no client can hold a worker thread open between calls.
+    protocol_version = "HTTP/1.0"
+
+    def do_GET(self) -> None:
+        self.dispatch("GET")
+
+    def do_POST(self) -> None:
+        self.dispatch("POST")
+
+    def dispatch(self, method: str) -> None:
+        route = urlsplit(self.path).path.rstrip("/")  # the Claude CLI appends ?beta=true
+        try:
+            if method == "GET" and route == "/v1/models":
+                self.send_json(200, models())
+            elif method == "POST" and route in POST_ROUTES:
+                POST_ROUTES[route](self, self.read_json())
+            else:
+                raise HttpError(404, "not_found_error", f"no route for {method} {route or '/'}")
+        except HttpError as error:
+            self.send_json(error.status, {"type": "error", "error": {"type": error.kind, "message": str(error)}})
+        except Exception as error:  # a policy or adapter bug: answer it, never hang the client
+            log.exception("rehearsal server failed on %s %s", method, route)
+            self.send_json(500, {"type": "error", "error": {"type": "api_error", "message": repr(error)}})
+
+    def read_json(self) -> Json:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            raise HttpError(413, "request_too_large", f"body of {length} bytes")
+        raw = self.rfile.read(length) if length else self.read_chunked()
+        try:
+            body = json.loads(raw or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise HttpError(400, "invalid_request_error", f"body is not JSON: {error}") from None
+        if not isinstance(body, dict):
+            raise HttpError(400, "invalid_request_error", "body must be a JSON object")
+        return body
+
+    def read_chunked(self) -> bytes:
+        """A body sent with Transfer-Encoding: chunked (bounded by MAX_BODY)."""
+        if "chunked" not in (self.headers.get("Transfer-Encoding") or "").lower():
+            return b""
+        parts: list[bytes] = []
+        while sum(map(len, parts)) <= MAX_BODY:
+            size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                self.rfile.readline()
+                return b"".join(parts)
+            parts.append(self.rfile.read(size))
+            self.rfile.readline()
+        raise HttpError(413, "request_too_large", "chunked body too large")
+
+    def chat_completions(self, request: Json) -> None:
+        completion = openai_wire.complete(self.server.policy, request)
+        self.server.record("/v1/chat/completions", completion["choices"][0]["message"])
+        if request.get("stream"):
+            usage = bool((request.get("stream_options") or {}).get("include_usage"))
+            self.send_body(200, "text/event-stream", openai_wire.to_sse(completion, usage))
+        else:
+            self.send_json(200, completion)
+
+    def messages(self, request: Json) -> None:
+        message = anthropic_wire.respond(self.server.policy, request)
+        self.server.record("/v1/messages", message)
+        if request.get("stream"):
+            self.send_body(200, "text/event-stream", anthropic_wire.to_sse(message))
+        else:
+            self.send_json(200, message)
+
+    def count_tokens(self, request: Json) -> None:
+        self.send_json(200, anthropic_wire.count_tokens(request))
+
+    def send_json(self, status: int, body: Json) -> None:
+        self.send_body(status, "application/json", json.dumps(body).encode())
+
+    def send_body(self, status: int, content_type: str, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("X-Rehearsal-Usage", "estimate: characters / 4")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # The request line and status only: headers (x-api-key, authorization) are never logged.
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+POST_ROUTES: dict[str, Callable[[_Handler, Json], None]] = {
+    "/v1/chat/completions": _Handler.chat_completions,
+    "/v1/messages": _Handler.messages,
+    "/v1/messages/count_tokens": _Handler.count_tokens,
+}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, policy: RehearsalPolicy, port: int) -> None:
+        super().__init__((HOST, port), _Handler)
+        self.policy = policy
+        self.served: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def record(self, route: str, answer: Json) -> None:
+        """Remember what each model call got (route, kind of answer), for a harness to check."""
+        content = answer.get("content")
+        blocks = content if isinstance(content, list) else []
+        calls = answer.get("tool_calls") or [b for b in blocks if b.get("type") == "tool_use"]
+        kind = "tool_call" if calls else "text"
+        with self._lock:
+            self.served.append((route, kind))
+
+
+class RehearsalServer:
+    """The rehearsal policy served on 127.0.0.1 at a free port, for the life of a `with` block."""
+
+    def __init__(self, policy: RehearsalPolicy | None = None, port: int = 0) -> None:
+        self.policy = policy or RehearsalPolicy()
+        self._port = port
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> RehearsalServer:
+        if self._server is None:
+            self._server = _Server(self.policy, self._port)
+            self._thread = threading.Thread(target=self._server.serve_forever, name="rehearsal-server",
+                                            kwargs={"poll_interval": 0.1}, daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            if self._thread is not None:
+                self._thread.join(timeout=5)
+        self._server = self._thread = None
+
+    def __enter__(self) -> RehearsalServer:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the rehearsal server is not running")
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        """For Anthropic clients (ANTHROPIC_BASE_URL); OpenAI clients want `openai_base_url`."""
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"{self.base_url}/v1"
+
+    @property
+    def served(self) -> list[tuple[str, str]]:
+        """(route, "tool_call" | "text") for each model call answered so far."""
+        return list(self._server.served) if self._server is not None else []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_palette.rehearsal.server",
+                                     description="Serve the rehearsal model on 127.0.0.1 until interrupted.")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0 picks a free one)")
+    args = parser.parse_args(argv)
+    server = RehearsalServer(port=args.port).start()
+    print(f"rehearsal model serving at {server.base_url}", flush=True)
+    print(f"  CUGA / OpenAI clients:  OPENAI_BASE_URL={server.openai_base_url} OPENAI_API_KEY=dummy", flush=True)
+    print(f"  Claude Code:            ANTHROPIC_BASE_URL={server.base_url} ANTHROPIC_API_KEY=sk-ant-dummy",
+          flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
