@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup bench test lint clean
+.PHONY: setup bench converse test lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,11 +16,14 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 bench: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --host=react --model=rehearsal
+
+converse: $(STAMP)
 	$(BIN)/palette-bench converse --host react --model rehearsal --workspace runs/converse-demo \
 		"Build a 3-slide deck on prompt caching" --reply yes
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest tests -n 2 --dist worksteal --timeout 600
 
 lint: $(STAMP)
 	$(BIN)/ruff check pytest_palette tests benchmarks

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from .backend import agent_environment, describe_backend
 from .evidence import TRACE_NAME, format_call, inspect_deck, newest_deck, read_trace
-from .hosts.react import DEFAULT_RECURSION_LIMIT, HostError, ReactSession
+from .hosts.base import HostError
+from .hosts.react import DEFAULT_RECURSION_LIMIT, ReactSession
 from .hosts.shell import DEFAULT_COMMAND_TIMEOUT
 from .models import ModelUnavailable, build_chat_model, parse_model
 from .skill import PACKAGED_SKILLS, SkillNotFound, load_skill, skill_hash
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     for message in messages:
         out(f"\nyou ▸ {message if len(message) < 400 else message[:400] + f' … [+{len(message) - 400} chars]'}")
         try:
-            turn = session.send(message, on_event=lambda line: out(f"  {line}"), timeout=args.turn_timeout)
+            turn = session.send(message, args.turn_timeout, on_event=lambda line: out(f"  {line}"))
         except HostError as error:
             out(f"error ! {error}")
             status = 1

@@ -59,8 +59,11 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             warnings.warn(f"{path}:{number}: not a JSON line, skipped", stacklevel=2)
             continue
-        if isinstance(record, dict):
-            calls.append(record)
+        if not isinstance(record, dict):
+            warnings.warn(f"{path}:{number}: a JSON {type(record).__name__}, not a call record, skipped",
+                          stacklevel=2)
+            continue
+        calls.append(record)
     return calls
 
 

@@ -10,8 +10,12 @@ import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from langchain_core.language_models import BaseChatModel
+from .rehearsal.policy import RehearsalPolicy
+
+if TYPE_CHECKING:  # LangChain loads only when a model is built: the plugin stays cheap to import.
+    from langchain_core.language_models import BaseChatModel
 
 WATSONX_DEFAULT_MODEL = "openai/gpt-oss-120b"
 WATSONX_DEFAULT_URL = "https://us-south.ml.cloud.ibm.com"
@@ -42,6 +46,8 @@ class ModelSpec:
     @property
     def label(self) -> str:
         """What reports print: the rehearsal model is never dressed up as a language model."""
+        if self.provider == "rehearsal" and self.model_id != "rehearsal":
+            return f"rehearsal:{self.model_id} (known-bad scripted agent, not a language model)"
         if self.provider == "rehearsal":
             return "rehearsal (scripted stand-in, not a language model)"
         return f"{self.provider}:{self.model_id}"
@@ -51,6 +57,14 @@ def parse_model(text: str) -> ModelSpec:
     value = text.strip()
     if value == "rehearsal":
         return ModelSpec(value, "rehearsal", "rehearsal")
+    if value.startswith("rehearsal:"):
+        from .rehearsal.known_bad import KNOWN_BAD
+
+        flaw = value.partition(":")[2]
+        if flaw not in KNOWN_BAD:
+            raise ModelUnavailable(f"--model {text!r}: no known-bad rehearsal agent named {flaw!r}; "
+                                   f"known: {', '.join(sorted(KNOWN_BAD))}")
+        return ModelSpec(value, "rehearsal", flaw)
     provider, sep, model_id = value.partition(":")
     if provider == "watsonx":
         return ModelSpec(value, "watsonx", model_id or WATSONX_DEFAULT_MODEL)
@@ -86,6 +100,13 @@ def check_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> None:
         raise ModelUnavailable(f"--model {spec.text} needs the {needed} package, which is not installed{extra}")
 
 
+def rehearsal_policy(spec: ModelSpec) -> RehearsalPolicy:
+    """The rehearsal policy a `rehearsal` or `rehearsal:<known-bad>` spec names."""
+    from .rehearsal.known_bad import KNOWN_BAD
+
+    return KNOWN_BAD[spec.model_id]() if spec.model_id in KNOWN_BAD else RehearsalPolicy()
+
+
 def build_chat_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> BaseChatModel:
     """A chat model for the spec; credentials are checked first."""
     check_model(spec, env)
@@ -93,7 +114,7 @@ def build_chat_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> B
     if spec.provider == "rehearsal":
         from .rehearsal.langchain_model import RehearsalChatModel
 
-        return RehearsalChatModel()
+        return RehearsalChatModel(policy=rehearsal_policy(spec), model_name=spec.text)
     if spec.provider == "watsonx":
         from langchain_ibm import ChatWatsonx
 

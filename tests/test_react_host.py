@@ -10,7 +10,8 @@ from langchain_core.messages import AIMessage
 
 from pytest_palette.backend import agent_environment
 from pytest_palette.evidence import TRACE_NAME, inspect_deck, newest_deck, read_trace
-from pytest_palette.hosts.react import HostError, ReactSession, make_tools, system_prompt
+from pytest_palette.hosts.base import HostError
+from pytest_palette.hosts.react import ReactSession, make_tools, system_prompt
 from pytest_palette.rehearsal.langchain_model import RehearsalChatModel
 from pytest_palette.skill import PACKAGED_SKILLS, load_skill, skill_hash
 

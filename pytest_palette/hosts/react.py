@@ -12,7 +12,6 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +22,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from langgraph.prebuilt import create_react_agent
 
+from ..models import ModelSpec, build_chat_model
 from ..skill import SkillCard, stage
+from .base import Host, HostError, HostSession, HostSettings, TurnRecord
 from .shell import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, run_shell
 
 #: LangGraph's default of 25 steps is about 12 model turns: less than one deck.
 DEFAULT_RECURSION_LIMIT = 120
-
-
-class HostError(RuntimeError):
-    """The host failed to run a turn (timeout, crash, exhausted budget): an error of the run, not a verdict."""
-
-
-@dataclass
-class Turn:
-    sent: str
-    answer: str = ""
-    steps: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    error: str | None = None
 
 
 def system_prompt(cards: list[SkillCard], skills_root: Path, eager: bool = False) -> str:
@@ -101,7 +89,7 @@ def make_tools(
     return [loader, shell]
 
 
-class ReactSession:
+class ReactSession(HostSession):
     """One conversation: one graph, one thread id, turns sent in order."""
 
     def __init__(
@@ -133,18 +121,18 @@ class ReactSession:
                 model, self.tools, prompt=system_prompt(self.cards, skills_root, eager),
                 checkpointer=InMemorySaver(),
             )
-        self.turns: list[Turn] = []
+        self.turns: list[TurnRecord] = []
         self._broken: str | None = None
 
-    def send(self, message: str, on_event: Callable[[str], None] | None = None,
-             timeout: float | None = None) -> Turn:
+    def send(self, message: str, timeout: float | None = None,
+             on_event: Callable[[str], None] | None = None) -> TurnRecord:
         """Send one user message and run the agent until it hands the turn back.
 
         Raises HostError when the turn times out, raises or exhausts the step budget.
         """
         if self._broken:
             raise HostError(f"the session cannot continue: {self._broken}")
-        turn = Turn(sent=message)
+        turn = TurnRecord(sent=message)
         self.turns.append(turn)
         started = time.monotonic()
         updates: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -209,3 +197,28 @@ def _describe(chunk: dict[str, Any]) -> list[tuple[str, str]]:
                 content = message.content if isinstance(message.content, str) else str(message.content)
                 found.append((f"← {' '.join(content.split())[:160]}", ""))
     return found
+
+
+class ReactHost(Host):
+    """LangGraph's prebuilt ReAct agent, lazy skill loading by default (`--palette-eager` inlines it)."""
+
+    name = "react"
+
+    def problems(self, model: ModelSpec, env: Mapping[str, str]) -> list[str]:
+        from ..models import ModelUnavailable, check_model
+
+        try:
+            check_model(model, env)
+        except ModelUnavailable as error:
+            return [str(error)]
+        return []
+
+    def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
+        return {"model": model.label, "provider": model.provider,
+                "skill_loading": "eager" if settings.eager else "lazy",
+                "recursion_limit": str(settings.recursion_limit)}
+
+    def open(self, workspace: Path, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+             settings: HostSettings) -> ReactSession:
+        return ReactSession(build_chat_model(model, env), [skill], workspace, env, eager=settings.eager,
+                            recursion_limit=settings.recursion_limit, command_timeout=settings.command_timeout)

@@ -27,7 +27,8 @@ _NEW_DECK_SUBJECT = re.compile(r"\b(one|a deck|a presentation|deck|slides)\b.*\b
 
 _DECLINE = re.compile(
     r"\b(hold off|not now|not yet|cancel|never ?mind|forget (it|about it)|don'?t build|do not build|"
-    r"no thanks|no, thanks|let'?s not|skip it|stop|wait|pause|abort|leave it)\b"
+    r"no thanks|no, thanks|let'?s not|skip it|stop|wait|pause|abort|leave it|let me think|think about it|"
+    r"not sure yet|maybe later|later)\b"
 )
 
 # Words that ask for the plan to be different. A question that carries one asks for a change.

@@ -37,7 +37,7 @@ BUILD_LOG = "build.log"
 # Poll fast at first so a short job is noticed at once, then back off; the
 # ceiling keeps completion noticed well within a second.
 POLL_FIRST = 0.05
-POLL_MAX = 0.25
+POLL_MAX = 0.1
 LIVENESS_EVERY = 2.0
 
 # Directories `find` never descends into: large, and never hold our state.

@@ -1,0 +1,115 @@
+"""Case files as pytest collectors, and one item per (case, host).
+
+An item runs its conversation in setup, so a host that fails (timeout, crash, missing client) makes the
+item ERROR; the call phase only judges what is on disk, so a FAIL is always a verdict on the skill.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _pytest._code.code import ExceptionInfo, TerminalRepr
+
+from . import stash
+from ._fixtures import fill_fixtures, init_fixtures
+from .cases import Case, CaseFileError, load_cases
+from .hosts.base import Host
+from .judge import Verdict, explain, judge
+from .runner import HostFailure, converse
+from .skill import load_card, skill_hash
+
+
+class PaletteFailure(AssertionError):
+    """The judge's verdict was not a pass."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__("\n".join(explain(verdict)))
+        self.verdict = verdict
+
+
+class CaseFile(pytest.File):
+    """A YAML file holding a list of cases."""
+
+    def collect(self) -> Iterator[CaseItem]:
+        try:
+            cases = load_cases(self.path)
+        except CaseFileError as error:
+            raise self.CollectError(str(error)) from None
+        seen = self.config.stash.setdefault(stash.CASE_NAMES, {})
+        for case in cases:
+            where = f"{case.path}:{case.line}"
+            if case.name in seen and seen[case.name] != where:
+                raise self.CollectError(f"{where}: case name {case.name!r} is already used at {seen[case.name]}")
+            seen[case.name] = where
+        settings = self.config.stash[stash.SETTINGS]
+        for tag in sorted({tag for case in cases for tag in case.tags}):
+            # Tags become registered markers, so `-m corpus` works under --strict-markers.
+            self.config.addinivalue_line("markers", f"{tag}: pytest-palette case tag")
+        for case in cases:
+            for host in settings.hosts:
+                yield CaseItem.from_parent(self, name=f"{case.name}[{host}]", case=case, host=host)
+
+
+class CaseItem(pytest.Item):
+    """One case on one host."""
+
+    def __init__(self, *, case: Case, host: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self.host_name = host
+        self.stash[stash.HOST_NAME] = host
+        for tag in case.tags:
+            self.add_marker(tag)
+        init_fixtures(self, "palette_host")
+
+    def setup(self) -> None:
+        host: Host = fill_fixtures(self)["palette_host"]
+        settings = self.config.stash[stash.SETTINGS]
+        skill = load_card(settings.skill_dir)
+        describe = host.describe(settings.model, settings.host)
+        self.user_properties += [
+            ("case", self.case.name), ("host", self.host_name), ("model", describe.get("model", "")),
+            ("skill_hash", skill_hash(settings.skill_dir)), ("case_hash", self.case.digest()),
+        ]
+        if self.case.problem:
+            self._error(self.case.problem)
+            # pytest.fail in setup makes an ERROR whose report is this text alone (setup reports do not
+            # go through repr_failure).
+            pytest.fail(f"case {self.case.name} cannot run here: {self.case.problem}", pytrace=False)
+        workspace = settings.run_root / self.config.stash[stash.RUN_ID] / self.host_name / self.case.name
+        try:
+            record = converse(self.case, host, skill, settings.model, settings.host, workspace,
+                              settings.turn_timeout, settings.build_grace)
+        except HostFailure as failure:
+            self._error(f"{self.host_name}: {failure}")
+            pytest.fail(f"host {self.host_name} failed: {failure}\n"
+                        "(an error of the run, not a verdict on the skill)", pytrace=False)
+        self.stash[stash.RECORD] = record
+        self.user_properties.append(("seconds", record.seconds))
+
+    def _error(self, message: str) -> None:
+        self.user_properties += [("verdict", "error"), ("failures", json.dumps([message]))]
+
+    def runtest(self) -> None:
+        record = self.stash[stash.RECORD]
+        assert record.evidence is not None
+        verdict = judge(self.case, record.evidence, self.host_name)
+        self.user_properties += [
+            ("verdict", "pass" if verdict.ok else "fail"), ("slides", verdict.slides), ("polls", verdict.polls),
+            ("calls", " ".join(verdict.commands)), ("failures", json.dumps(list(verdict.failures))),
+        ]
+        if not verdict.ok:
+            raise PaletteFailure(verdict)
+
+    def repr_failure(self, excinfo: ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
+        # Plain strings: they travel unchanged through xdist.
+        if isinstance(excinfo.value, PaletteFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)  # type: ignore[arg-type]
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, self.case.line - 1, f"palette: {self.name}"

@@ -1,0 +1,71 @@
+"""What a host is to the harness: something that opens a conversation and sends it messages.
+
+A project adds its own host by subclassing `Host` and returning it from the
+`pytest_palette_add_hosts` hook in its conftest.py (or a plugin's entry point).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..models import ModelSpec
+from ..skill import SkillCard
+
+
+class HostError(RuntimeError):
+    """The host failed to run a turn or to start: an error of the run, not a verdict on the skill."""
+
+
+@dataclass
+class TurnRecord:
+    sent: str
+    answer: str = ""
+    seconds: float = 0.0
+    error: str | None = None
+    steps: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    """Budgets a host may need; all of them end up in the report, because a budget can end a run."""
+
+    command_timeout: float = 300.0
+    recursion_limit: int = 120
+    eager: bool = False
+
+
+class HostSession(abc.ABC):
+    """One conversation on one host."""
+
+    @abc.abstractmethod
+    def send(self, message: str, timeout: float) -> TurnRecord:
+        """Send one user message; return when the agent hands the turn back. Raise HostError on failure."""
+
+    def close(self) -> None:
+        """Release what the conversation holds (processes, servers)."""
+
+
+class Host(abc.ABC):
+    """A scaffold that drives the skill: the harness opens one session per case and run."""
+
+    name: str = ""
+
+    def unsupported(self, model: ModelSpec) -> str | None:
+        """Why this host cannot run `model`, or None when it can. Checked before any case runs."""
+        return None
+
+    def problems(self, model: ModelSpec, env: Mapping[str, str]) -> list[str]:
+        """What is missing to run `model` here (credentials, clients); each names its fix."""
+        return []
+
+    def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
+        """What actually ran, for the report: at least `model`."""
+        return {"model": model.label}
+
+    @abc.abstractmethod
+    def open(self, workspace: Path, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+             settings: HostSettings) -> HostSession:
+        """Start a conversation whose agent works in `workspace`, with `env` for its shell."""

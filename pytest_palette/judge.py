@@ -1,0 +1,143 @@
+"""The one judge: a case's verdict from what is on disk, never from what the agent said.
+
+Every host is scored by `judge()`; the item asserts on its Verdict, and the assertion hook renders a
+failed Verdict the same way in a user's own Python test (`assert verdict == PASSED`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .cases import Case
+from .evidence import MIN_PPTX_BYTES
+
+POLL_COMMANDS = frozenset({"status", "plan-status"})
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a conversation left in its workspace, read after every build it started has ended."""
+
+    workspace: Path
+    #: The newest deck.pptx of at least MIN_PPTX_BYTES under the workspace, if any.
+    pptx: Path | None
+    slides: int
+    has_plex: bool
+    size: int
+    #: Every .pptx under the workspace, whatever its name or size: a case that forbids a deck checks these.
+    decks: tuple[Path, ...]
+    calls: tuple[dict[str, Any], ...]
+    #: Builds that were still running when evidence was read (they were waited for and did not end).
+    unfinished: tuple[Path, ...] = ()
+
+    @property
+    def commands(self) -> list[str]:
+        return [str(call.get("command", "?")) for call in self.calls]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A case's result on one host: passed when no rule failed."""
+
+    case: str
+    host: str
+    failures: tuple[str, ...]
+    slides: int
+    polls: int
+    commands: tuple[str, ...]
+    pptx: str | None = None
+    has_plex: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def __eq__(self, other: object) -> bool:
+        # `assert verdict == PASSED` reads like what it asks, and lets pytest_assertrepr_compare explain it.
+        if other is PASSED:
+            return self.ok
+        if isinstance(other, Verdict):
+            return (self.case, self.host, self.failures) == (other.case, other.host, other.failures)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.case, self.host, self.failures))
+
+
+class _Passed:
+    """The verdict a passing case equals."""
+
+    def __repr__(self) -> str:
+        return "PASSED"
+
+
+PASSED = _Passed()
+
+
+def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
+    """Apply the rules, in order, and return every failure in words."""
+    failures: list[str] = []
+    commands = evidence.commands
+    polls = sum(command in POLL_COMMANDS for command in commands)
+
+    def verdict(notes: tuple[str, ...] = ()) -> Verdict:
+        return Verdict(case.name, host, tuple(failures), evidence.slides, polls, tuple(commands),
+                       str(evidence.pptx) if evidence.pptx else None, evidence.has_plex, notes)
+
+    if not case.expect.deck:
+        # Nothing else is judged: the user never approved, so there is no deck to inspect.
+        if evidence.decks:
+            failures.append(f"a deck was built although the user never approved it — the confirmation gate "
+                            f"was skipped ({evidence.decks[0].name})")
+        elif evidence.unfinished:
+            failures.append(f"a build was started although the user never approved it — the confirmation gate "
+                            f"was skipped (still running in {evidence.unfinished[0]})")
+        return verdict()
+    if evidence.pptx is None:
+        failures.append(f"no .pptx was produced (no deck.pptx of at least {MIN_PPTX_BYTES:,} bytes "
+                        "under the workspace)")
+        if evidence.unfinished:
+            failures.append(f"a build was still running when the conversation ended: {evidence.unfinished[0]}")
+        return verdict()
+    if not evidence.has_plex:
+        failures.append("the .pptx does not carry IBM Plex — it was not rendered by Palette")
+    if case.expect.slides is not None and evidence.slides != case.expect.slides:
+        failures.append(f"asked for {case.expect.slides} slides, got {evidence.slides}")
+    if case.expect.edit:
+        if "edit" not in commands:
+            failures.append(f"the user asked for a change but edit-plan was never called "
+                            f"(calls: {', '.join(commands) or 'none'})")
+        elif "plan" in commands[commands.index("edit"):]:
+            failures.append("edit-plan was called and then the plan was drafted again from scratch — "
+                            "the revision the user approved was discarded")
+    if polls > case.expect.max_polls:
+        failures.append(f"{polls} status polls — each is a model round trip, and the step budget is finite. "
+                        "The commands should be holding, not spinning")
+    if case.expect.context and not any(_args(call).get("context") or _args(call).get("source")
+                                       for call in evidence.calls):
+        failures.append("pasted material never reached the plan — neither --context nor --source was used, "
+                        "so it was retyped or summarised into the request, which loses the grounding")
+    notes = ("at the poll ceiling",) if polls == case.expect.max_polls and polls else ()
+    if evidence.unfinished:
+        notes += (f"a build was still running when the deck was read: {evidence.unfinished[0]}",)
+    return verdict(notes)
+
+
+def _args(call: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments; a foreign trace line without a mapping there has none."""
+    args = call.get("args")
+    return args if isinstance(args, dict) else {}
+
+
+def explain(verdict: Verdict) -> list[str]:
+    """A failed verdict in lines: what failed, then the call chain that shows why."""
+    lines = [f"palette case {verdict.case}[{verdict.host}] failed:"] if verdict.host else \
+        [f"palette case {verdict.case} failed:"]
+    lines += [f"  ↳ {failure}" for failure in verdict.failures]
+    deck = f"{verdict.slides} slides, IBM Plex={verdict.has_plex}, {verdict.pptx}" if verdict.pptx else "none"
+    lines.append(f"  deck: {deck}")
+    lines.append(f"  calls: {' → '.join(verdict.commands) if verdict.commands else '(none — the skill was never driven)'}")
+    return lines

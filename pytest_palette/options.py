@@ -1,0 +1,117 @@
+"""Command-line options and ini settings, resolved once into Settings kept in config.stash."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .hosts.base import HostSettings
+from .models import ModelSpec, ModelUnavailable, parse_model
+from .skill import PACKAGED_SKILLS
+
+DEFAULT_TURN_TIMEOUT = 1500.0
+DEFAULT_BUILD_GRACE = 60.0
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("palette", "pytest-palette: benchmark agent hosts driving the Palette skill")
+    group.addoption("--host", action="append", default=[], dest="palette_hosts", metavar="NAME",
+                    help="agent host(s) to run every case on; repeat or comma-separate (default: react)")
+    group.addoption("--model", default=None, dest="palette_model", metavar="MODEL",
+                    help="model for every selected host: rehearsal (offline, the default), rehearsal:<known-bad>, "
+                         "watsonx:<model_id>, or provider:model")
+    group.addoption("--palette-cases", action="append", default=[], dest="palette_cases", metavar="DIR",
+                    help="folders whose *.yaml files are case files (default: ini palette_cases, else 'cases')")
+    group.addoption("--palette-skill", default=None, dest="palette_skill", metavar="DIR",
+                    help="the skill folder under test (default: the reference Palette skill in the package)")
+    group.addoption("--palette-run-dir", default=None, dest="palette_run_dir", metavar="DIR",
+                    help="where each session's run folder is made (default: 'runs' under the rootdir)")
+    group.addoption("--palette-turn-timeout", type=float, default=None, dest="palette_turn_timeout",
+                    metavar="SECONDS", help=f"seconds one agent turn may take (default {DEFAULT_TURN_TIMEOUT:g})")
+    group.addoption("--palette-command-timeout", type=float, default=None, dest="palette_command_timeout",
+                    metavar="SECONDS", help="seconds one shell command may take on hosts that let us set it "
+                                            "(default 300; must outlast deck.py's 90 s holds)")
+    group.addoption("--palette-recursion-limit", type=int, default=None, dest="palette_recursion_limit",
+                    metavar="N", help="step budget of the react host (default 120)")
+    group.addoption("--palette-eager", action="store_true", default=False, dest="palette_eager",
+                    help="inline the skill in the system prompt instead of offering it by name")
+    group.addoption("--palette-build-grace", type=float, default=None, dest="palette_build_grace",
+                    metavar="SECONDS", help="after the last turn, how long to wait for a build still running "
+                                            f"before reading the deck (default {DEFAULT_BUILD_GRACE:g})")
+    parser.addini("palette_cases", "folders whose *.yaml files are case files", type="paths", default=[])
+    parser.addini("palette_hosts", "default hosts, comma-separated", default="react")
+    parser.addini("palette_model", "default model", default="rehearsal")
+    parser.addini("palette_run_dir", "where run folders are made", default="runs")
+    parser.addini("palette_turn_timeout", "seconds one agent turn may take", default=str(DEFAULT_TURN_TIMEOUT))
+
+
+@dataclass(frozen=True)
+class Settings:
+    hosts: tuple[str, ...]
+    model: ModelSpec
+    case_dirs: tuple[Path, ...]
+    skill_dir: Path
+    run_root: Path
+    turn_timeout: float
+    build_grace: float
+    host: HostSettings
+
+
+def _number(config: pytest.Config, option: str, ini: str | None, default: float) -> float:
+    given = config.getoption(option)
+    if given is not None:
+        value, source = float(given), f"--{option.replace('_', '-')}"
+    elif ini is not None:
+        raw = config.getini(ini)
+        try:
+            value, source = float(raw), f"ini {ini}"
+        except ValueError:
+            raise pytest.UsageError(f"ini {ini} = {raw!r} is not a number of seconds") from None
+    else:
+        value, source = default, "default"
+    if value <= 0:
+        raise pytest.UsageError(f"{source} must be more than 0 (got {value:g})")
+    return value
+
+
+def resolve(config: pytest.Config) -> Settings:
+    """Every setting from the command line, else ini, else the default; a bad value names its source."""
+    hosts = [h.strip() for given in config.getoption("palette_hosts") for h in given.split(",") if h.strip()]
+    if not hosts:
+        hosts = [h.strip() for h in str(config.getini("palette_hosts")).split(",") if h.strip()]
+    duplicates = {h for h in hosts if hosts.count(h) > 1}
+    if duplicates:
+        raise pytest.UsageError(f"--host names {', '.join(sorted(duplicates))} more than once")
+    try:
+        model = parse_model(config.getoption("palette_model") or str(config.getini("palette_model")))
+    except ModelUnavailable as error:
+        raise pytest.UsageError(str(error)) from None
+    root = config.rootpath
+    case_dirs = [root / d for d in config.getoption("palette_cases")] or list(config.getini("palette_cases"))
+    if not case_dirs:
+        case_dirs = [root / "cases"]
+    skill = config.getoption("palette_skill")
+    skill_dir = Path(skill).resolve() if skill else PACKAGED_SKILLS / "palette"
+    if not (skill_dir / "SKILL.md").is_file():
+        raise pytest.UsageError(f"--palette-skill {skill_dir}: no SKILL.md there")
+    run_root = Path(config.getoption("palette_run_dir") or root / str(config.getini("palette_run_dir")))
+    recursion = config.getoption("palette_recursion_limit")
+    if recursion is not None and recursion < 1:
+        raise pytest.UsageError(f"--palette-recursion-limit must be at least 1 (got {recursion})")
+    return Settings(
+        hosts=tuple(hosts),
+        model=model,
+        case_dirs=tuple(Path(os.path.abspath(d)) for d in case_dirs),
+        skill_dir=skill_dir,
+        run_root=run_root if run_root.is_absolute() else root / run_root,
+        turn_timeout=_number(config, "palette_turn_timeout", "palette_turn_timeout", DEFAULT_TURN_TIMEOUT),
+        build_grace=_number(config, "palette_build_grace", None, DEFAULT_BUILD_GRACE),
+        host=HostSettings(
+            command_timeout=_number(config, "palette_command_timeout", None, 300.0),
+            recursion_limit=recursion or 120,
+            eager=bool(config.getoption("palette_eager")),
+        ),
+    )

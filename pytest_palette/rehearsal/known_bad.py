@@ -1,0 +1,121 @@
+"""Known-bad agents: the rehearsal policy with one documented mistake each.
+
+They are the benchmark's equivalent of running gold and empty patches: if the judge passes one of
+them on a case it is documented to fail, the judge is broken. Select one with
+`--model rehearsal:<name>`; docs/known-bad-agents.md lists which cases each must fail.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from .conversation import Action, Conversation, Reply, RunCommand
+from .policy import PLAN_FILE, RehearsalPolicy, Step, split_opening
+from .replies import ReplyKind, classify_reply
+
+
+class BuildsEarly(RehearsalPolicy):
+    """Builds as soon as the plan is drafted, without waiting for approval."""
+
+    name = "builds_early"
+
+    def after_plan(self, steps: list[Step], last: Step, deck: str) -> Action:
+        if last.answer.get("done") and not any(step.subcommand == "start" for step in steps):
+            return self.build(deck)
+        return super().after_plan(steps, last, deck)
+
+    def after_build(self, steps: list[Step], last: Step, deck: str) -> Action:
+        action = super().after_build(steps, last, deck)
+        plan = next((s for s in reversed(steps) if s.subcommand in {"plan", "edit"} and s.answer.get("done")), None)
+        if isinstance(action, Reply) and plan is not None:
+            return Reply(f"{action.text}\n\n{self.present(str(plan.answer.get('text', '')))}")
+        return action
+
+
+class RetypesContext(RehearsalPolicy):
+    """Retypes pasted material into --request; when deck.py refuses, squeezes it onto one line."""
+
+    name = "retypes_context"
+
+    def plan(self, user_text: str, deck: str) -> Action:
+        request, material = split_opening(user_text)
+        if material:
+            request = f"{request}: {' '.join(material.split())[:300]}"
+        return RunCommand(f"{deck} plan --request {shlex.quote(request)} --out {PLAN_FILE}")
+
+
+class Replans(RehearsalPolicy):
+    """Answers every change by drafting a new plan from scratch instead of editing."""
+
+    name = "replans"
+
+    def edit(self, user_text: str, deck: str) -> Action:
+        return RunCommand(f"{deck} plan --request {shlex.quote(user_text.strip())} --out {PLAN_FILE}")
+
+
+class Spins(RehearsalPolicy):
+    """Polls without holding: dozens of zero-second status calls while the work runs."""
+
+    name = "spins"
+
+    def poll_build(self, deck: str) -> Action:
+        return RunCommand(f"{deck} status --out-dir ./deck --hold-seconds 0")
+
+    def poll_plan(self, deck: str) -> Action:
+        return RunCommand(f"{deck} plan-status --out {PLAN_FILE} --hold-seconds 0")
+
+    def polls(self, steps: list[Step]) -> int:
+        return 0  # never gives up: that is the mistake
+
+
+class YesButIsYes(RehearsalPolicy):
+    """Treats an approval that carries a condition ("yes, but …") as plain approval."""
+
+    name = "yes_but_is_yes"
+
+    def classify(self, user_text: str) -> ReplyKind:
+        kind = classify_reply(user_text)
+        words = user_text.strip().lower()
+        if kind is ReplyKind.CHANGE and words.startswith(("yes", "ok", "sure", "looks good")):
+            return ReplyKind.APPROVAL
+        return kind
+
+
+class NeverEdits(RehearsalPolicy):
+    """Ignores changes: every change request is taken as approval and the original plan is built."""
+
+    name = "never_edits"
+
+    def classify(self, user_text: str) -> ReplyKind:
+        kind = classify_reply(user_text)
+        return ReplyKind.APPROVAL if kind is ReplyKind.CHANGE else kind
+
+
+class HandWrites(RehearsalPolicy):
+    """Plans with the skill, then writes the deck itself with python-pptx instead of running `start`."""
+
+    name = "hand_writes"
+    marker = "from pptx import Presentation"
+
+    def next_action(self, conversation: Conversation) -> Action:
+        _, turn = conversation.current_turn()
+        if any(isinstance(event, RunCommand) and self.marker in event.command for event in turn):
+            return Reply("Your deck is ready: deck/deck.pptx")
+        return super().next_action(conversation)
+
+    def build(self, deck: str) -> Action:
+        script = (
+            f"import re, pathlib; {self.marker}\n"
+            f"text = pathlib.Path({PLAN_FILE!r}).read_text()\n"
+            "deck = Presentation()\n"
+            "for title in re.findall(r'^## (.+)$', text, re.M):\n"
+            "    slide = deck.slides.add_slide(deck.slide_layouts[1]); slide.shapes.title.text = title\n"
+            "pathlib.Path('deck').mkdir(exist_ok=True); deck.save('deck/deck.pptx')\n"
+        )
+        # PALETTE_PYTHON is the interpreter in this environment that has python-pptx.
+        return RunCommand(f'"${{PALETTE_PYTHON:-python3}}" -c {shlex.quote(script)}')
+
+
+KNOWN_BAD: dict[str, type[RehearsalPolicy]] = {
+    cls.name: cls for cls in (BuildsEarly, RetypesContext, Replans, Spins, YesButIsYes, NeverEdits, HandWrites)
+}

@@ -1,0 +1,99 @@
+"""The shipped benchmark, run for real: the good rehearsal model passes all 33 cases, and each known-bad
+agent fails exactly the cases its mistake is documented to fail (docs/known-bad-agents.md).
+
+This is the benchmark's equivalent of running gold and empty patches: a judge that passes a known-bad
+agent where it should fail turns an unnoticed regression into evidence that there is none.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_palette.cases import Case, load_cases
+
+REPO = Path(__file__).resolve().parent.parent
+CASES = [case for path in sorted((REPO / "cases").glob("*.yaml")) for case in load_cases(path)]
+ALL = {case.name for case in CASES}
+
+
+def names(keep: object) -> set[str]:
+    return {case.name for case in CASES if keep(case)}  # type: ignore[operator]
+
+
+DECK = names(lambda c: c.expect.deck)
+EDIT = names(lambda c: c.expect.edit)
+CONTEXT = names(lambda c: c.expect.context)
+GATE = ALL - DECK
+CONDITIONAL = names(lambda c: any(r.lower().startswith(("yes,", "yes but", "ok,")) and "but" in r for r in c.replies))
+
+#: What each known-bad agent must fail, and a phrase every one of its failures must contain.
+EXPECTED: dict[str, tuple[set[str], str]] = {
+    "builds_early": (GATE, "the confirmation gate was skipped"),
+    "retypes_context": (CONTEXT, "pasted material never reached the plan"),
+    "replans": (EDIT, "edit-plan was never called"),
+    "spins": (DECK, "status polls"),
+    "yes_but_is_yes": (CONDITIONAL, "edit-plan was never called"),
+    "never_edits": (EDIT, "edit-plan was never called"),
+    "hand_writes": (DECK, "does not carry IBM Plex"),
+}
+
+
+def run_suite(tmp_path: Path, model: str, *args: str, env: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """Run the shipped cases in a subprocess; return each case's failure texts ([] for a pass)."""
+    junit = tmp_path / "junit.xml"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", str(REPO / "cases"), "-p", "no:cacheprovider", "-p", "no:randomly",
+         f"--rootdir={REPO}", f"--palette-run-dir={tmp_path / 'runs'}", f"--model={model}",
+         f"--junitxml={junit}", "-q", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=1200, env={**os.environ, **(env or {})},
+    )
+    assert junit.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    results: dict[str, list[str]] = {}
+    for testcase in ET.parse(junit).getroot().iter("testcase"):
+        assert testcase.find("error") is None, f"{testcase.get('name')} errored: {ET.tostring(testcase)[:800]!r}"
+        failure = testcase.find("failure")
+        case = str(testcase.get("name")).split("[")[0]
+        results[case] = [] if failure is None else [
+            line.strip()[2:] for line in (failure.text or failure.get("message") or "").splitlines()
+            if line.strip().startswith("↳")]
+    return results
+
+
+def test_the_shipped_suite_has_the_documented_shape() -> None:
+    assert len(CASES) == 33 and len(ALL) == 33
+    assert len(names(lambda c: "corpus" in c.tags)) == 13
+    assert len(names(lambda c: "core" in c.tags)) == 5
+    assert names(lambda c: "trap" in c.tags) == {
+        "conditional_yes", "retry", "fix_it", "question_then_approve", "never_approves"}
+    assert (len(DECK), len(EDIT), len(CONTEXT), GATE, CONDITIONAL) == (
+        32, 8, 17, {"never_approves"}, {"conditional_yes"})
+    assert all(isinstance(case, Case) and case.problem is None for case in CASES)
+
+
+@pytest.mark.slow
+def test_the_good_rehearsal_model_passes_all_33(tmp_path: Path) -> None:
+    results = run_suite(tmp_path, "rehearsal")
+    assert set(results) == ALL
+    assert {case: failures for case, failures in results.items() if failures} == {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flaw", sorted(EXPECTED))
+def test_each_known_bad_agent_fails_exactly_its_documented_cases(tmp_path: Path, flaw: str) -> None:
+    expected, phrase = EXPECTED[flaw]
+    # A zero-second poller's count races a fast build; a 4 s build makes "dozens of polls" certain
+    # (each poll takes ~0.15 s here, so passing would need polls slower than 0.33 s).
+    # Those builds mostly wait, so two workers halve the wall time without contending for the cores.
+    slow = flaw == "spins"
+    results = run_suite(tmp_path, f"rehearsal:{flaw}", *(["-n", "2"] if slow else []),
+                        env={"PALETTE_ENGINE_LATENCY": "build=4"} if slow else None)
+    failed = {case for case, failures in results.items() if failures}
+    assert failed == expected, f"{flaw}: unexpected {sorted(failed - expected)}, missed {sorted(expected - failed)}"
+    for case in failed:
+        assert any(phrase in failure for failure in results[case]), (flaw, case, results[case])

@@ -1,0 +1,738 @@
+"""The judge's own tests: every rule is shown failing and passing, on built Evidence and on real files.
+
+The rules are those of the protocol notes (section 4, "The verdict"): no deck ends the judging; then IBM
+Plex, the exact slide count, edit-plan without a fresh plan after it, the poll ceiling, and pasted
+material reaching the plan through --context or --source. A case that forbids a deck is judged on that
+alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_palette.cases import DEFAULT_MAX_POLLS, Case, Expect
+from pytest_palette.evidence import MIN_PPTX_BYTES, TRACE_NAME, any_deck, inspect_deck, newest_deck, read_trace
+from pytest_palette.judge import PASSED, Evidence, explain, judge
+from pytest_palette.runner import BUILD_EXIT, BUILD_STATE, collect, save_outputs, wait_for_builds
+
+WORK = Path("/nonexistent/work")
+DECK = WORK / "deck" / "deck.pptx"
+
+NO_DECK = "no .pptx was produced"
+NO_PLEX = "the .pptx does not carry IBM Plex — it was not rendered by Palette"
+NO_EDIT = "the user asked for a change but edit-plan was never called"
+REDRAFTED = "edit-plan was called and then the plan was drafted again from scratch"
+NO_CONTEXT = "pasted material never reached the plan — neither --context nor --source was used"
+GATE = "confirmation gate"
+STILL_RUNNING = "a build was still running when the conversation ended"
+
+
+# --------------------------------------------------------------------------- builders
+
+
+def make_case(name: str = "solar", *, pasted: str = "", **expect: Any) -> Case:
+    """A case built directly; keyword arguments other than `pasted` (the case's context text) go to Expect."""
+    return Case(name=name, covers="the judge's own tests", tags=(), request="a deck about solar power",
+                context=pasted, replies=("yes",), expect=Expect(**expect), path=Path("cases/judge.yaml"), line=1)
+
+
+def call(command: str, **args: Any) -> dict[str, Any]:
+    """One trace record shaped like deck.py's write_trace."""
+    return {"at": 0.0, "command": command, "args": args, "seconds": 0.1, "exit_code": 0, "stdout": "{}"}
+
+
+def calls(*commands: str) -> tuple[dict[str, Any], ...]:
+    return tuple(call(command) for command in commands)
+
+
+def make_evidence(*, pptx: Path | None = DECK, slides: int = 3, has_plex: bool = True,
+                  trace: Sequence[dict[str, Any]] = (), decks: Sequence[Path] | None = None,
+                  unfinished: Sequence[Path] = ()) -> Evidence:
+    if decks is None:
+        decks = (pptx,) if pptx is not None else ()
+    return Evidence(workspace=WORK, pptx=pptx, slides=slides, has_plex=has_plex,
+                    size=31_000 if pptx is not None else 0, decks=tuple(decks), calls=tuple(trace),
+                    unfinished=tuple(unfinished))
+
+
+def failures_of(case: Case, evidence: Evidence) -> tuple[str, ...]:
+    return judge(case, evidence, "react").failures
+
+
+def polls(n: int, *, status: str = "status") -> tuple[dict[str, Any], ...]:
+    """A clean chain (plan, start) with `n` polls of the given command, and one `find` that is no poll."""
+    return (call("plan", request="r"), call("find"), call("start"), *calls(*[status] * n))
+
+
+# --------------------------------------------------------------------------- rule 1-2: no deck
+
+
+def test_no_deck_is_the_only_failure_and_no_other_rule_runs() -> None:
+    # Everything else is wrong too: no Plex, wrong count, no edit, 40 polls, no context.
+    case = make_case(slides=3, edit=True, context=True, max_polls=2, pasted=PASTED)
+    evidence = make_evidence(pptx=None, slides=0, has_plex=False, trace=polls(40))
+    verdict = judge(case, evidence, "react")
+    assert len(verdict.failures) == 1
+    assert verdict.failures[0].startswith(NO_DECK)
+    assert f"{MIN_PPTX_BYTES:,} bytes" in verdict.failures[0]
+    assert verdict.pptx is None and not verdict.ok
+    assert verdict.polls == 40  # counted for the record, not judged
+
+
+def test_no_deck_with_an_unfinished_build_adds_the_note() -> None:
+    build = WORK / "deck"
+    verdict = judge(make_case(slides=3), make_evidence(pptx=None, slides=0, has_plex=False, unfinished=(build,)))
+    assert len(verdict.failures) == 2
+    assert verdict.failures[0].startswith(NO_DECK)
+    assert verdict.failures[1] == f"{STILL_RUNNING}: {build}"
+
+
+def test_a_deck_that_passes_every_rule() -> None:
+    verdict = judge(make_case(slides=3), make_evidence(trace=polls(2)), "react")
+    assert verdict.failures == ()
+    assert verdict.ok and verdict == PASSED
+    assert verdict.pptx == str(DECK) and verdict.has_plex and verdict.slides == 3
+
+
+# --------------------------------------------------------------------------- rule 3: IBM Plex
+
+
+def test_no_plex_fails() -> None:
+    assert failures_of(make_case(), make_evidence(has_plex=False)) == (NO_PLEX,)
+
+
+def test_plex_passes() -> None:
+    assert failures_of(make_case(), make_evidence(has_plex=True)) == ()
+
+
+# --------------------------------------------------------------------------- rule 4: slide count
+
+
+def test_wrong_slide_count_fails() -> None:
+    assert failures_of(make_case(slides=3), make_evidence(slides=5)) == ("asked for 3 slides, got 5",)
+
+
+@pytest.mark.parametrize("got", [2, 4])
+def test_slide_count_must_be_exact(got: int) -> None:
+    assert failures_of(make_case(slides=3), make_evidence(slides=got)) == (f"asked for 3 slides, got {got}",)
+
+
+def test_exact_slide_count_passes() -> None:
+    assert failures_of(make_case(slides=5), make_evidence(slides=5)) == ()
+
+
+@pytest.mark.parametrize("got", [1, 7, 40])
+def test_slides_none_is_not_checked(got: int) -> None:
+    assert failures_of(make_case(slides=None), make_evidence(slides=got)) == ()
+
+
+# --------------------------------------------------------------------------- rule 5: edit
+
+
+def test_edit_never_called_lists_the_calls() -> None:
+    failures = failures_of(make_case(edit=True), make_evidence(trace=calls("plan", "plan-status", "start", "status")))
+    assert failures == (f"{NO_EDIT} (calls: plan, plan-status, start, status)",)
+
+
+def test_edit_never_called_with_no_calls_says_none() -> None:
+    assert failures_of(make_case(edit=True), make_evidence(trace=())) == (f"{NO_EDIT} (calls: none)",)
+
+
+@pytest.mark.parametrize("chain", [
+    ("plan", "edit", "plan", "start", "status"),
+    ("plan", "edit", "edit", "start", "plan"),
+    ("edit", "plan", "start"),
+])
+def test_plan_after_the_first_edit_fails(chain: tuple[str, ...]) -> None:
+    failures = failures_of(make_case(edit=True), make_evidence(trace=calls(*chain)))
+    assert len(failures) == 1 and failures[0].startswith(REDRAFTED)
+    assert "the revision the user approved was discarded" in failures[0]
+
+
+@pytest.mark.parametrize("chain", [
+    ("plan", "edit", "start", "status"),
+    ("plan", "plan-status", "edit", "plan-status", "start", "status"),  # plan-status is not plan
+    ("plan", "plan", "edit", "edit", "start", "status"),
+])
+def test_plan_before_edit_then_build_passes(chain: tuple[str, ...]) -> None:
+    assert failures_of(make_case(edit=True), make_evidence(trace=calls(*chain))) == ()
+
+
+@pytest.mark.parametrize("chain", [(), ("plan", "start"), ("plan", "edit", "plan", "start")])
+def test_edit_rule_is_off_when_not_expected(chain: tuple[str, ...]) -> None:
+    assert failures_of(make_case(edit=False), make_evidence(trace=calls(*chain))) == ()
+
+
+# --------------------------------------------------------------------------- rule 6: polls
+
+
+def test_polls_count_status_and_plan_status_only() -> None:
+    trace = (call("plan"), *calls("plan-status", "plan-status"), call("find"), call("start"),
+             *calls("status", "status", "status"), call("edit"))
+    verdict = judge(make_case(), make_evidence(trace=trace))
+    assert verdict.polls == 5
+    assert verdict.commands == ("plan", "plan-status", "plan-status", "find", "start", "status", "status",
+                                "status", "edit")
+
+
+@pytest.mark.parametrize("status", ["status", "plan-status"])
+def test_exactly_max_polls_passes_with_a_note(status: str) -> None:
+    verdict = judge(make_case(), make_evidence(trace=polls(DEFAULT_MAX_POLLS, status=status)))
+    assert DEFAULT_MAX_POLLS == 12
+    assert verdict.failures == () and verdict == PASSED
+    assert verdict.polls == 12
+    assert verdict.notes == ("at the poll ceiling",)
+
+
+def test_below_max_polls_has_no_note() -> None:
+    verdict = judge(make_case(), make_evidence(trace=polls(DEFAULT_MAX_POLLS - 1)))
+    assert verdict.failures == () and verdict.notes == ()
+
+
+def test_no_polls_and_a_ceiling_of_zero_has_no_note() -> None:
+    verdict = judge(make_case(max_polls=0), make_evidence(trace=polls(0)))
+    assert verdict.failures == () and verdict.notes == ()
+
+
+def test_one_poll_over_the_ceiling_fails_with_the_count() -> None:
+    trace = (*polls(7, status="plan-status"), *calls(*["status"] * 6))  # 13 in all, mixed
+    failures = failures_of(make_case(), make_evidence(trace=trace))
+    assert len(failures) == 1
+    assert failures[0].startswith("13 status polls — each is a model round trip")
+    assert "holding, not spinning" in failures[0]
+
+
+def test_a_custom_max_polls_is_honoured() -> None:
+    case = make_case(max_polls=2)
+    at = judge(case, make_evidence(trace=polls(2)))
+    assert at.failures == () and at.notes == ("at the poll ceiling",)
+    over = failures_of(case, make_evidence(trace=polls(3)))
+    assert len(over) == 1 and over[0].startswith("3 status polls")
+    # A higher ceiling lets through what the default would fail.
+    assert failures_of(make_case(max_polls=30), make_evidence(trace=polls(30))) == ()
+    assert failures_of(make_case(), make_evidence(trace=polls(30)))[0].startswith("30 status polls")
+
+
+# --------------------------------------------------------------------------- rule 7: context
+
+
+PASTED = "## Results\n- Activation 64%"
+
+
+def test_context_never_passed_fails() -> None:
+    # The material was retyped into the request: the judge reads the args, not the words.
+    trace = (call("plan", request=f"a deck from this {PASTED}", out="plan.md"), call("start"), call("status"))
+    assert failures_of(_context_case(), make_evidence(trace=trace)) == (_context_failure(),)
+
+
+def _context_case(expected: bool = True) -> Case:
+    return Case(name="pasted", covers="context", tags=(), request="a deck from this", context=PASTED,
+                replies=("yes",), expect=Expect(context=expected), path=Path("cases/judge.yaml"), line=1)
+
+
+def _context_failure() -> str:
+    return f"{NO_CONTEXT}, so it was retyped or summarised into the request, which loses the grounding"
+
+
+def test_context_with_no_calls_at_all_fails() -> None:
+    assert failures_of(_context_case(), make_evidence(trace=())) == (_context_failure(),)
+
+
+@pytest.mark.parametrize("args", [{"context": ""}, {"source": []}, {"source": None, "context": None}, {}])
+def test_empty_context_or_source_does_not_count(args: dict[str, Any]) -> None:
+    assert failures_of(_context_case(), make_evidence(trace=(call("plan", **args),))) == (_context_failure(),)
+
+
+def test_a_call_without_args_does_not_count_and_does_not_crash() -> None:
+    trace = ({"command": "plan"}, {"command": "start", "args": None})
+    assert failures_of(_context_case(), make_evidence(trace=trace)) == (_context_failure(),)
+
+
+def test_context_passes() -> None:
+    trace = (call("plan", request="a deck from this", context=PASTED, out="plan.md"), call("start"))
+    assert failures_of(_context_case(), make_evidence(trace=trace)) == ()
+
+
+def test_source_passes() -> None:
+    trace = (call("plan", request="a deck from this", source=["notes.md"], out="plan.md"), call("start"))
+    assert failures_of(_context_case(), make_evidence(trace=trace)) == ()
+
+
+def test_a_refused_call_then_a_call_with_context_passes() -> None:
+    refused = {**call("plan", request=f"a deck from this {PASTED}", out="plan.md"), "exit_code": 1,
+               "error": "the request carries pasted material; pass it as --context"}
+    retried = call("plan", request="a deck from this", context=PASTED, out="plan.md")
+    trace = (refused, retried, call("plan-status", out="plan.md"), call("start"), call("status"))
+    assert failures_of(_context_case(), make_evidence(trace=trace)) == ()
+    assert failures_of(_context_case(), make_evidence(trace=(refused,))) == (_context_failure(),)
+
+
+def test_context_rule_is_off_when_not_expected() -> None:
+    trace = (call("plan", request=f"a deck from this {PASTED}"), call("start"))
+    assert failures_of(_context_case(expected=False), make_evidence(trace=trace)) == ()
+
+
+# --------------------------------------------------------------------------- expect.deck false
+
+
+@pytest.mark.parametrize("name", ["deck.pptx", "tiny.pptx", "Solar Draft.pptx"])
+def test_a_forbidden_deck_of_any_name_fails_the_confirmation_gate(name: str) -> None:
+    # A small stub is not `pptx` (that needs 20 KB and the name deck.pptx) but it is among `decks`.
+    stub = WORK / "out" / name
+    failures = failures_of(make_case(deck=False), make_evidence(pptx=None, slides=0, has_plex=False, decks=(stub,)))
+    assert len(failures) == 1
+    assert GATE in failures[0] and failures[0].startswith("a deck was built although the user never approved it")
+    assert failures[0].endswith(f"({name})")
+
+
+def test_no_deck_passes_when_none_is_expected() -> None:
+    verdict = judge(make_case(deck=False), make_evidence(pptx=None, slides=0, has_plex=False), "react")
+    assert verdict.failures == () and verdict == PASSED
+
+
+def test_no_other_rule_applies_when_no_deck_is_expected() -> None:
+    case = make_case(deck=False, slides=3, edit=True, context=True, max_polls=2, pasted=PASTED)
+    quiet = make_evidence(pptx=None, slides=0, has_plex=False, trace=polls(40))
+    assert failures_of(case, quiet) == ()
+    # With a (real-looking) deck present, the gate is the only failure: no Plex, count, poll or edit rule.
+    loud = make_evidence(pptx=DECK, slides=9, has_plex=False, trace=polls(40))
+    failures = failures_of(case, loud)
+    assert len(failures) == 1 and GATE in failures[0]
+
+
+# --------------------------------------------------------------------------- several failures, in order
+
+
+def test_several_failures_are_reported_together_in_rule_order() -> None:
+    case = Case(name="all", covers="x", tags=("edit",), request="r", context=PASTED, replies=("yes",),
+                expect=Expect(slides=3, edit=True, context=True, max_polls=1), path=Path("c.yaml"), line=1)
+    trace = (call("plan", request=f"r {PASTED}"), call("edit", instruction="shorter"), call("plan", request="r"),
+             call("start"), call("status"), call("status"))
+    failures = failures_of(case, make_evidence(slides=5, has_plex=False, trace=trace))
+    assert len(failures) == 5
+    assert failures[0] == NO_PLEX
+    assert failures[1] == "asked for 3 slides, got 5"
+    assert failures[2].startswith(REDRAFTED)
+    assert failures[3].startswith("2 status polls")
+    assert failures[4] == _context_failure()
+
+
+# --------------------------------------------------------------------------- Verdict semantics
+
+
+def test_verdict_equals_passed_only_without_failures() -> None:
+    good = judge(make_case(), make_evidence(), "react")
+    bad = judge(make_case(), make_evidence(has_plex=False), "react")
+    assert good == PASSED
+    assert PASSED == good  # noqa: SIM300 - the reflected comparison is what is tested
+    assert bad != PASSED
+    assert PASSED != bad  # noqa: SIM300
+    assert not (bad == PASSED)  # noqa: SIM201 - __eq__ itself, not the default __ne__
+    assert good.ok and not bad.ok
+    assert repr(PASSED) == "PASSED"
+
+
+def test_host_and_case_are_carried() -> None:
+    verdict = judge(make_case("sunny"), make_evidence(), "shell")
+    assert (verdict.case, verdict.host) == ("sunny", "shell")
+    assert judge(make_case(), make_evidence()).host == ""
+
+
+def test_verdicts_compare_on_case_host_and_failures() -> None:
+    a = judge(make_case(), make_evidence(slides=3), "react")
+    b = judge(make_case(), make_evidence(slides=3, trace=polls(4)), "react")
+    assert a == b and hash(a) == hash(b)  # polls and calls are the record, not the verdict's identity
+    assert a != judge(make_case(), make_evidence(), "shell")
+    assert a != judge(make_case("other"), make_evidence(), "react")
+    assert a != judge(make_case(), make_evidence(has_plex=False), "react")
+    assert a != "PASSED" and a != object()
+
+
+# --------------------------------------------------------------------------- explain()
+
+
+def test_explain_a_failed_verdict() -> None:
+    trace = calls("plan", "plan-status", "start", "status")
+    verdict = judge(make_case("solar", slides=3), make_evidence(slides=5, has_plex=False, trace=trace), "react")
+    assert explain(verdict) == [
+        "palette case solar[react] failed:",
+        f"  ↳ {NO_PLEX}",
+        "  ↳ asked for 3 slides, got 5",
+        f"  deck: 5 slides, IBM Plex=False, {DECK}",
+        "  calls: plan → plan-status → start → status",
+    ]
+
+
+def test_explain_without_a_deck_or_calls_or_host() -> None:
+    lines = explain(judge(make_case("solar"), make_evidence(pptx=None, slides=0, has_plex=False)))
+    assert lines[0] == "palette case solar failed:"
+    assert lines[1].startswith(f"  ↳ {NO_DECK}") and len(lines) == 4
+    assert lines[2] == "  deck: none"
+    assert lines[3] == "  calls: (none — the skill was never driven)"
+
+
+# --------------------------------------------------------------------------- real files
+
+
+def run_engine(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PALETTE_")}
+    return subprocess.run([sys.executable, "-m", "pytest_palette.engine", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=60, check=False)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real 3-slide deck from the reference engine: plan.md, deck/deck.pptx, deck/slide-N.png."""
+    root = tmp_path_factory.mktemp("rendered")
+    result = run_engine("build-plan", "a 3-slide deck about solar power", "--out", "plan.md", cwd=root)
+    assert result.returncode == 0, result.stderr
+    result = run_engine("build-deck", "--plan", "plan.md", "--out-dir", "deck", "--json", cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["slides"] == 3
+    return root
+
+
+@pytest.fixture
+def work(tmp_path: Path, rendered: Path) -> Path:
+    """A workspace as an agent leaves it: the plan, a finished build (state and exit files) and its deck."""
+    target = tmp_path / "work"
+    shutil.copytree(rendered, target)
+    (target / "deck" / BUILD_STATE).write_text(json.dumps({"state": "done", "pid": 1}), encoding="utf-8")
+    (target / "deck" / BUILD_EXIT).write_text("0\n", encoding="utf-8")
+    return target
+
+
+def write_trace(path: Path, records: Sequence[dict[str, Any]], tail: str = "") -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail, encoding="utf-8")
+    return path
+
+
+def hand_deck(path: Path, slides: int = 2) -> Path:
+    """A deck made with python-pptx, not by Palette: default fonts, no IBM Plex."""
+    from pptx import Presentation
+
+    presentation = Presentation()
+    for number in range(slides):
+        slide = presentation.slides.add_slide(presentation.slide_layouts[1])
+        slide.shapes.title.text = f"Slide {number + 1}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    presentation.save(str(path))
+    return path
+
+
+def stub_deck(path: Path, slides: int = 1) -> Path:
+    """A valid, tiny pptx-shaped zip that even carries IBM Plex: what a failed render can leave."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as archive:
+        for number in range(1, slides + 1):
+            archive.writestr(f"ppt/slides/slide{number}.xml", '<p:sld><a:latin typeface="IBM Plex Sans"/></p:sld>')
+            archive.writestr(f"ppt/slides/_rels/slide{number}.xml.rels", "<Relationships/>")
+    return path
+
+
+def test_inspect_a_rendered_deck(rendered: Path) -> None:
+    facts = inspect_deck(rendered / "deck" / "deck.pptx")
+    assert facts.slides == 3
+    assert facts.has_plex
+    assert facts.size == (rendered / "deck" / "deck.pptx").stat().st_size >= MIN_PPTX_BYTES
+
+
+def test_collect_a_rendered_deck_and_judge_it_passed(work: Path, tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / TRACE_NAME, [
+        call("plan", request="a deck from this", context=PASTED, out="plan.md"),
+        call("plan-status", out="plan.md"),
+        call("start", plan="plan.md", out_dir="deck"),
+        call("status", out_dir="deck"),
+    ])
+    evidence = collect(work, trace, grace=5.0)
+    assert evidence.pptx == work / "deck" / "deck.pptx"
+    assert (evidence.slides, evidence.has_plex, evidence.unfinished) == (3, True, ())
+    assert evidence.size >= MIN_PPTX_BYTES
+    assert evidence.decks == (work / "deck" / "deck.pptx",)
+    assert evidence.commands == ["plan", "plan-status", "start", "status"]
+    verdict = judge(_context_case(), evidence, "react")
+    assert verdict == PASSED, explain(verdict)
+    assert judge(make_case(slides=3), evidence) == PASSED
+    assert judge(make_case(slides=4), evidence).failures == ("asked for 4 slides, got 3",)
+
+
+def test_a_hand_written_deck_fails_on_plex(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    deck = hand_deck(work / "out" / "deck.pptx", slides=2)
+    assert deck.stat().st_size >= MIN_PPTX_BYTES  # big enough to be picked: it is the font that gives it away
+    evidence = collect(work, tmp_path / TRACE_NAME, grace=0)
+    assert evidence.pptx == deck and evidence.slides == 2 and not evidence.has_plex
+    assert evidence.calls == ()
+    assert judge(make_case(slides=2), evidence).failures == (NO_PLEX,)
+
+
+def test_a_small_deck_is_not_picked_and_judges_as_no_pptx(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    stub = stub_deck(work / "deck" / "deck.pptx", slides=3)
+    assert stub.stat().st_size < MIN_PPTX_BYTES
+    assert inspect_deck(stub).has_plex  # it would pass on Plex: size alone keeps it out
+    assert inspect_deck(stub).slides == 3  # slideN.xml counted, _rels/slideN.xml.rels not
+    assert newest_deck(work) is None
+    evidence = collect(work, tmp_path / TRACE_NAME, grace=0)
+    assert evidence.pptx is None and evidence.decks == (stub,)
+    failures = judge(make_case(), evidence).failures
+    assert len(failures) == 1 and failures[0].startswith(NO_DECK)
+    # ... but a case that forbids a deck does see it.
+    gate = judge(make_case(deck=False), evidence).failures
+    assert len(gate) == 1 and GATE in gate[0]
+
+
+def test_any_deck_sees_every_pptx_whatever_its_name_or_size(tmp_path: Path) -> None:
+    a = stub_deck(tmp_path / "a" / "draft.pptx")
+    b = hand_deck(tmp_path / "b" / "c" / "Deck Final.pptx")
+    (tmp_path / "notes.md").write_text("not a deck", encoding="utf-8")
+    (tmp_path / "folder.pptx").mkdir()  # a directory is not a deck
+    assert any_deck(tmp_path) == sorted([a, b])
+    assert any_deck(tmp_path / "nothing-here") == []
+
+
+def test_a_corrupt_zip_has_no_slides_and_no_plex(tmp_path: Path) -> None:
+    corrupt = tmp_path / "deck.pptx"
+    corrupt.write_bytes(b"PK\x03\x04 IBM Plex " + os.urandom(MIN_PPTX_BYTES))
+    facts = inspect_deck(corrupt)
+    assert (facts.slides, facts.has_plex) == (0, False)
+    assert facts.size == corrupt.stat().st_size
+    assert newest_deck(tmp_path) == corrupt  # big enough to be picked, and then judged as what it is
+    evidence = collect(tmp_path, tmp_path / TRACE_NAME, grace=0)
+    assert judge(make_case(slides=3), evidence).failures == (NO_PLEX, "asked for 3 slides, got 0")
+
+
+def test_a_zip_without_slide1_has_no_plex(tmp_path: Path) -> None:
+    path = tmp_path / "deck.pptx"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("ppt/slides/slide2.xml", "IBM Plex")
+    assert (inspect_deck(path).slides, inspect_deck(path).has_plex) == (0, False)
+
+
+def test_a_missing_file_inspects_as_empty(tmp_path: Path) -> None:
+    facts = inspect_deck(tmp_path / "gone.pptx")
+    assert (facts.size, facts.slides, facts.has_plex) == (0, 0, False)
+
+
+def test_newest_deck_picks_the_newest_of_two(tmp_path: Path, rendered: Path) -> None:
+    older = tmp_path / "first" / "deck.pptx"
+    newer = tmp_path / "second" / "deck" / "deck.pptx"
+    for path in (older, newer):
+        path.parent.mkdir(parents=True)
+        shutil.copy2(rendered / "deck" / "deck.pptx", path)
+    now = time.time()
+    os.utime(older, (now - 100, now - 100))
+    os.utime(newer, (now - 50, now - 50))
+    assert newest_deck(tmp_path) == newer
+    os.utime(older, (now, now))
+    assert newest_deck(tmp_path) == older
+
+
+def test_output_copies_named_after_the_case_are_never_picked(work: Path, tmp_path: Path) -> None:
+    deck = work / "deck" / "deck.pptx"
+    copy = work / "output" / "solar.pptx"
+    copy.parent.mkdir()
+    shutil.copy2(deck, copy)
+    now = time.time()
+    os.utime(deck, (now - 100, now - 100))
+    os.utime(copy, (now, now))  # newer, bigger than the minimum, but not named deck.pptx
+    assert newest_deck(work) == deck
+    assert newest_deck(copy.parent) is None
+
+
+def test_read_trace_reads_records(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / TRACE_NAME, [call("plan", context="x"), call("start")], tail="\n\n")
+    assert [r["command"] for r in read_trace(trace)] == ["plan", "start"]
+    assert read_trace(tmp_path / "missing.jsonl") == []
+
+
+def test_read_trace_skips_a_torn_last_line_with_a_warning(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / TRACE_NAME, [call("plan"), call("start")], tail='{"command": "sta')
+    with pytest.warns(UserWarning, match=r":3: not a JSON line, skipped"):
+        records = read_trace(trace)
+    assert [r["command"] for r in records] == ["plan", "start"]
+
+
+def test_read_trace_warns_about_a_foreign_json_line(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / TRACE_NAME, [call("plan")], tail='["not", "a", "call"]\n')
+    with pytest.warns(UserWarning, match=":2:"):
+        records = read_trace(trace)
+    assert [r["command"] for r in records] == ["plan"]
+
+
+# --------------------------------------------------------------------------- waiting for builds
+
+
+def start_build(folder: Path, *, ended: bool) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / BUILD_STATE).write_text(json.dumps({"state": "running", "pid": 0}), encoding="utf-8")
+    if ended:
+        (folder / BUILD_EXIT).write_text("0\n", encoding="utf-8")
+    return folder
+
+
+def test_wait_returns_at_once_without_builds(tmp_path: Path) -> None:
+    started = time.monotonic()
+    assert wait_for_builds(tmp_path, grace=5.0) == []
+    assert time.monotonic() - started < 0.5
+
+
+def test_wait_returns_at_once_when_the_exit_file_exists(tmp_path: Path) -> None:
+    start_build(tmp_path / "deck", ended=True)
+    started = time.monotonic()
+    assert wait_for_builds(tmp_path, grace=5.0) == []
+    assert time.monotonic() - started < 0.5
+
+
+@pytest.fixture
+def exit_later(tmp_path: Path) -> Iterator[Path]:
+    """A build whose exit file a background thread writes after ~0.3 s."""
+    folder = start_build(tmp_path / "work" / "deck", ended=False)
+    timer = threading.Timer(0.3, lambda: (folder / BUILD_EXIT).write_text("0\n", encoding="utf-8"))
+    timer.start()
+    yield folder
+    timer.cancel()
+    timer.join()
+
+
+def test_wait_for_an_exit_file_written_later(exit_later: Path) -> None:
+    started = time.monotonic()
+    assert wait_for_builds(exit_later.parent, grace=5.0) == []
+    waited = time.monotonic() - started
+    assert 0.25 <= waited < 2.0  # it waited for the exit, and did not sit out the grace
+    assert (exit_later / BUILD_EXIT).exists()
+
+
+def test_wait_gives_up_on_a_build_that_never_ends(tmp_path: Path) -> None:
+    running = start_build(tmp_path / "deck", ended=False)
+    start_build(tmp_path / "older", ended=True)
+    started = time.monotonic()
+    assert wait_for_builds(tmp_path, grace=0.3) == [running]
+    assert 0.3 <= time.monotonic() - started < 1.5
+
+
+def test_collect_records_an_unfinished_build(work: Path, tmp_path: Path) -> None:
+    (work / "deck" / BUILD_EXIT).unlink()
+    evidence = collect(work, tmp_path / TRACE_NAME, grace=0.2)
+    assert evidence.unfinished == (work / "deck",)
+
+
+# --------------------------------------------------------------------------- save_outputs
+
+
+def test_save_outputs_copies_deck_previews_and_plan(work: Path, tmp_path: Path) -> None:
+    evidence = collect(work, tmp_path / TRACE_NAME, grace=0)
+    output = tmp_path / "output"
+    save_outputs(make_case("solar"), evidence, output)
+    assert sorted(p.name for p in output.iterdir()) == ["plan.md", "slide-1.png", "slide-2.png", "slide-3.png",
+                                                        "solar.pptx"]
+    assert (output / "solar.pptx").read_bytes() == (work / "deck" / "deck.pptx").read_bytes()
+    assert (output / "plan.md").read_text(encoding="utf-8") == (work / "plan.md").read_text(encoding="utf-8")
+    assert inspect_deck(output / "solar.pptx").slides == 3
+
+
+def test_save_outputs_finds_the_plan_beside_the_deck_folder(tmp_path: Path, rendered: Path) -> None:
+    work = tmp_path / "work"
+    shutil.copytree(rendered, work / "job")  # work/job/plan.md, work/job/deck/deck.pptx
+    evidence = collect(work, tmp_path / TRACE_NAME, grace=0)
+    save_outputs(make_case("solar"), evidence, tmp_path / "output")
+    assert (tmp_path / "output" / "plan.md").is_file()
+
+
+def test_save_outputs_without_a_deck_copies_nothing(tmp_path: Path) -> None:
+    output = tmp_path / "output"
+    save_outputs(make_case(), make_evidence(pptx=None), output)
+    assert output.is_dir() and list(output.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- the assertion hook
+
+
+USER_TEST = '''
+from pathlib import Path
+
+from pytest_palette.cases import Case, Expect
+from pytest_palette.judge import PASSED, Evidence, judge
+
+
+def verdict(has_plex, slides, commands):
+    case = Case(name="solar", covers="x", tags=(), request="r", context="", replies=("yes",),
+                expect=Expect(slides=3), path=Path("c.yaml"), line=1)
+    evidence = Evidence(workspace=Path("w"), pptx=Path("w/deck/deck.pptx"), slides=slides, has_plex=has_plex,
+                        size=30000, decks=(), calls=tuple({"command": c} for c in commands))
+    return judge(case, evidence, "react")
+
+
+def test_failing():
+    assert verdict(False, 5, ["plan", "start", "status"]) == PASSED
+
+
+def test_failing_reversed():
+    assert PASSED == verdict(True, 4, [])
+
+
+def test_passing():
+    assert verdict(True, 3, ["plan", "start", "status"]) == PASSED
+'''
+
+
+def test_assert_verdict_equals_passed_explains_a_failure(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_user=USER_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines([
+        "*def test_failing():*",
+        "*the judge's verdict is not a pass*",
+        "*palette case solar[[]react[]] failed:*",
+        "*↳ the .pptx does not carry IBM Plex*",
+        "*↳ asked for 3 slides, got 5*",
+        "*deck: 5 slides, IBM Plex=False, w/deck/deck.pptx*",
+        "*calls: plan → start → status*",
+    ])
+    result.stdout.fnmatch_lines([
+        "*def test_failing_reversed():*",
+        "*the judge's verdict is not a pass*",
+        "*↳ asked for 3 slides, got 4*",
+        "*calls: (none — the skill was never driven)*",
+    ])
+    result.stdout.fnmatch_lines(["*FAILED test_user.py::test_failing - *",
+                                 "*FAILED test_user.py::test_failing_reversed - *"])
+    result.stdout.no_fnmatch_line("*test_passing*FAILED*")
+    result.stdout.no_fnmatch_line("*FAILED*test_passing*")
+
+
+# --------------------------------------------------------------------------- decisions beyond the seed
+
+
+def test_a_build_started_without_approval_fails_even_before_its_deck_exists() -> None:
+    case = make_case(deck=False)
+    running = make_evidence(pptx=None, decks=(), unfinished=(WORK / "deck",))
+    [failure] = failures_of(case, running)
+    assert "build was started although the user never approved it" in failure and "deck" in failure
+    assert failures_of(case, make_evidence(pptx=None, decks=())) == ()
+
+
+def test_a_deck_read_while_its_build_still_ran_is_noted() -> None:
+    verdict = judge(make_case(), make_evidence(unfinished=(WORK / "deck",)), "react")
+    assert verdict.ok and any("still running" in note for note in verdict.notes)
+    assert not judge(make_case(), make_evidence(), "react").notes
+
+
+def test_a_foreign_trace_record_without_mapping_args_does_not_crash_the_context_rule() -> None:
+    odd = {"command": "plan", "args": "--context notes"}
+    assert failures_of(make_case(context=True), make_evidence(trace=(odd,))) == (
+        "pasted material never reached the plan — neither --context nor --source was used, so it was retyped "
+        "or summarised into the request, which loses the grounding",)
+    assert failures_of(make_case(context=True), make_evidence(trace=(odd, call("plan", context="x")))) == ()
