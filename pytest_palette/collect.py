@@ -69,6 +69,9 @@ class CaseItem(pytest.Item):
     def setup(self) -> None:
         host: Host = fill_fixtures(self)["palette_host"]
         settings = self.config.stash[stash.SETTINGS]
+        reason = host.unavailable()
+        if reason:
+            pytest.skip(f"{self.host_name}: {reason}")
         skill = load_card(settings.skill_dir)
         describe = host.describe(settings.model, settings.host)
         self.user_properties += [

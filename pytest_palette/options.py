@@ -41,6 +41,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-build-grace", type=float, default=None, dest="palette_build_grace",
                     metavar="SECONDS", help="after the last turn, how long to wait for a build still running "
                                             f"before reading the deck (default {DEFAULT_BUILD_GRACE:g})")
+    group.addoption("--palette-check", action="store_true", default=False, dest="palette_check",
+                    help="verify every selected host (credentials, client, skill discoverable and identical to "
+                         "the skill under test) and run no case")
     parser.addini("palette_cases", "folders whose *.yaml files are case files", type="paths", default=[])
     parser.addini("palette_hosts", "default hosts, comma-separated", default="react")
     parser.addini("palette_model", "default model", default="rehearsal")

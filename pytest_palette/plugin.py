@@ -55,10 +55,43 @@ def pytest_configure(config: pytest.Config) -> None:
         reason = hosts[name].unsupported(settings.model)
         if reason:
             raise pytest.UsageError(f"--host {name} cannot run --model {settings.model.text}: {reason}")
-    if workerinput is None and not config.option.collectonly:
+    if workerinput is None and not config.option.collectonly and not config.getoption("palette_check"):
         problems = [f"{name}: {p}" for name in settings.hosts for p in hosts[name].problems(settings.model, os.environ)]
         if problems:
             raise pytest.UsageError("not ready to run:\n  " + "\n  ".join(problems))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for host in config.stash.get(stash.HOSTS, {}).values():
+        host.close()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """`--palette-check`: verify the selected hosts, print each problem with its fix, run no case."""
+    if not config.getoption("palette_check"):
+        return None
+    config._do_configure()
+    try:
+        return preflight(config)
+    finally:
+        config._ensure_unconfigure()
+
+
+def preflight(config: pytest.Config) -> int:
+    settings = config.stash[stash.SETTINGS]
+    hosts = config.stash[stash.HOSTS]
+    writer = config.get_terminal_writer()
+    ready = True
+    writer.line(f"palette check: model {settings.model.label} · skill {settings.skill_dir} "
+                f"({skill_hash(settings.skill_dir)}) · {describe_backend()}")
+    for name in settings.hosts:
+        problems = hosts[name].preflight(settings.model, settings.skill_dir, os.environ)
+        ready = ready and not problems
+        writer.line(f"{name}: {'ready' if not problems else 'NOT ready'}", green=not problems, red=bool(problems))
+        for problem in problems:
+            writer.line(f"  ✗ {problem}")
+    return 0 if ready else 1
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -58,8 +58,23 @@ class Host(abc.ABC):
         return None
 
     def problems(self, model: ModelSpec, env: Mapping[str, str]) -> list[str]:
-        """What is missing to run `model` here (credentials, clients); each names its fix."""
+        """What is missing to run `model` (credentials); each names its fix. A usage error before any case."""
         return []
+
+    def unavailable(self) -> str | None:
+        """Why this host's client cannot run on this machine (not installed), or None.
+
+        Its items are then skipped with this reason — never passed, and not an error of the skill.
+        """
+        return None
+
+    def preflight(self, model: ModelSpec, skill_dir: Path, env: Mapping[str, str]) -> list[str]:
+        """`--palette-check`: everything that would stop a run, each problem with its fix; runs no case."""
+        reason = self.unavailable()
+        return [*self.problems(model, env), *([reason] if reason else [])]
+
+    def close(self) -> None:
+        """Release what the host holds for the whole session (servers); called once at the end."""
 
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
         """What actually ran, for the report: at least `model`."""

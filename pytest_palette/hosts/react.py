@@ -23,7 +23,7 @@ from langgraph.errors import GraphRecursionError
 from langgraph.prebuilt import create_react_agent
 
 from ..models import ModelSpec, build_chat_model
-from ..skill import SkillCard, stage
+from ..skill import SkillCard, SkillNotFound, load_card, stage
 from .base import Host, HostError, HostSession, HostSettings, TurnRecord
 from .shell import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, run_shell
 
@@ -212,6 +212,18 @@ class ReactHost(Host):
         except ModelUnavailable as error:
             return [str(error)]
         return []
+
+    def preflight(self, model: ModelSpec, skill_dir: Path, env: Mapping[str, str]) -> list[str]:
+        # The react host reads the skill where it lives (staged fresh per case): nothing to drift from.
+        problems = super().preflight(model, skill_dir, env)
+        try:
+            card = load_card(skill_dir)
+        except SkillNotFound as error:
+            return [*problems, f"{error}: point --palette-skill at a skill folder"]
+        if not card.description:
+            problems.append(f"{skill_dir / 'SKILL.md'} has no description in its frontmatter: "
+                            "lazy loading offers the skill by its description")
+        return problems
 
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
         return {"model": model.label, "provider": model.provider,
