@@ -19,7 +19,9 @@ from ._fixtures import fill_fixtures, init_fixtures
 from .cases import Case, CaseFileError, load_cases
 from .hosts.base import Host
 from .judge import Verdict, explain, judge
-from .runner import HostFailure, converse
+from .backend import agent_environment
+from .manual import RUN_SHEET, ManualHost, append_to_run_sheet, prepare
+from .runner import HostFailure, as_left, converse
 from .skill import load_card, skill_hash
 
 
@@ -83,10 +85,18 @@ class CaseItem(pytest.Item):
             # pytest.fail in setup makes an ERROR whose report is this text alone (setup reports do not
             # go through repr_failure).
             pytest.fail(f"case {self.case.name} cannot run here: {self.case.problem}", pytrace=False)
-        workspace = settings.run_root / self.config.stash[stash.RUN_ID] / self.host_name / self.case.name
+        run = settings.collect_dir or settings.run_root / self.config.stash[stash.RUN_ID]
+        workspace = run / self.host_name / self.case.name
+        if isinstance(host, ManualHost) and settings.collect_dir is None:
+            entry = prepare(self.case, skill, workspace, agent_environment(None))
+            append_to_run_sheet(run / self.host_name / RUN_SHEET, entry)
+            pytest.skip(f"prepared for a person to run: follow {run / self.host_name / RUN_SHEET}")
         try:
-            record = converse(self.case, host, skill, settings.model, settings.host, workspace,
-                              settings.turn_timeout, settings.build_grace)
+            if settings.collect_dir is not None:
+                record = as_left(self.case, workspace, settings.build_grace)
+            else:
+                record = converse(self.case, host, skill, settings.model, settings.host, workspace,
+                                  settings.turn_timeout, settings.build_grace)
         except HostFailure as failure:
             self._error(f"{self.host_name}: {failure}")
             pytest.fail(f"host {self.host_name} failed: {failure}\n"

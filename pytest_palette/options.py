@@ -41,6 +41,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-build-grace", type=float, default=None, dest="palette_build_grace",
                     metavar="SECONDS", help="after the last turn, how long to wait for a build still running "
                                             f"before reading the deck (default {DEFAULT_BUILD_GRACE:g})")
+    group.addoption("--palette-collect", default=None, dest="palette_collect", metavar="RUN_DIR",
+                    help="judge what a run folder holds instead of running conversations (e.g. after the "
+                         "manual host's run sheet was followed by hand)")
     group.addoption("--palette-check", action="store_true", default=False, dest="palette_check",
                     help="verify every selected host (credentials, client, skill discoverable and identical to "
                          "the skill under test) and run no case")
@@ -61,6 +64,8 @@ class Settings:
     turn_timeout: float
     build_grace: float
     host: HostSettings
+    #: A run folder to judge as it is, instead of running conversations.
+    collect_dir: Path | None = None
 
 
 def _number(config: pytest.Config, option: str, ini: str | None, default: float) -> float:
@@ -104,7 +109,12 @@ def resolve(config: pytest.Config) -> Settings:
     recursion = config.getoption("palette_recursion_limit")
     if recursion is not None and recursion < 1:
         raise pytest.UsageError(f"--palette-recursion-limit must be at least 1 (got {recursion})")
+    collect = config.getoption("palette_collect")
+    collect_dir = (config.invocation_params.dir / collect).resolve() if collect else None
+    if collect_dir is not None and not collect_dir.is_dir():
+        raise pytest.UsageError(f"--palette-collect {collect}: no run folder at {collect_dir}")
     return Settings(
+        collect_dir=collect_dir,
         hosts=tuple(hosts),
         model=model,
         case_dirs=tuple(Path(os.path.abspath(d)) for d in case_dirs),

@@ -32,8 +32,10 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_palette_add_hosts(hosts: dict[str, Host], config: pytest.Config) -> None:
     """The built-in hosts; tryfirst so that a project's hosts of the same name replace them."""
     from .hosts.react import ReactHost
+    from .manual import ManualHost
 
     hosts["react"] = ReactHost()
+    hosts["manual"] = ManualHost()
 
 
 def pytest_configure(config: pytest.Config) -> None:

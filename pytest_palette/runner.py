@@ -98,6 +98,21 @@ def converse(case: Case, host: Host, skill: SkillCard, model: ModelSpec, setting
     return record
 
 
+def as_left(case: Case, workspace: Path, build_grace: float) -> RunRecord:
+    """The record of a conversation held earlier (by hand, or in another run): only what is on disk."""
+    if not (workspace / "input").is_dir():
+        raise HostFailure(f"no prepared folder for {case.name} at {workspace}")
+    record = RunRecord(workspace)
+    turns = workspace / "turns.json"
+    if turns.is_file():
+        saved = json.loads(turns.read_text(encoding="utf-8"))
+        record.seconds = float(saved.get("seconds", 0.0))
+        record.turns = [TurnRecord(**turn) for turn in saved.get("turns", [])]
+    record.evidence = collect(workspace / "work", workspace / TRACE_NAME, build_grace)
+    save_outputs(case, record.evidence, workspace / "output")
+    return record
+
+
 def _save_turns(workspace: Path, record: RunRecord) -> None:
     payload = {"seconds": record.seconds, "turns": [asdict(turn) for turn in record.turns]}
     (workspace / "turns.json").write_text(json.dumps(payload, indent=2), encoding="utf-8")

@@ -78,7 +78,7 @@ def render(cells: Sequence[Cell], hosts: Sequence[str]) -> list[str]:
         disagreements += disagree
         if disagree or len(columns) == 1:
             for cell in present:
-                if cell.outcome == "pass":
+                if cell.outcome in ("pass", "skip"):
                     continue
                 prefix = f"{cell.host}: " if len(columns) > 1 else ""
                 for failure in cell.failures or ("(no failure recorded)",):
