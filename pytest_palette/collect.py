@@ -16,10 +16,10 @@ from _pytest._code.code import ExceptionInfo, TerminalRepr
 
 from . import stash
 from ._fixtures import fill_fixtures, init_fixtures
+from .backend import agent_environment
 from .cases import Case, CaseFileError, load_cases
 from .hosts.base import Host
 from .judge import Verdict, explain, judge
-from .backend import agent_environment
 from .manual import RUN_SHEET, ManualHost, append_to_run_sheet, prepare
 from .runner import HostFailure, as_left, converse
 from .skill import load_card, skill_hash
@@ -122,7 +122,7 @@ class CaseItem(pytest.Item):
         # Plain strings: they travel unchanged through xdist.
         if isinstance(excinfo.value, PaletteFailure):
             return str(excinfo.value)
-        return super().repr_failure(excinfo, style=style)  # type: ignore[arg-type]
+        return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.case.line - 1, f"palette: {self.name}"

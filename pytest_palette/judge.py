@@ -120,7 +120,7 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
                                        for call in evidence.calls):
         failures.append("pasted material never reached the plan — neither --context nor --source was used, "
                         "so it was retyped or summarised into the request, which loses the grounding")
-    notes = ("at the poll ceiling",) if polls == case.expect.max_polls and polls else ()
+    notes: tuple[str, ...] = ("at the poll ceiling",) if polls == case.expect.max_polls and polls else ()
     if evidence.unfinished:
         notes += (f"a build was still running when the deck was read: {evidence.unfinished[0]}",)
     return verdict(notes)

@@ -117,20 +117,22 @@ def build_chat_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> B
         return RehearsalChatModel(policy=rehearsal_policy(spec), model_name=spec.text)
     if spec.provider == "watsonx":
         from langchain_ibm import ChatWatsonx
+        from pydantic import SecretStr
 
         # Temperature 0.1 matches the setting CUGA uses for the same model.
         return ChatWatsonx(
             model_id=spec.model_id,
-            url=environ.get("WATSONX_URL") or WATSONX_DEFAULT_URL,
-            apikey=environ.get("WATSONX_APIKEY"),
+            url=SecretStr(environ.get("WATSONX_URL") or WATSONX_DEFAULT_URL),
+            apikey=SecretStr(environ.get("WATSONX_APIKEY", "")),
             project_id=environ.get("WATSONX_PROJECT_ID") or None,
             space_id=None if environ.get("WATSONX_PROJECT_ID") else environ.get("WATSONX_SPACE_ID"),
             temperature=0.1,
             max_tokens=16000,
         )
-    from langchain.chat_models import init_chat_model
+    from langchain.chat_models import init_chat_model  # type: ignore[import-not-found, unused-ignore]
 
     try:
-        return init_chat_model(spec.model_id, model_provider=spec.provider)
+        model: BaseChatModel = init_chat_model(spec.model_id, model_provider=spec.provider)
+        return model
     except (ImportError, ValueError) as error:
         raise ModelUnavailable(f"--model {spec.text}: {error}") from error

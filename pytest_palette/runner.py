@@ -76,7 +76,7 @@ def converse(case: Case, host: Host, skill: SkillCard, model: ModelSpec, setting
             session = host.open(work, skill, env, model, settings)
         except HostError as error:
             raise HostFailure(f"could not start: {error}") from None
-        except Exception as error:  # noqa: BLE001 - whatever a host raises while starting is its failure
+        except Exception as error:
             raise HostFailure(f"could not start: {type(error).__name__}: {error}") from None
         try:
             for number, message in enumerate((case.opening, *case.replies), 1):
@@ -85,7 +85,7 @@ def converse(case: Case, host: Host, skill: SkillCard, model: ModelSpec, setting
                 except HostError as error:
                     record.turns.append(TurnRecord(sent=message, error=str(error)))
                     raise HostFailure(f"turn {number} failed: {error}") from None
-                except Exception as error:  # noqa: BLE001
+                except Exception as error:
                     record.turns.append(TurnRecord(sent=message, error=f"{type(error).__name__}: {error}"))
                     raise HostFailure(f"turn {number} raised {type(error).__name__}: {error}") from None
         finally:

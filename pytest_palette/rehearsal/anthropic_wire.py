@@ -17,7 +17,15 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .conversation import (
-    Action, AgentSaid, Conversation, Event, LoadSkill, Reply, RunCommand, ToolResult, UserSaid,
+    Action,
+    AgentSaid,
+    Conversation,
+    Event,
+    LoadSkill,
+    Reply,
+    RunCommand,
+    ToolResult,
+    UserSaid,
 )
 from .openai_wire import estimate_tokens
 from .policy import RehearsalPolicy

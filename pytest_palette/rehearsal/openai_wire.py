@@ -19,7 +19,15 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .conversation import (
-    Action, AgentSaid, Conversation, Event, LoadSkill, Reply, RunCommand, ToolResult, UserSaid,
+    Action,
+    AgentSaid,
+    Conversation,
+    Event,
+    LoadSkill,
+    Reply,
+    RunCommand,
+    ToolResult,
+    UserSaid,
 )
 from .policy import RehearsalPolicy
 
