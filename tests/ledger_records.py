@@ -1,0 +1,23 @@
+"""A valid ledger record with overrides, for the ledger, stats and report tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def record(**overrides: Any) -> dict[str, Any]:
+    """A passing record of case `three_slides` on host `react`; any field can be overridden."""
+    base: dict[str, Any] = {
+        "schema": 1, "run_id": "20261130-120000", "case": "three_slides", "host": "react",
+        "model": "rehearsal", "provider": "rehearsal", "run_index": 1, "outcome": "pass", "failures": [],
+        "slides": 3, "has_plex": True, "deck": True, "polls": 2, "calls": ["plan", "status", "build", "status"],
+        "context_expected": False, "context_reached": False, "edit_expected": False, "edit_called": False,
+        "replanned_after_edit": False, "seconds": 10.0, "turns": 2, "tokens": None, "cost_usd": None,
+        "skill_hash": "aaaaaaaaaaaa", "case_hash": "c0c0c0c0c0c0", "tags": ["core"], "plugin_version": "0.1.0",
+        "started_at": 1000.0, "ended_at": 1010.0, "fingerprint": "f00df00df00df00d",
+        "scaffold": {"skill_loading": "lazy"},
+    }
+    unknown = set(overrides) - set(base)
+    assert not unknown, f"not a record field: {unknown}"
+    base.update(overrides)
+    return base

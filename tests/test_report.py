@@ -1,0 +1,292 @@
+"""`report` and `compare`: the numbers, the sections, the refusals, shard merges and the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ledger_records import record
+
+from pytest_palette import compare as compare_module
+from pytest_palette.cli import main as palette_bench
+from pytest_palette.compare import SAME_SKILL, compare
+from pytest_palette.ledger import append, load_table
+from pytest_palette.report import POLL_CEILING, ReportError, build_report, to_json, to_markdown
+
+CASES = ("alpha", "beta", "gamma", "delta", "epsilon")
+
+
+def repeated(host: str = "react", runs: int = 3, fails: dict[str, int] | None = None, **fields: Any
+             ) -> list[dict[str, Any]]:
+    """`runs` records per case on one host; `fails[case]` of them fail (the first ones)."""
+    out = []
+    for case in CASES:
+        for index in range(1, runs + 1):
+            failed = index <= (fails or {}).get(case, 0)
+            out.append(record(case=case, host=host, run_index=index, outcome="fail" if failed else "pass",
+                              failures=["asked for 3 slides, got 2"] if failed else [], **fields))
+    return out
+
+
+def test_three_runs_per_cell_show_passes_over_n_pass_at_k_pass_hat_k_and_intervals() -> None:
+    report = build_report(repeated(fails={"beta": 2}))
+    markdown = to_markdown(report)
+    assert report.ks == [1, 2, 3]
+    [react] = report.columns
+    assert (react.passes, react.n) == (13, 15)
+    assert react.pass_at[1] == (pytest.approx((1 + 1 / 3 + 1 + 1 + 1) / 5), 5)
+    # beta: 1 of 3 → pass@3 = 1, pass^3 = 0; the other four: 1 and 1.
+    assert react.pass_at[3] == (pytest.approx(1.0), 5)
+    assert react.pass_hat[3] == (pytest.approx(4 / 5), 5)
+    assert "| react | 13/15 |" in markdown
+    assert "pass@1 | pass@2 | pass@3 | pass^2 | pass^3" in markdown
+    assert "| alpha | ✅ 3/3 · 3 sl · 2p |" in markdown and "| beta | ◐ 1/3 · 3 sl · 2p |" in markdown
+    assert "62.1% – 96.3%" in markdown  # Wilson 13/15: centre .791906 ± .170731
+    assert "**Few repeats: n = 3 judged runs per cell.**" in markdown
+
+
+def test_errors_and_skips_are_counted_apart_and_kept_out_of_the_denominators() -> None:
+    records = [record(run_index=1), record(run_index=2, outcome="fail", failures=["x"]),
+               record(run_index=3, outcome="error", failures=["HostError: timed out"], slides=None, polls=None),
+               record(run_index=4, outcome="skipped", failures=["budget exhausted"])]
+    report = build_report(records)
+    [column] = report.columns
+    assert (column.passes, column.n, column.errors, column.skipped) == (1, 2, 1, 1)
+    assert column.pass_at[1] == (0.5, 1)
+    markdown = to_markdown(report)
+    assert "| react | 1/2 | 1 error, 1 skipped |" in markdown
+    assert "◐ 1/2 · 3 sl · 2p (+1 error, 1 skipped)" in markdown
+    assert "error: HostError: timed out" in markdown
+    assert "**1 errored and 1 skipped run(s) are outside every denominator:**" in markdown
+
+
+def test_duplicates_keep_the_last_and_say_how_many_were_dropped() -> None:
+    records = [record(outcome="error", failures=["HostError"]), record(run_index=2),
+               record(outcome="fail", failures=["late"])]
+    report = build_report(records)
+    assert report.duplicates_dropped == 1
+    cell = report.cell("three_slides", "react")
+    assert cell is not None and (cell.passes, cell.fails, cell.errors) == (1, 1, 0)
+    assert "1 duplicate record(s)" in to_markdown(report)
+
+
+def test_one_run_per_cell_reads_as_pass_fail_error_and_lists_failures_with_calls() -> None:
+    records = [record(case="a"), record(case="b", outcome="fail", failures=["no .pptx was produced"],
+                                        calls=["plan", "status"], slides=None),
+               record(case="c", outcome="error", failures=["HostError: gone"])]
+    markdown = to_markdown(build_report(records))
+    assert "| a | ✅ pass · 3 sl · 2p |" in markdown
+    assert "| b | ❌ FAIL · ? sl · 2p |" in markdown
+    assert "| c | ⚠ ERROR ×1 |" in markdown
+    assert "## Failures" in markdown and "- **b** (0/1): no .pptx was produced" in markdown
+    assert "  - calls: plan → status" in markdown
+    assert "**One run per cell.** One run per cell is a reason to look, not a ranking" in markdown
+
+
+def test_several_hosts_disagreements_discrimination_missing_cases_and_models() -> None:
+    records = (repeated("react", fails={"beta": 3}) + repeated("claude", model="sonnet", fingerprint="other")
+               + [record(case="zeta", host="react")])
+    report = build_report(records)
+    markdown = to_markdown(report)
+    assert [c.label for c in report.columns] == ["claude", "react"]
+    assert report.disagreements == ["beta"]
+    assert "## Where the hosts disagree" in markdown
+    assert "  - react (0/3): asked for 3 slides, got 2 (×3)" in markdown
+    assert "  - claude (3/3): passed every judged run" in markdown
+    assert "**1 of 6 cases discriminate** between the hosts." in markdown
+    assert "**1 case(s) did not run on every host:** zeta." in markdown
+    assert "**Different models across hosts** (claude: sonnet; react: rehearsal): not like-for-like" in markdown
+    assert "| claude | react | 1 | 0 | 4 | 1 | not distinguishable from noise |" in markdown
+
+
+def test_the_seed_metrics_table() -> None:
+    base: dict[str, Any] = {"context_expected": True, "edit_expected": True}
+    records = [
+        record(run_index=1, polls=POLL_CEILING, seconds=10.0, started_at=100.0, ended_at=110.0,
+               context_reached=True, edit_called=True, calls=["plan", "edit", "build"], **base),
+        record(run_index=2, outcome="fail", failures=["13 polls"], polls=13, seconds=30.0, started_at=105.0,
+               ended_at=135.0, has_plex=False, edit_called=True, replanned_after_edit=True,
+               calls=["plan", "edit", "plan", "build", "status"], **base),
+        record(run_index=3, outcome="fail", failures=["no deck"], deck=False, has_plex=False, polls=0,
+               seconds=20.0, started_at=140.0, ended_at=160.0, calls=["plan"], **base),
+        record(run_index=4, outcome="error", failures=["HostError"], seconds=999.0, started_at=90.0,
+               ended_at=200.0, polls=50, **base),
+    ]
+    report = build_report(records)
+    metrics = report.columns[0].metrics
+    assert metrics["decks_built"] == 2 and metrics["decks_with_plex"] == 1
+    assert metrics["median_case_seconds"] == 20.0  # the error's 999 s is not a case time
+    assert metrics["wall_clock_seconds"] == 110.0  # first start (the error's 90) to last end (200)
+    assert metrics["median_calls"] == 3
+    assert (metrics["polls_total"], metrics["polls_worst"]) == (25, 13)
+    assert (metrics["at_poll_ceiling"], metrics["over_poll_ceiling"]) == (1, 1)
+    assert (metrics["context_reached"], metrics["context_expected"]) == (1, 3)
+    assert (metrics["edit_called"], metrics["edit_expected"]) == (2, 3)
+    assert metrics["replanned_after_edit"] == 1
+    markdown = to_markdown(report)
+    assert "| Worst case polls | 13 / 12 |" in markdown
+    assert "| Pasted material reached `--context` (or `--source`) | 1/3 |" in markdown
+    assert "| Total wall clock (first start → last end) | 1.8 min |" in markdown
+    assert "| Cases passed (every judged run) | 0/1 |" in markdown
+
+
+def test_mixed_skill_hashes_are_refused_unless_allowed_and_then_labelled_not_pooled() -> None:
+    records = repeated(skill_hash="111111111111") + repeated(skill_hash="222222222222", run_id="second")
+    with pytest.raises(ReportError, match=r"2 skill hashes \(111111111111, 222222222222\).*--allow-mixed"):
+        build_report(records)
+    report = build_report(records, allow_mixed=True)
+    assert [c.label for c in report.columns] == ["react [A]", "react [B]"]
+    markdown = to_markdown(report)
+    assert "[A] skill 111111111111 · fingerprint f00df00df00df00d; [B] skill 222222222222" in markdown
+    assert to_json(report)["groups"]["B"] == {"skill_hash": "222222222222", "fingerprint": "f00df00df00df00d"}
+
+
+def test_one_host_under_two_fingerprints_is_refused_but_two_hosts_may_differ() -> None:
+    with pytest.raises(ReportError, match="host react under 2 fingerprints"):
+        build_report(repeated(fingerprint="one") + repeated(fingerprint="two", run_id="again"))
+    report = build_report(repeated("react", fingerprint="one") + repeated("claude", fingerprint="two"))
+    assert len(report.columns) == 2
+
+
+def _write(folder: Path, records: list[dict[str, Any]]) -> None:
+    for item in records:
+        append(folder / "results.jsonl", item)
+
+
+def test_a_sharded_run_reports_exactly_like_the_unsharded_run(tmp_path: Path) -> None:
+    records = []
+    for i, item in enumerate(repeated("react", fails={"beta": 1, "gamma": 3}, runs=4)
+                             + repeated("claude", fails={"alpha": 2}, runs=4, fingerprint="fp2")):
+        item.update(seconds=float(i % 7) + 0.1 * i, started_at=1000.0 + 3 * i, ended_at=1010.5 + 3 * i,
+                    cost_usd=0.1 + i / 1000, polls=i % 15)
+        records.append(item)
+    _write(tmp_path / "whole", records)
+    for shard in (1, 2, 3):  # round-robin, the way --palette-shard partitions items
+        _write(tmp_path / "shards" / f"shard-{shard}", records[shard - 1::3])
+    whole, sharded = build_report(load_table(tmp_path / "whole")), build_report(load_table(tmp_path / "shards"))
+    whole_json, sharded_json = to_json(whole), to_json(sharded)
+    assert len(sharded_json.pop("ledgers")) == 3 and len(whole_json.pop("ledgers")) == 1
+    assert whole_json == sharded_json
+
+    def body(markdown: str) -> list[str]:
+        return [line for line in markdown.splitlines() if "ledger file(s)" not in line]
+
+    assert body(to_markdown(whole)) == body(to_markdown(sharded))
+
+
+def test_json_carries_the_same_numbers() -> None:
+    data = to_json(build_report(repeated(fails={"beta": 2})))
+    [host] = data["hosts"]
+    assert (host["passes"], host["n"], host["errors"]) == (13, 15, 0)
+    assert host["pass_at_k"]["3"] == {"value": 1.0, "cases": 5}
+    beta = next(c for c in data["cases"] if c["case"] == "beta")["cells"]["react"]
+    assert beta["pass_hat_k"]["2"] == 0.0 and beta["pass_at_k"]["2"] == pytest.approx(2 / 3)
+    assert beta["failures"] == {"asked for 3 slides, got 2": 2}
+    json.dumps(data)  # serialisable as is
+
+
+# ---------------------------------------------------------------------------------------------- compare
+
+
+def test_compare_flags_regressions_and_improvements_with_the_paired_test() -> None:
+    before = repeated(skill_hash="111111111111", fails={"delta": 3})
+    after = repeated(skill_hash="222222222222", run_id="after", fails={"alpha": 2, "beta": 3})
+    result = compare(before, after)
+    flags = {(c.case, c.flag) for c in result.changes if c.flag}
+    assert flags == {("alpha", "regression"), ("beta", "regression"), ("delta", "improvement")}
+    [host] = result.hosts
+    assert (host.test.b, host.test.c, host.shared) == (2, 1, 5)
+    assert host.test.p == pytest.approx(1.0)
+    markdown = compare_module.to_markdown(result)
+    assert "| alpha | react | 3/3 | 1/3 | **regression** |" in markdown
+    assert "| delta | react | 0/3 | 3/3 | **improvement** |" in markdown
+    assert "Skill hash: 111111111111 → 222222222222." in markdown and SAME_SKILL not in markdown
+
+
+def test_compare_warns_loudly_when_the_skill_hash_did_not_change() -> None:
+    result = compare(repeated(), repeated(run_id="again"))
+    assert not result.skill_changed and SAME_SKILL in result.warnings
+    assert f"> ⚠ **{SAME_SKILL}**" in compare_module.to_markdown(result)
+
+
+def test_compare_says_what_changed_in_the_configuration() -> None:
+    before = repeated(skill_hash="1" * 12, model="granite", fingerprint="a")
+    after = repeated(skill_hash="2" * 12, model="llama", fingerprint="b")
+    [host] = compare(before, after).hosts
+    assert host.config_changes == ["model: granite → llama"]
+    hidden = compare(repeated(fingerprint="a"), repeated(fingerprint="b"))
+    assert "a budget" in hidden.hosts[0].config_changes[0]
+
+
+def test_six_cases_that_all_regress_are_more_than_noise() -> None:
+    cases = [f"c{i}" for i in range(6)]
+    before = [record(case=c, run_index=r) for c in cases for r in (1, 2, 3)]
+    after = [record(case=c, run_index=r, outcome="fail", failures=["x"], skill_hash="b" * 12)
+             for c in cases for r in (1, 2, 3)]
+    [host] = compare(before, after).hosts
+    assert (host.test.b, host.test.c, host.test.p) == (6, 0, 0.03125)
+    assert host.test.verdict == "more than noise at p < 0.05"
+
+
+# ---------------------------------------------------------------------------------------------- the command
+
+
+def test_report_command_prints_markdown_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write(tmp_path / "run", repeated())
+    assert palette_bench(["report", str(tmp_path / "run"), "--json", str(tmp_path / "r.json")]) == 0
+    assert capsys.readouterr().out.startswith("# Palette skill benchmark — results")
+    assert json.loads((tmp_path / "r.json").read_text())["hosts"][0]["passes"] == 15
+    assert palette_bench(["report", str(tmp_path / "run"), "--out", str(tmp_path / "R.md")]) == 0
+    assert "## What these numbers are not entitled to say" in (tmp_path / "R.md").read_text()
+
+
+def test_report_command_exits_2_naming_the_path_when_nothing_was_recorded(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    assert palette_bench(["report", str(tmp_path / "empty")]) == 2
+    error = capsys.readouterr()
+    assert f"{tmp_path / 'empty'}: no results.jsonl" in error.err and error.out == ""
+    assert palette_bench(["report", str(tmp_path / "missing")]) == 2
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "results.jsonl").write_text("garbage\n")
+    with pytest.warns(UserWarning):
+        assert palette_bench(["report", str(tmp_path / "junk")]) == 2
+    assert "hold no valid record" in capsys.readouterr().err
+
+
+def test_report_command_refuses_mixed_records_unless_allowed(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    _write(tmp_path / "one", repeated(skill_hash="1" * 12))
+    _write(tmp_path / "two", repeated(skill_hash="2" * 12, run_id="two"))
+    assert palette_bench(["report", str(tmp_path)]) == 2
+    assert "--allow-mixed" in capsys.readouterr().err
+    assert palette_bench(["report", str(tmp_path), "--allow-mixed"]) == 0
+    assert "react [B]" in capsys.readouterr().out
+
+
+def test_compare_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write(tmp_path / "a", repeated())
+    _write(tmp_path / "b", repeated(run_id="b", fails={"gamma": 2}))
+    assert palette_bench(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    captured = capsys.readouterr()
+    assert "| gamma | react | 3/3 | 1/3 | **regression** |" in captured.out
+    assert f"warning: {SAME_SKILL}" in captured.err
+    assert palette_bench(["compare", str(tmp_path / "a"), str(tmp_path / "nowhere")]) == 2
+
+
+def test_the_readers_summaries_give_the_same_report_as_one_process(tmp_path: Path) -> None:
+    from pytest_palette.report import summarise
+
+    records = (repeated("react", fails={"beta": 1}, runs=40, cost_usd=0.25)
+               + repeated("claude", fails={"alpha": 9}, runs=40, fingerprint="fp2", tokens={"input": 3, "output": 1}))
+    for i, item in enumerate(records):
+        item.update(seconds=float(i % 11), started_at=50.0 + i, ended_at=60.0 + i)
+    _write(tmp_path, records)
+    parallel = load_table(tmp_path, workers=2, summarise=summarise)
+    assert parallel.summary is not None  # the readers summarised their rows
+    one = load_table(tmp_path, workers=1)
+    assert one.summary is None
+    assert to_json(build_report(parallel)) == to_json(build_report(one))
+    assert build_report(parallel).columns[0].cost_usd is None and build_report(one).columns[1].cost_usd == 50.0
