@@ -7,10 +7,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup bench converse test lint clean
 
-$(STAMP): pyproject.toml
+# The claude and cuga hosts' clients come too, so their columns run offline against the rehearsal model.
+# cuga goes in without its own dependency list (torch, docling, browsers: several GB); requirements-cuga.txt
+# holds the lean set its SDK path needs.
+$(STAMP): pyproject.toml requirements-cuga.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,claude]' -r requirements-cuga.txt
+	$(BIN)/python -m pip install -q --no-deps cuga==0.4.3
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 
 from pytest_palette.evidence import inspect_deck, newest_deck
-from pytest_palette.rehearsal.anthropic_wire import SIDE_REPLY
+from pytest_palette.rehearsal.anthropic_wire import SIDE_REPLY, to_conversation
 from pytest_palette.rehearsal.conversation import Action, Conversation, Reply
-from pytest_palette.rehearsal.policy import RehearsalPolicy
+from pytest_palette.rehearsal.policy import RehearsalPolicy, catalogue
 from pytest_palette.rehearsal.server import RehearsalServer
 from pytest_palette.skill import SkillCard, load_skill, stage
 
@@ -472,6 +472,64 @@ def test_count_tokens_estimates_what_the_model_would_read(server: RehearsalServe
     short = json.loads(call(url, claude_request(CLAUDE_OPENING))[2])
     longer = json.loads(call(url, claude_request(*skill_loaded(True)))[2])
     assert set(short) == {"input_tokens"} and 0 < short["input_tokens"] < longer["input_tokens"]
+
+
+# -- replays: request bodies recorded from the real Claude Code CLI 2.1.332 (tests/fixtures/) --------
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def recorded(name: str) -> dict[str, Any]:
+    """A request body the real CLI sent (its own system prompt and tool descriptions elided)."""
+    body: dict[str, Any] = json.loads((FIXTURES / name).read_text(encoding="utf-8"))["request"]
+    return body
+
+
+def base_directory(body: dict[str, Any]) -> str:
+    """Where the CLI said the skill lives, read from the recorded messages independently of the adapter."""
+    found = re.search(r"Base directory for this skill: ([^\s\\]+)", json.dumps(body["messages"]))
+    assert found, "the recording holds no skill load"
+    return found.group(1)
+
+
+def test_a_recorded_streaming_request_after_yes_starts_the_build(server: RehearsalServer) -> None:
+    body = recorded("claude_cli_stream_after_yes.json")
+    assert body["stream"] is True and body["messages"][-1]["content"][0]["type"] == "tool_result"
+    kind, data = messages_call(server, body)
+    assert kind == "text/event-stream"
+    [block] = reassemble(sse(data))
+    assert block["name"] == "Bash"
+    deck = f"python3 {base_directory(body)}/scripts/deck.py"
+    assert block["input"]["command"] == f"{deck} start --plan plan.md --out-dir ./deck"
+
+
+def test_a_recorded_non_streaming_retry_looks_before_acting(server: RehearsalServer) -> None:
+    body = recorded("claude_cli_nonstream_skill_loaded.json")
+    assert body["stream"] is False
+    kind, data = messages_call(server, body)
+    assert kind == "application/json"
+    message = json.loads(data)
+    assert message["type"] == "message" and message["stop_reason"] == "tool_use"
+    [block] = message["content"]
+    assert block["input"]["command"] == f"python3 {base_directory(body)}/scripts/deck.py find --root ."
+
+
+def test_a_recorded_system_role_message_is_read_for_its_skill_list_only(server: RehearsalServer) -> None:
+    # With a model id outside its catalogue, the CLI moves its environment, agents and skills into a
+    # `system` message after the user's. Before the fix the rehearsal model saw no skill there.
+    body = recorded("claude_cli_system_role_opening.json")
+    assert body["messages"][-1]["role"] == "system"
+    [block] = reassemble(sse(messages_call(server, body)[1]))
+    assert block["name"] == "Skill" and block["input"] == {"skill": "palette"}
+    conversation = to_conversation(body)
+    assert conversation.user_messages() == ["Build a 3-slide deck on prompt caching"]
+
+
+def test_only_the_skill_list_of_the_clis_reminders_is_a_catalogue() -> None:
+    # The recorded agent-types reminder also holds "- name: description" lines: those are not skills.
+    names = [name for name, _ in catalogue(to_conversation(recorded("claude_cli_stream_after_yes.json")).system)]
+    assert names[0] == "palette" and "dataviz" in names
+    assert "claude" not in names and "Explore" not in names
 
 
 # -- the command-line server -----------------------------------------------------------------------

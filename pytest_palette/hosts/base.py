@@ -26,6 +26,10 @@ class TurnRecord:
     seconds: float = 0.0
     error: str | None = None
     steps: list[str] = field(default_factory=list)
+    # Reported by hosts whose client counts them (the claude host); None when the client does not say.
+    num_turns: int | None = None  # model round trips within this turn, as the client counts them
+    cost_usd: float | None = None  # the client's own estimate at list prices
+    usage: dict[str, int] = field(default_factory=dict)  # token counts, as the client reports them
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,10 @@ the skills it can load) and, after a Skill call, "Base directory for this skill:
 the SKILL.md body. The first is the skill catalogue and the second is what the load returned; neither
 is the user's turn. Requests with no tools are the CLI's side calls (titles, summaries).
 
+Seen from the real CLI (2.1.332): for a model id outside its catalogue it puts its environment, agent
+list and skill list in a `role: "system"` message *inside* `messages` (after the user's) instead of
+reminders; tool results carry a trailing reminder; a truncated stream is retried with `stream: false`.
+
 Token counts in `usage` are an estimate (characters / 4): nothing here is a tokenizer.
 """
 
@@ -35,6 +39,8 @@ Json = dict[str, Any]
 _REMINDER = re.compile(r"<system-reminder>(.*?)</system-reminder>", re.S)
 # Slash-command markup the CLI may put around a skill launch (unverified here): not the user's words.
 _COMMAND_TAGS = re.compile(r"<(command-message|command-name|command-args)>.*?</\1>", re.S)
+# The CLI's skill list: a header line, then one "- name: description" line per skill.
+_LISTING = re.compile(r"^[^\n]*skills are available[^\n]*\n(?:[ \t]*\n)?(?:- [^\n]*(?:\n|$))+", re.M)
 BASE_DIRECTORY = "Base directory for this skill:"
 #: What a side call (no tools offered) gets back.
 SIDE_REPLY = "Palette rehearsal"
@@ -112,11 +118,15 @@ class _Reader:
                 self.last_load = str(block.get("id", ""))
                 self.conversation.events.append(LoadSkill(str(args.get("skill", "")), self.last_load))
 
+    def system(self, content: Any) -> None:
+        """A `system` message inside `messages`: the CLI's, never the user's; only its skill list is kept."""
+        self.catalogue += [m.group(0).strip() for m in _LISTING.finditer(text_of(content))]
+
     def strip(self, text: str) -> str:
         """Remove the CLI's own markup from text, keeping any skill list it carried."""
         for reminder in _REMINDER.findall(text):
-            if "skill" in reminder.lower():
-                self.catalogue.append(reminder.strip())
+            # Only the list itself: other reminders (agent types, deferred tools) also hold "- name: ..." lines.
+            self.catalogue += [m.group(0).strip() for m in _LISTING.finditer(reminder)]
         return _COMMAND_TAGS.sub("", _REMINDER.sub("", text))
 
     def finish(self, system: str) -> Conversation:
@@ -137,6 +147,8 @@ def to_conversation(request: Json) -> Conversation:
             reader.user(message.get("content"))
         elif message.get("role") == "assistant":
             reader.assistant(message.get("content"))
+        elif message.get("role") == "system":
+            reader.system(message.get("content"))
     return reader.finish(text_of(request.get("system") or ""))
 
 

@@ -41,6 +41,10 @@ _BOLD_ENTRY = re.compile(r"\*\*([A-Za-z0-9][\w.-]*)\*\*\s*:\s*(.+)")
 _VARIABLES = re.compile(r"^[ \t#*]*Variables Summary\b.*", re.S | re.M)
 #: How CUGA reports a code block's outcome to the model, in a user message.
 EXECUTION_PREFIXES = ("Execution output:", "Error during execution")
+#: CUGA (0.4.3, seen on the wire) appends a live summary of its sandbox variables to the newest human
+#: message of every request — the user's own words as much as an execution output — and ends it with
+#: "You can use these variables directly by their names.". It is never part of what the user said.
+VARIABLES_ADDENDUM = "\n\n## Available Variables\n\n"
 
 
 def estimate_tokens(text: str) -> int:
@@ -109,6 +113,12 @@ def parse_code(text: str, call_id: str) -> list[Event]:
     return events
 
 
+def without_variables(text: str) -> str:
+    """A human message without the variables addendum CUGA appended to it (unchanged when it has none)."""
+    head, found, _ = text.partition(VARIABLES_ADDENDUM)
+    return head if found else text
+
+
 def execution_output(text: str) -> str:
     """The stdout CUGA reports for a code block, without its prefix and variables summary."""
     body = text.split(":", 1)[1] if text.startswith(EXECUTION_PREFIXES[0]) else text
@@ -130,16 +140,20 @@ def to_conversation(request: Json) -> Conversation:
             conversation.events.append(ToolResult(str(message.get("tool_call_id", "")), text))
         elif role == "assistant":
             pending = _read_assistant(conversation.events, message, text, roles, f"m{number}" if codeact else "")
-        elif role == "user" and pending and text.lstrip().startswith(EXECUTION_PREFIXES):
-            # Not the user speaking: CUGA reporting what the previous code block printed.
-            conversation.events += [ToolResult(call_id, execution_output(text.lstrip())) for call_id in pending]
-            pending = []
         elif role == "user":
-            conversation.events.append(UserSaid(text))
+            _read_user(conversation.events, without_variables(text), pending)
             pending = []
     # Skills first, so the catalogue offers them ahead of anything else the prompt lists.
     conversation.system = skills_listing(conversation.system) + conversation.system
     return conversation
+
+
+def _read_user(events: list[Event], text: str, pending: list[str]) -> None:
+    """A user message: CUGA reporting what the last code block printed, or the user speaking."""
+    if pending and text.lstrip().startswith(EXECUTION_PREFIXES):
+        events += [ToolResult(call_id, execution_output(text.lstrip())) for call_id in pending]
+    else:
+        events.append(UserSaid(text))
 
 
 def _read_assistant(events: list[Event], message: Json, text: str, roles: dict[str, str], call_id: str) -> list[str]:

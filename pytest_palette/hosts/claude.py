@@ -1,0 +1,497 @@
+"""The claude host: the real Claude Code CLI driving the skill, one process per turn, one session per item.
+
+Turn 1 runs `claude -p --session-id <uuid4>`, later turns `claude -p --resume=<uuid>`, each with
+`--output-format stream-json --verbose` so that one run gives both the CLI's `system/init` line (the
+skills it discovered, checked on every turn) and its final `result` (answer, cost, usage, denials).
+
+The CLI is found in the `claude-agent-sdk` wheel (a native binary, no Node), else on PATH, unless
+`--palette-claude-cli` names one. It gets an isolated config directory per item (beside `work/`, not in
+it), the skill installed fresh in `<work>/.claude/skills/<name>/`, and — for the rehearsal model — the
+rehearsal server on 127.0.0.1 as its Anthropic endpoint. Secrets never reach anything written.
+
+Permissions: `--permission-mode bypassPermissions` (with `IS_SANDBOX=1` when running as root, which the
+CLI otherwise refuses). A narrow `--allowedTools` list would turn a real model's harmless `ls` or
+`cat plan.md` into a denial, and a denial here is a setup failure, not agent behaviour: the column
+would measure our allowlist. The agent works in a disposable per-item folder, as on the react host.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..models import ModelSpec
+from ..skill import SkillCard, load_card, skill_files, stage
+from .base import Host, HostError, HostSession, HostSettings, TurnRecord
+from .endpoint import RehearsalEndpoint
+
+Json = dict[str, Any]
+
+SDK_PACKAGE = "claude-agent-sdk"
+INSTALL_HINT = (f"pip install {SDK_PACKAGE} (its wheel bundles the CLI), put `claude` on PATH, "
+                "or pass --palette-claude-cli PATH")
+#: The id the CLI is told when the rehearsal model answers. A catalogue id, so the CLI lays out its
+#: requests (prompt, reminders, tools) as it does for a real Claude model; the server answers any id.
+REHEARSAL_CLI_MODEL = "claude-sonnet-4-5"
+PERMISSION_MODE = "bypassPermissions"
+SECRET_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+#: Not a key: what the CLI sends to the rehearsal server, which never checks it.
+REHEARSAL_KEY = "sk-ant-rehearsal-not-a-key"
+#: Fewer outbound calls: the CLI must not phone home from a benchmark.
+QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}
+#: Set by an enclosing Claude Code (or the operator) and wrong for a nested, isolated CLI.
+INHERITED = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_SSE_PORT", "CLAUDE_CONFIG_DIR")
+#: For the rehearsal model, nothing may send the CLI elsewhere (a gateway, Bedrock, Vertex, a model map).
+ROUTING_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_USE_")
+#: Nothing listens here: a discovery probe that unexpectedly calls a model fails fast, on loopback.
+NOWHERE = "http://127.0.0.1:9"
+KILL_GRACE = 5.0
+PROBE_TIMEOUT = 60.0
+TAIL = 1500
+REDACTED = "[redacted]"
+
+
+# -- finding and asking the CLI --------------------------------------------------------------------
+
+
+def bundled_cli() -> Path | None:
+    """The CLI inside the installed `claude-agent-sdk` wheel, found without importing the SDK."""
+    try:
+        spec = importlib.util.find_spec("claude_agent_sdk")
+    except (ImportError, ValueError):  # a broken install is no install
+        return None
+    if spec is None or not spec.origin:
+        return None
+    binary = Path(spec.origin).parent / "_bundled" / "claude"
+    return binary if binary.is_file() and os.access(binary, os.X_OK) else None
+
+
+def find_cli(explicit: str | None = None) -> Path | None:
+    """The option's binary when one is named (and nothing else then), else the SDK's, else PATH's."""
+    if explicit:
+        path = Path(explicit).expanduser()
+        found = shutil.which(str(path)) if not path.is_file() else str(path)
+        return Path(found) if found and os.access(found, os.X_OK) else None
+    on_path = shutil.which("claude")
+    return bundled_cli() or (Path(on_path) if on_path else None)
+
+
+def cli_version(cli: Path) -> str:
+    """`claude --version`, e.g. "2.1.332 (Claude Code)"; HostError when the binary does not run."""
+    try:
+        done = subprocess.run([str(cli), "--version"], capture_output=True, text=True, timeout=PROBE_TIMEOUT,
+                              stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise HostError(f"{cli} --version did not run: {error}") from None
+    if done.returncode != 0 or not done.stdout.strip():
+        raise HostError(f"{cli} --version exited {done.returncode}: {(done.stderr or done.stdout).strip()[:300]}")
+    return done.stdout.strip().splitlines()[0]
+
+
+def cli_model(model: ModelSpec) -> str:
+    """The `--model` the CLI is given for a spec this host supports."""
+    return REHEARSAL_CLI_MODEL if model.provider == "rehearsal" else model.model_id
+
+
+def cli_environment(base: Mapping[str, str], model: ModelSpec, config_dir: Path, base_url: str | None,
+                    command_timeout: float, as_root: bool | None = None) -> dict[str, str]:
+    """The CLI's environment: `base` (this conversation's, PALETTE_TRACE included) made safe and quiet.
+
+    For the rehearsal model every routing variable is dropped and the server put in their place; for a
+    real model the caller's ANTHROPIC_* (key, gateway) pass through.
+    """
+    env = {k: v for k, v in base.items() if k not in INHERITED}
+    if model.provider == "rehearsal":
+        env = {k: v for k, v in env.items() if not k.startswith(ROUTING_PREFIXES)}
+        env["ANTHROPIC_API_KEY"] = REHEARSAL_KEY
+        env["ANTHROPIC_BASE_URL"] = base_url or NOWHERE
+        # A proxy set for the outside world must not carry loopback traffic.
+        env["NO_PROXY"] = ",".join(p for p in ("127.0.0.1", "localhost", env.get("NO_PROXY", "")) if p)
+        env["no_proxy"] = env["NO_PROXY"]
+    env.update(QUIET)
+    env["CLAUDE_CONFIG_DIR"] = str(config_dir)
+    # The Bash tool's ceiling must outlast deck.py's holds (90 s plan, 60 s status), as on the react host.
+    millis = str(int(command_timeout * 1000))
+    env["BASH_DEFAULT_TIMEOUT_MS"] = env["BASH_MAX_TIMEOUT_MS"] = millis
+    root = os.geteuid() == 0 if as_root is None else as_root
+    if root:
+        env["IS_SANDBOX"] = "1"  # the CLI refuses bypassPermissions as root without it
+    return env
+
+
+def secrets_in(env: Mapping[str, str]) -> list[str]:
+    return [env[name] for name in SECRET_VARIABLES if env.get(name)]
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def turn_command(cli: Path, message: str, model_id: str, session_id: str, first: bool,
+                 permission_mode: str = PERMISSION_MODE) -> list[str]:
+    """One turn's argv. `--` ends the options: a reply that starts with "-" is still the prompt."""
+    session = ["--session-id", session_id] if first else [f"--resume={session_id}"]
+    return [str(cli), "-p", "--output-format", "stream-json", "--verbose", "--model", model_id,
+            "--permission-mode", permission_mode, *session, "--", message]
+
+
+# -- reading what the CLI printed ------------------------------------------------------------------
+
+
+@dataclass
+class CliOutput:
+    """One invocation's stream-json output, read."""
+
+    skills: list[str] | None = None  # from system/init; None when the CLI printed no init
+    session_id: str | None = None
+    steps: list[str] = field(default_factory=list)
+    result: Json | None = None
+
+
+def parse_stream(lines: Iterable[str]) -> CliOutput:
+    """The init, the steps (tool calls and results) and the final result of a stream-json run."""
+    out = CliOutput()
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # not ours to judge: the CLI may print a warning line
+        if not isinstance(event, dict):
+            continue
+        kind = event.get("type")
+        if kind == "system" and event.get("subtype") == "init":
+            out.skills = [str(s) for s in event.get("skills") or []]
+            out.session_id = event.get("session_id")
+        elif kind in ("assistant", "user"):
+            out.steps += _steps(event)
+        elif kind == "result":
+            out.result = event
+    return out
+
+
+def _steps(event: Json) -> list[str]:
+    """Progress lines in the react host's shape: `→ tool: input`, `← result`."""
+    content = (event.get("message") or {}).get("content")
+    lines: list[str] = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "tool_use":
+            given = block.get("input") or {}
+            shown = given.get("command") or given.get("skill") or json.dumps(given)[:200]
+            lines.append(f"→ {block.get('name')}: {shown}")
+        elif block.get("type") == "tool_result":
+            body = block.get("content")
+            text = body if isinstance(body, str) else " ".join(
+                str(b.get("text", "")) for b in body or [] if isinstance(b, dict))
+            lines.append(f"← {' '.join(text.split())[:160]}")
+    return lines
+
+
+def failure(out: CliOutput, returncode: int, stderr: str) -> str | None:
+    """Why this turn failed, in the CLI's own words; None when it succeeded."""
+    result = out.result
+    if result is None:
+        return f"the CLI exited {returncode} without a result: {stderr.strip()[-TAIL:] or '(no stderr)'}"
+    if result.get("is_error") or returncode != 0:
+        said = [str(e) for e in result.get("errors") or []] or [str(result.get("result") or "")]
+        status = f" (API status {result['api_error_status']})" if result.get("api_error_status") else ""
+        detail = "; ".join(s for s in said if s) or stderr.strip()[-TAIL:] or "(no message)"
+        return f"the CLI reported {result.get('subtype', 'an error')}{status}, exit {returncode}: {detail}"
+    denials = result.get("permission_denials") or []
+    if denials:
+        shown = "; ".join(f"{d.get('tool_name')}: {json.dumps(d.get('tool_input'))[:200]}" for d in denials)
+        return f"the CLI denied {len(denials)} tool call(s), a setup problem: {shown}"
+    return None
+
+
+def usage_of(result: Json) -> dict[str, int]:
+    """The integer token counts of the result's `usage` (nested details left out)."""
+    usage = result.get("usage") or {}
+    return {k: int(v) for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+# -- the skill where the CLI finds it --------------------------------------------------------------
+
+
+def install_skill(card: SkillCard, work: Path) -> SkillCard:
+    """A fresh copy in `<work>/.claude/skills/<name>`, where the CLI discovers project skills.
+
+    `<work>/skills` links to it: SKILL.md runs `python3 skills/<name>/scripts/...` from the working
+    directory, and one copy cannot drift from another.
+    """
+    installed = stage(card, work / ".claude")
+    link = work / "skills"
+    if not link.exists() and not link.is_symlink():
+        link.symlink_to(Path(".claude") / "skills", target_is_directory=True)
+    return installed
+
+
+def differences(source: Path, copy: Path) -> list[str]:
+    """Files that are not byte-identical between the skill under test and its installed copy."""
+    mine = {p.relative_to(source).as_posix(): p for p in skill_files(source)}
+    theirs = {p.relative_to(copy).as_posix(): p for p in skill_files(copy)}
+    changed = [name for name in sorted(mine.keys() & theirs.keys())
+               if mine[name].read_bytes() != theirs[name].read_bytes()]
+    return sorted(mine.keys() ^ theirs.keys()) + changed
+
+
+def discovered_skills(cli: Path, project: Path, env: Mapping[str, str], model_id: str) -> list[str]:
+    """The skills the CLI lists for `project`, from `/cost`'s init line: a local command, no model call."""
+    argv = [str(cli), "-p", "--output-format", "stream-json", "--verbose", "--model", model_id, "--", "/cost"]
+    try:
+        done = subprocess.run(argv, cwd=project, env=dict(env), capture_output=True, text=True,
+                              timeout=PROBE_TIMEOUT, stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise HostError(f"the discovery probe did not run: {error}") from None
+    out = parse_stream(done.stdout.splitlines())
+    if out.skills is None:
+        raise HostError(f"the discovery probe printed no init line (exit {done.returncode}): "
+                        f"{redact(done.stderr, secrets_in(env)).strip()[-TAIL:]}")
+    return out.skills
+
+
+def session_folder(work: Path, limit: int = 1000) -> Path:
+    """A new folder for the CLI's config and turn files beside `work/` (the item folder), never inside it.
+
+    The runner gives every item a fresh folder; when something else reuses one, nothing is deleted:
+    the next free name is taken (claude, claude-2, ...), so no session inherits another's config.
+    """
+    for n in range(1, limit + 1):
+        folder = work.parent / ("claude" if n == 1 else f"claude-{n}")
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue
+    raise HostError(f"{work.parent} already holds {limit} claude session folders")
+
+
+# -- a conversation --------------------------------------------------------------------------------
+
+
+class ClaudeSession(HostSession):
+    """One item's conversation: one session id, one CLI process per turn, its output kept per turn."""
+
+    def __init__(self, cli: Path, work: Path, skill: SkillCard, env: Mapping[str, str], model_id: str,
+                 folder: Path, permission_mode: str = PERMISSION_MODE) -> None:
+        self.cli, self.work, self.skill, self.model_id = cli, work, skill, model_id
+        self.env = dict(env)
+        self.folder = folder
+        self.permission_mode = permission_mode
+        self.session_id = str(uuid.uuid4())
+        self.turns: list[TurnRecord] = []
+        self._secrets = secrets_in(self.env)
+        self._session_cost = 0.0
+
+    def send(self, message: str, timeout: float) -> TurnRecord:
+        number = len(self.turns) + 1
+        turn = TurnRecord(sent=message)
+        self.turns.append(turn)
+        started = time.monotonic()
+        try:
+            returncode, stdout, stderr = self._run(message, number, timeout)
+            out = parse_stream(stdout.splitlines())
+            turn.steps = [redact(step, self._secrets) for step in out.steps]
+            self._check(out, returncode, stderr)
+            result = out.result or {}
+            turn.answer = redact(str(result.get("result") or ""), self._secrets)
+            turn.num_turns = result.get("num_turns")
+            turn.cost_usd = self._turn_cost(result.get("total_cost_usd"))
+            turn.usage = usage_of(result)
+        except HostError as error:
+            turn.error = str(error)
+            raise
+        finally:
+            turn.seconds = round(time.monotonic() - started, 3)
+        return turn
+
+    def _turn_cost(self, total: Any) -> float | None:
+        """This turn's share: on `--resume` the CLI's total_cost_usd is the session's running total."""
+        if not isinstance(total, (int, float)):
+            return None
+        share = total - self._session_cost if total >= self._session_cost else total
+        self._session_cost = float(total)
+        return round(share, 6)
+
+    def _run(self, message: str, number: int, timeout: float) -> tuple[int, str, str]:
+        """Run the CLI for one turn; its output goes to files (a build it leaves running holds no pipe)."""
+        argv = turn_command(self.cli, message, self.model_id, self.session_id, number == 1, self.permission_mode)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        out_path, err_path = self.folder / f"turn-{number:02d}.jsonl", self.folder / f"turn-{number:02d}.stderr"
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            try:
+                process = subprocess.Popen(argv, cwd=self.work, env=self.env, stdin=subprocess.DEVNULL,
+                                           stdout=out, stderr=err, start_new_session=True)
+            except OSError as error:
+                raise HostError(f"could not run {self.cli}: {error}") from None
+            try:
+                returncode = process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _stop(process)
+                raise HostError(f"turn {number} timed out after {timeout:g} s (the CLI was stopped)") from None
+        return returncode, self._scrub(out_path), self._scrub(err_path)
+
+    def _scrub(self, path: Path) -> str:
+        """The file's text with any secret replaced, rewritten when one was there."""
+        text = path.read_text(encoding="utf-8", errors="replace")
+        clean = redact(text, self._secrets)
+        if clean != text:
+            path.write_text(clean, encoding="utf-8")
+        return clean
+
+    def _check(self, out: CliOutput, returncode: int, stderr: str) -> None:
+        if out.skills is not None and self.skill.name not in out.skills:
+            raise HostError(f"the CLI did not discover the skill {self.skill.name!r} installed in "
+                            f"{self.skill.directory} (it lists: {', '.join(out.skills) or 'none'})")
+        problem = failure(out, returncode, stderr)
+        if problem:
+            raise HostError(redact(problem, self._secrets))
+        if out.skills is None:
+            raise HostError("the CLI printed no system/init line: cannot tell which skills it discovered")
+        if out.session_id != self.session_id:
+            raise HostError(f"the CLI ran session {out.session_id}, not {self.session_id}: the history is lost")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop the CLI and everything it started in its process group: TERM, a grace, then KILL the group.
+
+    The KILL goes to the group even when the CLI itself has exited: a tool's child may ignore TERM.
+    (deck.py's builds start their own sessions, so they are not in this group.)
+    """
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        process.wait(timeout=KILL_GRACE)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=KILL_GRACE)
+
+
+# -- the host --------------------------------------------------------------------------------------
+
+
+class ClaudeHost(Host):
+    """Claude Code CLI (print mode), the rehearsal model over loopback HTTP or a real Claude model."""
+
+    name = "claude"
+
+    def __init__(self, cli: str | None = None, permission_mode: str = PERMISSION_MODE) -> None:
+        self.explicit_cli = cli
+        self.permission_mode = permission_mode
+        self.endpoint = RehearsalEndpoint()
+        self._version: str | None = None
+
+    @property
+    def cli(self) -> Path | None:
+        return find_cli(self.explicit_cli)
+
+    def version(self) -> str:
+        if self._version is None:
+            cli = self.cli
+            if cli is None:
+                raise HostError(self.unavailable() or "no Claude Code CLI")
+            self._version = cli_version(cli)
+        return self._version
+
+    def unsupported(self, model: ModelSpec) -> str | None:
+        if model.provider in ("rehearsal", "anthropic"):
+            return None
+        return ("Claude Code speaks only the Anthropic Messages API: use --model anthropic:<model id> "
+                "(for example anthropic:claude-sonnet-4-5) or --model rehearsal")
+
+    def problems(self, model: ModelSpec, env: Mapping[str, str]) -> list[str]:
+        if model.provider == "anthropic" and not env.get("ANTHROPIC_API_KEY"):
+            return [f"--model {model.text} on the claude host needs ANTHROPIC_API_KEY in the environment; "
+                    "it is not set"]
+        return []
+
+    def unavailable(self) -> str | None:
+        if self.cli is not None:
+            return None
+        if self.explicit_cli:
+            return f"--palette-claude-cli {self.explicit_cli}: no executable there"
+        return f"no Claude Code CLI found: {INSTALL_HINT}"
+
+    def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
+        try:
+            client = f"Claude Code {self.version().split()[0]} ({self.cli})"
+        except HostError:
+            client = "Claude Code (not installed)"
+        described = {"model": model.label, "client": client, "cli_model": cli_model(model),
+                     "permission_mode": self.permission_mode,
+                     "bash_timeout": f"{settings.command_timeout:g} s"}
+        if model.provider == "rehearsal":
+            described["cost_usd"] = "the CLI's list-price estimate for cli_model, not a charge"
+        return described
+
+    def preflight(self, model: ModelSpec, skill_dir: Path, env: Mapping[str, str]) -> list[str]:
+        problems = super().preflight(model, skill_dir, env)
+        cli = self.cli
+        if cli is None:
+            return problems
+        try:
+            self.version()
+            card = load_card(skill_dir)
+        except (HostError, LookupError) as error:
+            return [*problems, str(error)]
+        with tempfile.TemporaryDirectory(prefix="palette-claude-check-") as scratch:
+            root = Path(scratch)
+            work = root / "work"
+            work.mkdir()
+            installed = install_skill(card, work)
+            changed = differences(skill_dir, installed.directory)
+            if changed:
+                problems.append(f"the installed copy of {skill_dir} differs in: {', '.join(changed)}")
+            probe_env = cli_environment(env, model, root / "config", None, 300.0)
+            probe_env.setdefault("ANTHROPIC_API_KEY", REHEARSAL_KEY)  # /cost calls no model; a key quiets login
+            try:
+                skills = discovered_skills(cli, work, probe_env, cli_model(model))
+            except HostError as error:
+                return [*problems, str(error)]
+            if card.name not in skills:
+                problems.append(f"Claude Code {self._version} does not discover the skill {card.name!r} installed in "
+                                f"{installed.directory} (it lists: {', '.join(skills) or 'none'})")
+        return problems
+
+    def open(self, workspace: Path, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+             settings: HostSettings) -> ClaudeSession:
+        cli = self.cli
+        if cli is None:
+            raise HostError(self.unavailable() or "no Claude Code CLI")
+        reason = self.unsupported(model)
+        if reason:
+            raise HostError(reason)
+        workspace.mkdir(parents=True, exist_ok=True)
+        installed = install_skill(skill, workspace)
+        changed = differences(skill.directory, installed.directory)
+        if changed:
+            raise HostError(f"the skill installed in {installed.directory} differs from {skill.directory}: "
+                            f"{', '.join(changed)}")
+        folder = session_folder(workspace)
+        base_url = self.endpoint.server(model).base_url if model.provider == "rehearsal" else None
+        cli_env = cli_environment(env, model, folder / "config", base_url, settings.command_timeout)
+        return ClaudeSession(cli, workspace, installed, cli_env, cli_model(model), folder, self.permission_mode)
+
+    def close(self) -> None:
+        self.endpoint.close()

@@ -1,0 +1,446 @@
+"""The claude host: the real Claude Code CLI, the rehearsal model over loopback HTTP, the real skill.
+
+The first half needs no binary: command lines, the CLI's environment, reading its output, the errors a
+turn can end in. The second half runs the real CLI (the one bundled in claude-agent-sdk, else
+`claude` on PATH) and is skipped, with the reason, when there is none — never passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_palette.backend import agent_environment
+from pytest_palette.evidence import TRACE_NAME, inspect_deck, newest_deck, read_trace
+from pytest_palette.hosts.base import HostError, HostSettings
+from pytest_palette.hosts.claude import (
+    REHEARSAL_CLI_MODEL,
+    REHEARSAL_KEY,
+    ClaudeHost,
+    ClaudeSession,
+    CliOutput,
+    _stop,
+    cli_environment,
+    differences,
+    failure,
+    find_cli,
+    install_skill,
+    parse_stream,
+    redact,
+    session_folder,
+    turn_command,
+)
+from pytest_palette.models import parse_model
+from pytest_palette.skill import PACKAGED_SKILLS, load_skill, skill_hash
+
+REHEARSAL = parse_model("rehearsal")
+SONNET = parse_model("anthropic:claude-sonnet-4-5")
+SECRET = "sk-ant-api03-" + "S3CRET" * 8  # shaped like a key; never a real one
+SID = "7f63eb8a-ae6b-4c58-a4b3-52f1c12541af"
+
+
+# -- command lines ---------------------------------------------------------------------------------
+
+
+def test_the_first_turn_names_a_new_session_and_later_turns_resume_it() -> None:
+    first = turn_command(Path("/bin/claude"), "Build a deck", "claude-sonnet-4-5", SID, first=True)
+    later = turn_command(Path("/bin/claude"), "yes", "claude-sonnet-4-5", SID, first=False)
+    assert first[:2] == ["/bin/claude", "-p"] and later[:2] == ["/bin/claude", "-p"]
+    for argv in (first, later):
+        assert argv[argv.index("--output-format") + 1] == "stream-json" and "--verbose" in argv
+        assert argv[argv.index("--model") + 1] == "claude-sonnet-4-5"
+        assert argv[argv.index("--permission-mode") + 1] == "bypassPermissions"
+    assert first[first.index("--session-id") + 1] == SID and f"--resume={SID}" not in first
+    assert f"--resume={SID}" in later and "--session-id" not in later
+    assert first[-2:] == ["--", "Build a deck"] and later[-2:] == ["--", "yes"]
+
+
+def test_a_reply_that_looks_like_a_flag_stays_the_prompt() -> None:
+    argv = turn_command(Path("claude"), "--help me with slide 2", "m", SID, first=False)
+    assert argv[-2:] == ["--", "--help me with slide 2"]
+
+
+# -- the CLI's environment -------------------------------------------------------------------------
+
+
+def users_environment() -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HOME": "/root", "PALETTE_TRACE": "/run/item/palette-calls.jsonl",
+            "ANTHROPIC_API_KEY": SECRET, "ANTHROPIC_BASE_URL": "https://gateway.example",
+            "ANTHROPIC_MODEL": "claude-opus-4", "CLAUDE_CODE_USE_BEDROCK": "1", "CLAUDECODE": "1",
+            "CLAUDE_CONFIG_DIR": "/root/.claude", "NO_PROXY": "internal.example"}
+
+
+def test_the_rehearsal_environment_routes_only_to_the_server_and_carries_no_secret(tmp_path: Path) -> None:
+    env = cli_environment(users_environment(), REHEARSAL, tmp_path / "config", "http://127.0.0.1:4242", 300.0,
+                          as_root=True)
+    assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:4242" and env["ANTHROPIC_API_KEY"] == REHEARSAL_KEY
+    assert SECRET not in json.dumps(env)
+    assert "ANTHROPIC_MODEL" not in env and "CLAUDE_CODE_USE_BEDROCK" not in env and "CLAUDECODE" not in env
+    assert env["CLAUDE_CONFIG_DIR"] == str(tmp_path / "config")
+    assert env["PALETTE_TRACE"] == "/run/item/palette-calls.jsonl"  # the conversation's, passed through
+    assert env["NO_PROXY"].split(",")[:2] == ["127.0.0.1", "localhost"] and "internal.example" in env["NO_PROXY"]
+    for name in ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER", "DISABLE_TELEMETRY"):
+        assert env[name] == "1"
+    # deck.py holds for 90 s: the Bash tool's limit is the harness's command timeout, not the CLI's 2 min.
+    assert env["BASH_DEFAULT_TIMEOUT_MS"] == env["BASH_MAX_TIMEOUT_MS"] == "300000"
+    assert env["IS_SANDBOX"] == "1"
+
+
+def test_a_real_model_keeps_the_callers_key_and_gateway_and_only_root_gets_is_sandbox(tmp_path: Path) -> None:
+    env = cli_environment(users_environment(), SONNET, tmp_path, None, 120.0, as_root=False)
+    assert env["ANTHROPIC_API_KEY"] == SECRET and env["ANTHROPIC_BASE_URL"] == "https://gateway.example"
+    assert "IS_SANDBOX" not in env and "CLAUDECODE" not in env
+    assert env["BASH_MAX_TIMEOUT_MS"] == "120000"
+
+
+def test_the_harness_environment_is_never_changed(tmp_path: Path) -> None:
+    before = dict(os.environ)
+    cli_environment(users_environment(), REHEARSAL, tmp_path, "http://127.0.0.1:1", 300.0)
+    assert dict(os.environ) == before and "PALETTE_TRACE" not in os.environ
+
+
+# -- reading the CLI's output (shapes as Claude Code 2.1.332 prints them) --------------------------
+
+
+def init(skills: list[str], session: str = SID) -> str:
+    return json.dumps({"type": "system", "subtype": "init", "session_id": session, "skills": skills,
+                       "model": "claude-sonnet-4-5", "permissionMode": "bypassPermissions",
+                       "tools": ["Bash", "Skill"], "apiKeySource": "ANTHROPIC_API_KEY"})
+
+
+def result(**fields: Any) -> str:
+    base = {"type": "result", "subtype": "success", "is_error": False, "result": "Here is the plan",
+            "session_id": SID, "num_turns": 5, "total_cost_usd": 0.28, "permission_denials": [],
+            "usage": {"input_tokens": 92983, "output_tokens": 323, "cache_read_input_tokens": 0,
+                      "output_tokens_details": {"thinking_tokens": 0}, "service_tier": "standard"},
+            "terminal_reason": "completed"}
+    return json.dumps(base | fields)
+
+
+TOOL_CALLS = [
+    json.dumps({"type": "assistant", "message": {"content": [
+        {"type": "tool_use", "id": "t1", "name": "Skill", "input": {"skill": "palette"}}]}}),
+    json.dumps({"type": "user", "message": {"content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "Launching skill: palette"}]}}),
+    json.dumps({"type": "assistant", "message": {"content": [
+        {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "python3 x/deck.py find --root ."}}]}}),
+    json.dumps({"type": "user", "message": {"content": [
+        {"type": "tool_result", "tool_use_id": "t2", "content": [{"type": "text", "text": '{\n "found": []\n}'}]}]}}),
+]
+
+
+def test_the_stream_gives_skills_steps_and_the_result() -> None:
+    out = parse_stream([init(["palette", "dataviz"]), "not json: a warning line", *TOOL_CALLS, result()])
+    assert out.skills == ["palette", "dataviz"] and out.session_id == SID
+    assert out.steps == ["→ Skill: palette", "← Launching skill: palette",
+                         "→ Bash: python3 x/deck.py find --root .", '← { "found": [] }']
+    assert out.result is not None and out.result["num_turns"] == 5
+    assert failure(out, 0, "") is None
+
+
+def session_for(tmp_path: Path, env: dict[str, str] | None = None) -> ClaudeSession:
+    card = load_skill("palette")
+    return ClaudeSession(Path("/bin/false"), tmp_path, card, env or {}, "claude-sonnet-4-5", tmp_path / "claude")
+
+
+def checked(tmp_path: Path, lines: list[str], returncode: int = 0, stderr: str = "",
+            env: dict[str, str] | None = None) -> None:
+    session = session_for(tmp_path, env)
+    session.session_id = SID
+    session._check(parse_stream(lines), returncode, stderr)
+
+
+def test_a_permission_denial_is_a_host_error_not_agent_behaviour(tmp_path: Path) -> None:
+    denial = {"tool_name": "Bash", "tool_use_id": "t2", "tool_input": {"command": "python3 x/deck.py plan"}}
+    with pytest.raises(HostError, match=r"denied 1 tool call.*setup problem.*Bash.*deck\.py plan"):
+        checked(tmp_path, [init(["palette"]), result(permission_denials=[denial])])
+
+
+def test_an_error_result_is_a_host_error_in_the_clis_words(tmp_path: Path) -> None:
+    line = result(subtype="error_max_turns", is_error=True, result=None, api_error_status=None,
+                  errors=["Reached maximum number of turns (3)"])
+    with pytest.raises(HostError, match=r"error_max_turns, exit 1: Reached maximum number of turns \(3\)"):
+        checked(tmp_path, [init(["palette"]), line], returncode=1)
+    api = result(is_error=True, result="API Error: 529 overloaded", api_error_status=529)
+    with pytest.raises(HostError, match=r"API status 529.*overloaded"):
+        checked(tmp_path, [init(["palette"]), api], returncode=1)
+
+
+def test_an_exit_without_a_result_reports_stderr_with_secrets_redacted(tmp_path: Path) -> None:
+    stderr = f"Error: invalid x-api-key {SECRET}\n"
+    with pytest.raises(HostError) as caught:
+        checked(tmp_path, [], returncode=1, stderr=stderr, env={"ANTHROPIC_API_KEY": SECRET})
+    assert "exited 1 without a result" in str(caught.value) and "invalid x-api-key" in str(caught.value)
+    assert SECRET not in str(caught.value) and "[redacted]" in str(caught.value)
+
+
+def test_a_skill_the_cli_did_not_discover_is_a_host_error_naming_its_folder(tmp_path: Path) -> None:
+    with pytest.raises(HostError, match=r"did not discover the skill 'palette' installed in .*palette.*dataviz"):
+        checked(tmp_path, [init(["dataviz"]), result()])
+
+
+def test_a_different_session_means_lost_history(tmp_path: Path) -> None:
+    with pytest.raises(HostError, match="history is lost"):
+        checked(tmp_path, [init(["palette"], session=str(uuid.uuid4())), result()])
+
+
+def test_the_cost_recorded_per_turn_is_that_turns_share_of_the_sessions_total(tmp_path: Path) -> None:
+    # On --resume the CLI's total_cost_usd is the session's running total (seen: 0.286, 0.514, 0.825).
+    session = session_for(tmp_path)
+    assert [session._turn_cost(total) for total in (0.286038, 0.513687, 0.825417)] == [0.286038, 0.227649, 0.31173]
+    assert session._turn_cost(None) is None
+
+
+def test_turn_files_are_scrubbed_of_secrets(tmp_path: Path) -> None:
+    session = session_for(tmp_path, {"ANTHROPIC_API_KEY": SECRET})
+    written = tmp_path / "turn-01.stderr"
+    written.write_text(f"request failed with key {SECRET}", encoding="utf-8")
+    assert SECRET not in session._scrub(written) and SECRET not in written.read_text(encoding="utf-8")
+    assert redact(f"a {SECRET} b", [SECRET, ""]) == "a [redacted] b"
+
+
+def test_no_result_at_all_is_not_a_success() -> None:
+    assert "without a result" in (failure(CliOutput(skills=["palette"]), 0, "") or "")
+
+
+# -- models, credentials, availability -------------------------------------------------------------
+
+
+def test_only_models_claude_code_can_speak_to_are_supported() -> None:
+    host = ClaudeHost()
+    assert host.unsupported(REHEARSAL) is None and host.unsupported(SONNET) is None
+    assert host.unsupported(parse_model("rehearsal:builds_early")) is None
+    reason = host.unsupported(parse_model("watsonx:openai/gpt-oss-120b")) or ""
+    assert "anthropic:<model id>" in reason and "rehearsal" in reason
+    assert host.unsupported(parse_model("openai:gpt-5")) is not None
+
+
+def test_a_real_model_without_a_key_is_named_before_any_case() -> None:
+    host = ClaudeHost()
+    [problem] = host.problems(SONNET, {})
+    assert "ANTHROPIC_API_KEY" in problem and "anthropic:claude-sonnet-4-5" in problem
+    assert host.problems(SONNET, {"ANTHROPIC_API_KEY": SECRET}) == []
+    assert host.problems(REHEARSAL, {}) == []
+
+
+def test_no_binary_names_the_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr("pytest_palette.hosts.claude.bundled_cli", lambda: None)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    reason = ClaudeHost().unavailable() or ""
+    assert "pip install claude-agent-sdk" in reason and "--palette-claude-cli" in reason
+    missing = ClaudeHost(cli=str(tmp_path / "nowhere" / "claude")).unavailable() or ""
+    assert missing.startswith("--palette-claude-cli ") and "no executable" in missing
+    assert ClaudeHost().describe(REHEARSAL, HostSettings())["client"] == "Claude Code (not installed)"
+
+
+def test_the_host_imports_without_the_sdk(tmp_path: Path) -> None:
+    # A finder that refuses claude_agent_sdk: the module and the host must not need it to load.
+    code = ("import importlib.abc, sys\n"
+            "class Block(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'claude_agent_sdk': raise ImportError('blocked')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from pytest_palette.hosts.claude import ClaudeHost, bundled_cli\n"
+            "print(ClaudeHost().name, 'claude_agent_sdk' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.split() == ["claude", "False"], done.stderr
+
+
+def test_the_skill_is_installed_where_the_cli_looks_and_identical(tmp_path: Path) -> None:
+    card = load_skill("palette")
+    installed = install_skill(card, tmp_path)
+    assert installed.directory == tmp_path / ".claude" / "skills" / "palette"
+    assert skill_hash(installed.directory) == skill_hash(PACKAGED_SKILLS / "palette")
+    assert differences(card.directory, installed.directory) == []
+    # SKILL.md's relative command resolves from the working folder through the link.
+    assert (tmp_path / "skills" / "palette" / "scripts" / "deck.py").is_file()
+    assert (tmp_path / "skills").is_symlink()
+    (installed.directory / "SKILL.md").write_text("edited", encoding="utf-8")
+    (installed.directory / "extra.txt").write_text("x", encoding="utf-8")
+    assert differences(card.directory, installed.directory) == ["extra.txt", "SKILL.md"]
+    assert install_skill(card, tmp_path).directory == installed.directory  # a fresh copy replaces it
+    assert differences(card.directory, installed.directory) == []
+
+
+def live_members(group: int) -> list[int]:
+    """Processes of a process group that are still running (zombies waiting to be reaped left out)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_each_session_gets_a_new_folder_beside_work_and_nothing_is_deleted(tmp_path: Path) -> None:
+    work = tmp_path / "item" / "work"
+    first = session_folder(work)
+    (first / "kept.txt").write_text("x", encoding="utf-8")
+    assert first == tmp_path / "item" / "claude" and session_folder(work) == tmp_path / "item" / "claude-2"
+    assert (first / "kept.txt").is_file() and not work.exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process groups from /proc")
+def test_stopping_a_turn_stops_its_whole_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The child ignores TERM, as a stuck tool might: the group KILL still ends it.
+    monkeypatch.setattr("pytest_palette.hosts.claude.KILL_GRACE", 0.5)
+    process = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60 & sleep 60"], start_new_session=True)
+    time.sleep(0.3)
+    assert len(live_members(process.pid)) >= 2
+    _stop(process)
+    assert process.poll() is not None
+    deadline = time.monotonic() + 5
+    while live_members(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_members(process.pid) == []
+
+
+# -- end to end with the real CLI ------------------------------------------------------------------
+
+CLI = find_cli()
+needs_cli = pytest.mark.skipif(CLI is None, reason="no Claude Code CLI: pip install claude-agent-sdk "
+                                                    "(it bundles the CLI) or put `claude` on PATH")
+
+
+@pytest.fixture(scope="module")
+def host() -> Iterator[ClaudeHost]:
+    claude = ClaudeHost()
+    yield claude
+    claude.close()
+
+
+class Item:
+    """One item's folder as the runner makes it: work/ for the agent, the trace beside it."""
+
+    def __init__(self, root: Path, host: ClaudeHost, model: str = "rehearsal",
+                 base: dict[str, str] | None = None, timeout: float = 120.0) -> None:
+        self.root, self.work, self.trace = root, root / "work", root / TRACE_NAME
+        self.env = agent_environment(self.trace, base)
+        self.session = host.open(self.work, load_skill("palette"), self.env, parse_model(model),
+                                 HostSettings(command_timeout=120))
+        self.timeout = timeout
+
+    def say(self, *messages: str) -> list[str]:
+        return [self.session.send(message, self.timeout).answer for message in messages]
+
+    def commands(self) -> list[str]:
+        return [call["command"] for call in read_trace(self.trace)]
+
+
+@needs_cli
+def test_a_three_slide_deck_plan_then_yes(host: ClaudeHost, tmp_path: Path) -> None:
+    served_before = len(host.endpoint.server(REHEARSAL).served)
+    item = Item(tmp_path, host)
+    plan, done = item.say("Build a 3-slide deck on prompt caching", "yes")
+    assert "Reply **yes**" in plan
+    deck = newest_deck(item.work)
+    assert deck is not None and str(deck) in done
+    facts = inspect_deck(deck)
+    assert facts.slides == 3 and facts.has_plex and facts.size >= 20_000
+    # PALETTE_TRACE lived only in the CLI's environment: these lines were written by deck.py run by the
+    # CLI's own Bash tool, in its process tree.
+    assert "PALETTE_TRACE" not in os.environ
+    assert item.commands() == ["find", "plan", "find", "start", "status"]
+    served = host.endpoint.server(REHEARSAL).served[served_before:]
+    assert len(served) >= 8 and {route for route, _ in served} == {"/v1/messages"}
+    first, second = item.session.turns
+    assert first.steps[0] == "→ Skill: palette" and any("deck.py plan" in s for s in first.steps)
+    assert first.num_turns and second.num_turns and first.cost_usd and second.cost_usd
+    assert first.usage["input_tokens"] > 0 and first.error is None
+    kept = sorted(p.name for p in (tmp_path / "claude").iterdir())
+    assert kept == ["config", "turn-01.jsonl", "turn-01.stderr", "turn-02.jsonl", "turn-02.stderr"]
+    assert not any(p.name == "config" for p in item.work.iterdir())  # the CLI's config is not the agent's
+
+
+@needs_cli
+def test_an_edit_conversation_edits_and_never_replans(host: ClaudeHost, tmp_path: Path) -> None:
+    item = Item(tmp_path, host)
+    item.say("Build a deck on prompt caching", "make it 5 slides", "yes")
+    commands = item.commands()
+    assert "edit" in commands and "plan" not in commands[commands.index("edit"):]
+    deck = newest_deck(item.work)
+    assert deck is not None and inspect_deck(deck).slides == 5
+
+
+@needs_cli
+def test_a_decline_builds_no_deck(host: ClaudeHost, tmp_path: Path) -> None:
+    item = Item(tmp_path, host)
+    _, answer = item.say("Build a deck on prompt caching", "actually, hold off")
+    assert "won't build" in answer
+    assert newest_deck(item.work) is None and "start" not in item.commands()
+
+
+@needs_cli
+def test_a_real_models_key_reaches_the_cli_but_nothing_written(host: ClaudeHost, tmp_path: Path) -> None:
+    # anthropic:<model> through a gateway: the rehearsal server stands in for it on loopback.
+    gateway = host.endpoint.server(REHEARSAL).base_url
+    base = {**os.environ, "ANTHROPIC_API_KEY": SECRET, "ANTHROPIC_BASE_URL": gateway}
+    item = Item(tmp_path, host, model="anthropic:claude-sonnet-4-5", base=base)
+    item.say("Build a 3-slide deck on prompt caching")
+    assert item.session.env["ANTHROPIC_API_KEY"] == SECRET
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+@needs_cli
+def test_a_skill_the_cli_cannot_find_fails_the_turn(host: ClaudeHost, tmp_path: Path) -> None:
+    item = Item(tmp_path, host)
+    (item.work / ".claude" / "skills" / "palette" / "SKILL.md").unlink()
+    with pytest.raises(HostError, match=r"did not discover the skill 'palette' installed in .*\.claude/skills/palette"):
+        item.say("Build a deck on prompt caching")
+
+
+@needs_cli
+def test_denied_tool_calls_are_a_host_error(tmp_path: Path) -> None:
+    strict = ClaudeHost(permission_mode="default")
+    try:
+        item = Item(tmp_path, strict)
+        with pytest.raises(HostError, match=r"denied \d+ tool call\(s\), a setup problem: Bash"):
+            item.say("Build a deck on prompt caching")
+        assert item.session.turns[0].error
+    finally:
+        strict.close()
+
+
+@needs_cli
+def test_a_turn_past_its_timeout_is_stopped(host: ClaudeHost, tmp_path: Path) -> None:
+    item = Item(tmp_path, host, timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(HostError, match=r"timed out after 0\.3 s"):
+        item.say("Build a deck on prompt caching")
+    assert time.monotonic() - started < 15
+    assert item.session.turns[0].error and "timed out" in item.session.turns[0].error
+
+
+@needs_cli
+def test_preflight_and_describe_name_what_would_run(host: ClaudeHost) -> None:
+    assert host.preflight(REHEARSAL, PACKAGED_SKILLS / "palette", {}) == []
+    described = host.describe(REHEARSAL, HostSettings())
+    assert described["client"].startswith("Claude Code 2.") and described["cli_model"] == REHEARSAL_CLI_MODEL
+    assert described["permission_mode"] == "bypassPermissions"
+    # A base URL on loopback: offline, the CLI spends ~19 s reaching for api.anthropic.com before its init.
+    problems = host.preflight(SONNET, PACKAGED_SKILLS / "palette", {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
+    assert len(problems) == 1 and "ANTHROPIC_API_KEY" in problems[0]
+
+
+@needs_cli
+def test_preflight_reports_a_skill_the_cli_does_not_discover(host: ClaudeHost, tmp_path: Path) -> None:
+    # No frontmatter name/description: the CLI does not offer it as a skill.
+    skill = tmp_path / "nameless"
+    (skill / "scripts").mkdir(parents=True)
+    (skill / "SKILL.md").write_text("just text, no frontmatter\n", encoding="utf-8")
+    problems = host.preflight(REHEARSAL, skill, {})
+    assert problems and "does not discover the skill 'nameless'" in problems[-1]

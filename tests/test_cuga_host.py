@@ -1,0 +1,423 @@
+"""The cuga host: IBM's CUGA SDK, the rehearsal model over loopback HTTP, the real skill.
+
+The first half needs no cuga: model mapping, credentials, why the host is unavailable, installing the
+skill and the drift check, the process state an item borrows, and the rehearsal wire read against
+requests real CUGA sent (recorded in tests/fixtures). The second half runs the real CugaAgent and is
+skipped, with the reason, when the SDK cannot be imported here — never passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_palette.backend import agent_environment
+from pytest_palette.evidence import TRACE_NAME, any_deck, inspect_deck, newest_deck, read_trace
+from pytest_palette.hosts import cuga as cuga_module
+from pytest_palette.hosts.base import HostError, HostSettings
+from pytest_palette.hosts.cuga import (
+    INSTALL_HINT,
+    RUN_COMMAND_CEILING,
+    CugaHost,
+    CugaModel,
+    CugaSession,
+    agent_path,
+    block_timeout,
+    code_steps,
+    credentials_needed,
+    cuga_model,
+    drift,
+    find_uv,
+    import_problem,
+    install_skill,
+    item_environment,
+    process_state,
+    unsupported_reason,
+)
+from pytest_palette.models import parse_model
+from pytest_palette.rehearsal import openai_wire
+from pytest_palette.rehearsal.conversation import ToolResult, UserSaid
+from pytest_palette.rehearsal.policy import RehearsalPolicy
+from pytest_palette.skill import PACKAGED_SKILLS, SkillCard, load_card, load_skill
+
+REHEARSAL = parse_model("rehearsal")
+SECRET = "sk-" + "S3CRET" * 8  # shaped like a key; never a real one
+FIXTURE = Path(__file__).parent / "fixtures" / "cuga-0.4.3-codeact.json"
+URL = "http://127.0.0.1:9/v1"
+
+
+# -- models ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["rehearsal", "rehearsal:builds_early", "openai:gpt-4o", "watsonx:openai/gpt-oss-120b",
+                                  "rits:openai/gpt-oss-120b"])
+def test_the_models_cuga_settings_can_express_are_supported(text: str) -> None:
+    assert unsupported_reason(parse_model(text)) is None
+
+
+def test_a_provider_cuga_is_not_mapped_for_is_unsupported_with_the_list() -> None:
+    reason = CugaHost().unsupported(parse_model("anthropic:claude-sonnet-4-5")) or ""
+    assert "'anthropic'" in reason and "openai, rehearsal, rits, watsonx" in reason
+
+
+def test_the_rehearsal_model_is_cugas_openai_client_pointed_at_the_endpoint() -> None:
+    mapped = cuga_model(REHEARSAL, {}, rehearsal_url=URL)
+    assert mapped == CugaModel("settings.openai.toml",
+                               {"OPENAI_BASE_URL": URL, "OPENAI_API_KEY": "dummy", "MODEL_NAME": "rehearsal"})
+    flawed = cuga_model(parse_model("rehearsal:builds_early"), {}, rehearsal_url=URL)
+    assert flawed.env["MODEL_NAME"] == "rehearsal:builds_early"
+
+
+def test_real_models_go_through_cugas_own_settings_files() -> None:
+    assert cuga_model(parse_model("watsonx:openai/gpt-oss-120b"), {}) == CugaModel(
+        "settings.watsonx.toml", {"MODEL_NAME": "openai/gpt-oss-120b"})
+    assert cuga_model(parse_model("rits:openai/gpt-oss-120b"), {}) == CugaModel(
+        "settings.rits.toml", {"MODEL_NAME": "openai/gpt-oss-120b"})
+    plain = cuga_model(parse_model("openai:gpt-4o"), {})
+    assert plain == CugaModel("settings.openai.toml", {"MODEL_NAME": "gpt-4o"})
+    compatible = cuga_model(parse_model("openai:my-model"), {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"})
+    assert compatible.env == {"MODEL_NAME": "my-model", "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}
+
+
+def test_an_unmapped_model_cannot_be_opened() -> None:
+    with pytest.raises(HostError, match="anthropic"):
+        cuga_model(parse_model("anthropic:claude-sonnet-4-5"), {})
+
+
+def test_missing_credentials_are_named_before_any_case_and_values_never_shown() -> None:
+    host = CugaHost()
+    assert host.problems(REHEARSAL, {}) == []
+    [openai] = host.problems(parse_model("openai:gpt-4o"), {})
+    assert "OPENAI_API_KEY" in openai and "OPENAI_BASE_URL" in openai
+    [rits] = host.problems(parse_model("rits:openai/gpt-oss-120b"), {"OPENAI_API_KEY": SECRET})
+    assert "RITS_API_KEY" in rits and SECRET not in rits
+    [watsonx] = host.problems(parse_model("watsonx:openai/gpt-oss-120b"), {"WATSONX_APIKEY": SECRET})
+    assert "WATSONX_URL" in watsonx and "WATSONX_PROJECT_ID or WATSONX_SPACE_ID" in watsonx
+    assert SECRET not in watsonx and "WATSONX_APIKEY" not in watsonx
+    assert credentials_needed(parse_model("rits:m"), {"RITS_API_KEY": SECRET, "RITS_BASE_URL": "u"}) == []
+
+
+def test_a_rits_model_other_than_cugas_default_needs_its_own_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cuga_module, "rits_default_model", lambda: "google/gemma-4-31B-it")
+    [problem] = credentials_needed(parse_model("rits:openai/gpt-oss-120b"), {"RITS_API_KEY": SECRET})
+    assert "RITS_BASE_URL" in problem and "google/gemma-4-31B-it" in problem and SECRET not in problem
+    assert credentials_needed(parse_model("rits:google/gemma-4-31B-it"), {"RITS_API_KEY": SECRET}) == []
+
+
+# -- availability ----------------------------------------------------------------------------------
+
+
+def _executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def test_without_uv_the_host_is_unavailable_and_says_how_to_fix_it(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "venv" / "bin" / "python"))
+    reason = CugaHost().unavailable() or ""
+    assert "uv" in reason and "pip install uv" in reason
+
+
+def test_uv_beside_an_unactivated_interpreter_is_found_and_put_on_the_agents_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uv = _executable(tmp_path / "venv" / "bin" / "uv")
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "venv" / "bin" / "python"))
+    assert find_uv({"PATH": str(tmp_path / "empty")}) == uv
+    empty = tmp_path / "empty"
+    assert agent_path(f"{empty}:/bin", uv) == f"{empty}:/bin:{uv.parent}"
+    assert agent_path(f"{uv.parent}:/bin", uv) == f"{uv.parent}:/bin"  # already there: unchanged
+
+
+def test_without_the_sdk_the_reason_names_the_lean_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    reason = import_problem() or ""
+    assert "not installed" in reason and "--no-deps cuga==" in reason and "requirements-cuga.txt" in reason
+
+
+def test_an_sdk_that_fails_to_import_is_unavailable_with_the_error(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    python = _executable(tmp_path / "python", "#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+                                              "echo \"ModuleNotFoundError: No module named 'jinja2'\" >&2\nexit 1\n")
+    reason = import_problem(str(python)) or ""
+    assert "No module named 'jinja2'" in reason and INSTALL_HINT in reason
+
+
+def test_importing_the_host_does_not_import_cuga() -> None:
+    code = ("import sys, pytest_palette.hosts.cuga as m\nm.CugaHost()\n"
+            "print(any(n == 'cuga' or n.startswith('cuga.') for n in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_the_plugin_registers_the_cuga_host() -> None:
+    done = subprocess.run([sys.executable, "-m", "pytest", "--host=cuga", "--co", "-q", "-p", "no:cacheprovider",
+                           "-m", "core"], cwd=Path(__file__).parent.parent, capture_output=True, text=True,
+                          timeout=120)
+    assert "no such host" not in done.stdout + done.stderr
+    assert "plain_request[cuga]" in done.stdout
+
+
+# -- budgets and the report ------------------------------------------------------------------------
+
+
+def test_a_code_block_may_run_as_long_as_run_command_and_no_longer() -> None:
+    assert block_timeout(HostSettings()) == RUN_COMMAND_CEILING == 120
+    assert block_timeout(HostSettings(command_timeout=60)) == 60
+
+
+def test_describe_reports_the_budgets_even_without_cuga(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = CugaHost()
+    monkeypatch.setattr(host, "unavailable", lambda: "not installed")
+    facts = host.describe(REHEARSAL, HostSettings())
+    assert facts["model"] == REHEARSAL.label and facts["sandbox_execution_timeout"] == "120 s"
+    assert facts["skill_loading"].startswith("lazy")
+
+
+def test_a_turns_steps_are_the_tool_calls_in_the_models_code() -> None:
+    assert code_steps('```python\nr = await load_skill("palette")\nprint(r)\n```') == ["→ load_skill: palette"]
+    run = "```python\nprint(await run_command('python3 skills/palette/scripts/deck.py find --root .'))\n```"
+    assert code_steps(run) == ["→ run_command: python3 skills/palette/scripts/deck.py find --root ."]
+    assert code_steps("```python\nx = 1 + 1\nprint(x)\n```") == ["→ code: x = 1 + 1"]
+    assert code_steps("Here is the plan. Reply **yes** to build it.") == []
+
+
+# -- the skill, installed where CUGA looks ---------------------------------------------------------
+
+
+def test_the_skill_is_installed_fresh_and_byte_identical(tmp_path: Path) -> None:
+    card = load_skill("palette")
+    installed = install_skill(card.directory, tmp_path / ".cuga", card.name)
+    assert installed == tmp_path / ".cuga" / "skills" / "palette" and drift(card.directory, installed) == []
+    (installed / "stray.md").write_text("left by an earlier run")
+    assert install_skill(card.directory, tmp_path / ".cuga", card.name) == installed
+    assert not (installed / "stray.md").exists()
+
+
+def test_drift_names_changed_missing_and_extra_files(tmp_path: Path) -> None:
+    card = load_skill("palette")
+    installed = install_skill(card.directory, tmp_path / ".cuga", card.name)
+    (installed / "SKILL.md").write_text("edited")
+    (installed / "scripts" / "deck.py").unlink()
+    (installed / "notes.md").write_text("extra")
+    found = "\n".join(drift(card.directory, installed))
+    assert "SKILL.md differs" in found and "deck.py is missing" in found and "notes.md is not in the skill" in found
+    assert drift(card.directory, tmp_path / "nowhere") == [f"{tmp_path / 'nowhere'} does not exist"]
+
+
+# -- the process state an item borrows -------------------------------------------------------------
+
+
+def test_process_state_is_the_items_environment_and_cwd_and_is_restored(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ONLY_OUTSIDE", "1")
+    before_env, before_cwd = dict(os.environ), os.getcwd()
+    inside = {**os.environ, "PALETTE_TRACE": str(tmp_path / TRACE_NAME)}
+    del inside["ONLY_OUTSIDE"]
+    with pytest.raises(RuntimeError), process_state(inside, tmp_path):
+        assert os.environ["PALETTE_TRACE"] == str(tmp_path / TRACE_NAME) and "ONLY_OUTSIDE" not in os.environ
+        assert Path.cwd() == tmp_path
+        raise RuntimeError("a turn failed")
+    assert dict(os.environ) == before_env and os.getcwd() == before_cwd and "PALETTE_TRACE" not in os.environ
+
+
+def test_the_items_environment_carries_the_trace_the_model_and_uv(tmp_path: Path) -> None:
+    env = agent_environment(tmp_path / TRACE_NAME, {"PATH": "/usr/bin:/bin"})
+    mapped = cuga_model(REHEARSAL, env, rehearsal_url=URL)
+    item = item_environment(env, mapped, tmp_path / ".cuga")
+    assert item["PALETTE_TRACE"] == str(tmp_path / TRACE_NAME) and item["PALETTE_PYTHON"] == sys.executable
+    assert item["OPENAI_BASE_URL"] == URL and item["MODEL_NAME"] == "rehearsal"
+    assert item["CUGA_FOLDER"] == str(tmp_path / ".cuga") and item["UV_PYTHON_DOWNLOADS"] == "never"
+    uv = find_uv()
+    assert item["PATH"].startswith("/usr/bin:/bin")
+    assert uv is None or shutil.which("uv", path=item["PATH"]) is not None
+
+
+# -- the rehearsal wire, read against what real CUGA sent ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recorded() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    return data
+
+
+def _request(recorded: dict[str, Any], name: str) -> dict[str, Any]:
+    messages = [{"role": "system", "content": recorded["system"]}, *recorded["requests"][name]]
+    return {**recorded["params"], "messages": messages}
+
+
+def test_real_cuga_appends_its_variables_to_the_users_words_and_the_wire_removes_them(
+        recorded: dict[str, Any]) -> None:
+    request = _request(recorded, "edit_reply")
+    last = request["messages"][-1]["content"]
+    assert last.startswith("make it 5 slides\n\n## Available Variables\n\n")  # the shape CUGA 0.4.3 sends
+    said = [e for e in openai_wire.to_conversation(request).events if isinstance(e, UserSaid)]
+    assert said[-1].text == "make it 5 slides"
+    content = openai_wire.complete(RehearsalPolicy(), request)["choices"][0]["message"]["content"]
+    assert "deck.py find --root ." in content and "```python" in content
+
+
+def test_real_cugas_execution_output_is_read_without_its_variables(recorded: dict[str, Any]) -> None:
+    request = _request(recorded, "build_status")
+    assert request["messages"][-1]["content"].startswith("Execution output:\n{")
+    assert "## Available Variables" in request["messages"][-1]["content"]
+    results = [e for e in openai_wire.to_conversation(request).events if isinstance(e, ToolResult)]
+    status = json.loads(results[-1].text)
+    assert status["done"] is True and "Available Variables" not in results[-1].text
+    answer = openai_wire.complete(RehearsalPolicy(), request)["choices"][0]["message"]["content"]
+    assert "```" not in answer and status["pptx"] in answer and "5 slides" in answer
+
+
+def test_real_cugas_skills_block_offers_the_skill(recorded: dict[str, Any]) -> None:
+    listing = openai_wire.skills_listing(recorded["system"])
+    assert listing.startswith("- palette: REQUIRED for every request that produces slides")
+    assert recorded["params"] == {"model": "rehearsal", "stream": False, "max_completion_tokens": 16000,
+                                  "temperature": 0.1}
+
+
+def test_a_message_without_variables_is_unchanged() -> None:
+    assert openai_wire.without_variables("yes\n\n## Notes\nkeep") == "yes\n\n## Notes\nkeep"
+
+
+# -- end to end: the real CugaAgent ----------------------------------------------------------------
+
+_REASON = CugaHost().unavailable()
+needs_cuga = pytest.mark.skipif(_REASON is not None, reason=f"cuga host unavailable: {_REASON}")
+
+
+@pytest.fixture(scope="module")
+def host() -> Iterator[CugaHost]:
+    running = CugaHost()
+    yield running
+    running.close()
+
+
+def _open(host: CugaHost, tmp_path: Path, skill: SkillCard | None = None) -> tuple[CugaSession, Path]:
+    trace = tmp_path / TRACE_NAME
+    work = tmp_path / "work"
+    work.mkdir()
+    session = host.open(work, skill or load_skill("palette"), agent_environment(trace), REHEARSAL, HostSettings())
+    return session, trace
+
+
+def _talk(session: CugaSession, *messages: str) -> list[str]:
+    try:
+        return [session.send(message, 120).answer for message in messages]
+    finally:
+        session.close()
+
+
+@needs_cuga
+def test_a_three_slide_deck_is_planned_approved_and_built_by_cugas_run_command(host: CugaHost,
+                                                                                tmp_path: Path) -> None:
+    # Loading CUGA sets what it reads at import (CUGA_DBS_DIR, ENV_FILE, …) for the life of the process;
+    # everything an item sets on top of that is its own and goes when the item does.
+    host.describe(REHEARSAL, HostSettings())
+    before_env, before_cwd = dict(os.environ), os.getcwd()
+    session, trace = _open(host, tmp_path)
+    served_before = len(host._endpoint.server(REHEARSAL).served)
+    answers = _talk(session, "Make a 3-slide deck about our Q3 results for the leadership team", "yes")
+    assert "Reply **yes**" in answers[0] and answers[1].startswith("Your deck is ready:")
+    assert session.turns[0].steps[0] == "→ load_skill: palette"
+    assert any(step.startswith("→ run_command: python3 skills/palette/scripts/deck.py plan ")
+               for step in session.turns[0].steps)
+    assert session.turns[1].steps[-1] == "→ run_command: python3 skills/palette/scripts/deck.py status --out-dir ./deck"
+    assert dict(os.environ) == before_env and os.getcwd() == before_cwd and "PALETTE_TRACE" not in os.environ
+    # Where CUGA ran the commands: its own per-thread folder, with the skill it discovered copied in.
+    workspace = session.workspace
+    assert workspace.parent.name == "cuga_workspace" and (workspace / "skills" / "palette" / "SKILL.md").is_file()
+    deck = newest_deck(tmp_path / "work")
+    assert deck == workspace / "deck" / "deck.pptx" and inspect_deck(deck).slides == 3
+    calls = read_trace(trace)
+    commands = [call["command"] for call in calls]
+    assert commands[0] == "find" and "plan" in commands and commands[-2:] == ["start", "status"]
+    assert json.loads(calls[0]["stdout"])["root"] == str(workspace)
+    # The harness ran no deck.py itself: each call followed a model request CUGA sent to the endpoint.
+    served = host._endpoint.server(REHEARSAL).served[served_before:]
+    assert len(served) > len(calls) and {route for route, _ in served} == {"/v1/chat/completions"}
+    assert (tmp_path / "cuga.log").is_file()
+
+
+@needs_cuga
+def test_an_edit_conversation_edits_and_never_replans(host: CugaHost, tmp_path: Path) -> None:
+    session, trace = _open(host, tmp_path)
+    _talk(session, "Make a 3-slide deck about our Q3 results for the leadership team", "make it 5 slides", "yes")
+    commands = [call["command"] for call in read_trace(trace)]
+    assert "edit" in commands and "plan" not in commands[commands.index("edit"):]
+    [edit] = [call for call in read_trace(trace) if call["command"] == "edit"]
+    assert edit["args"]["instruction"] == "make it 5 slides"
+    deck = newest_deck(tmp_path / "work")
+    assert deck is not None and inspect_deck(deck).slides == 5
+
+
+@needs_cuga
+def test_a_decline_leaves_no_deck(host: CugaHost, tmp_path: Path) -> None:
+    session, trace = _open(host, tmp_path)
+    _talk(session, "Make a 3-slide deck about our Q3 results for the leadership team", "actually, hold off")
+    commands = [call["command"] for call in read_trace(trace)]
+    assert "plan" in commands and "start" not in commands
+    assert any_deck(tmp_path / "work") == []
+
+
+@needs_cuga
+def test_a_skill_cuga_cannot_discover_stops_the_item_naming_the_folder(host: CugaHost, tmp_path: Path) -> None:
+    broken = tmp_path / "broken" / "palette"
+    (broken / "scripts").mkdir(parents=True)
+    (broken / "SKILL.md").write_text("---\nname: palette\n---\n\n# No description, so CUGA skips it\n")
+    (tmp_path / "run").mkdir()
+    with pytest.raises(HostError, match=r"discover_skills does not find 'palette' in .*\.cuga/skills"):
+        _open(host, tmp_path / "run", load_card(broken))
+
+
+@needs_cuga
+def test_a_turn_past_its_timeout_is_a_host_error_and_ends_the_conversation(host: CugaHost, tmp_path: Path) -> None:
+    session, _ = _open(host, tmp_path)
+    try:
+        with pytest.raises(HostError, match=r"timed out after 0\.01 s"):
+            session.send("Make a 3-slide deck about tides", 0.01)
+        assert session.turns[-1].error and "timed out" in session.turns[-1].error
+        with pytest.raises(HostError, match="cannot continue"):
+            session.send("yes", 120)
+    finally:
+        session.close()
+
+
+@needs_cuga
+def test_preflight_and_describe_read_cugas_own_discovery_and_settings(host: CugaHost) -> None:
+    assert host.preflight(REHEARSAL, PACKAGED_SKILLS / "palette", {}) == []
+    facts = host.describe(REHEARSAL, HostSettings())
+    assert facts["model"] == REHEARSAL.label
+    assert facts["cuga_model"] == "openai/rehearsal (settings.openai.toml)"
+    assert facts["sandbox_execution_timeout"] == "120 s" and facts["cuga_max_steps"].isdigit()
+
+
+@needs_cuga
+def test_preflight_reports_a_skill_cuga_would_not_discover(host: CugaHost, tmp_path: Path) -> None:
+    (tmp_path / "palette").mkdir()
+    (tmp_path / "palette" / "SKILL.md").write_text("---\nname: palette\n---\n\nbody\n")
+    [problem] = host.preflight(REHEARSAL, tmp_path / "palette", {})
+    assert "discover_skills does not find 'palette'" in problem
+
+
+@needs_cuga
+def test_one_process_cannot_switch_cugas_models_file(host: CugaHost) -> None:
+    host.describe(REHEARSAL, HostSettings())  # CUGA is loaded for the OpenAI-compatible file by now
+    with pytest.raises(HostError, match=r"cannot switch to settings\.watsonx\.toml"):
+        cuga_module.load_cuga("settings.watsonx.toml")
