@@ -67,6 +67,18 @@ class Case:
         """The first message: the request, a blank line, the pasted material."""
         return f"{self.request}\n\n{self.context}" if self.context else self.request
 
+    def to_json(self) -> dict[str, Any]:
+        """Everything needed to judge this case again later, without its case file."""
+        return {"name": self.name, "covers": self.covers, "tags": list(self.tags), "request": self.request,
+                "context": self.context, "replies": list(self.replies), "expect": dict(self.expect.__dict__),
+                "path": str(self.path), "line": self.line}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Case:
+        return cls(name=data["name"], covers=data["covers"], tags=tuple(data["tags"]), request=data["request"],
+                   context=data["context"], replies=tuple(data["replies"]), expect=Expect(**data["expect"]),
+                   path=Path(data["path"]), line=int(data["line"]))
+
     def digest(self) -> str:
         """A hash of what the case asks and expects: two runs of the same digest asked the same question."""
         payload = json.dumps([self.request, self.context, list(self.replies), self.expect.__dict__], sort_keys=True)
@@ -181,7 +193,8 @@ class _Reader:
         tags = self.text_list(fields, "tags", label, [])
         for tag in tags:
             if not NAME.match(tag):
-                raise self.error(fields["tags"][0], f"tag {tag!r} of {label} must match [a-z0-9_]+ (it becomes a marker)")
+                raise self.error(fields["tags"][0],
+                                 f"tag {tag!r} of {label} must match [a-z0-9_]+ (it becomes a marker)")
         replies = self.text_list(fields, "replies", label, ["yes"])
         return {"covers": covers.strip(), "request": request.strip(), "tags": tuple(tags), "replies": tuple(replies)}
 
@@ -232,8 +245,9 @@ class _Reader:
         label = f"documents case at line {line}"
         for key in ("name", "context", "context_file"):
             if key in fields:
-                raise self.error(fields[key][0], f"{label}: {key!r} does not go with 'documents' "
-                                                 "(each document is the pasted material; cases are named from its file stem)")
+                raise self.error(fields[key][0],
+                                 f"{label}: {key!r} does not go with 'documents' "
+                                 "(each document is the pasted material; cases are named from its file stem)")
         pattern = self.typed(fields, "documents", str, label)
         common = self.common(node, fields, label)
         text, missing = expand(pattern, self.env)

@@ -3,25 +3,45 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
-from . import __version__, converse
+from . import __version__
+
+# (command, module, summary). Modules are imported only for the command that runs: converse pulls in
+# langgraph (~1 s), which `report` over a big ledger cannot afford.
+COMMANDS = (
+    ("converse", "converse", "drive one conversation by hand and show what it left on disk"),
+    ("show", "show", "one run in depth: each call with its arguments and output, each failure"),
+    ("rejudge", "rejudge", "the current judge over a saved run, with no host; lists every changed verdict"),
+    ("report", "report", "every results.jsonl under a folder as Markdown (and JSON): scores, pass@k, metrics"),
+    ("compare", "compare", "two runs before vs after, per case and host, with a paired exact test"),
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="palette-bench", description="Benchmark agent hosts driving the Palette skill.")
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `only`, just that subcommand's module is imported (the others keep their help line)."""
+    parser = argparse.ArgumentParser(prog="palette-bench",
+                                     description="Benchmark agent hosts driving the Palette skill.")
     parser.add_argument("--version", action="version", version=f"pytest-palette {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    talk = commands.add_parser("converse", help="drive one conversation by hand and show what it left on disk")
-    converse.add_arguments(talk)
-    talk.set_defaults(run=converse.run)
+    for name, module_name, summary in COMMANDS:
+        sub = commands.add_parser(name, help=summary, description=summary)
+        if only is None or only == name:
+            module = importlib.import_module(f"{__package__}.{module_name}")
+            module.add_arguments(sub)
+            sub.set_defaults(handler=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.run(args))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # The first bare word is the command (the top level has only --help and --version).
+    chosen = next((word for word in argv if not word.startswith("-")), None)
+    known = {name for name, _, _ in COMMANDS}
+    args = build_parser(chosen if chosen in known else None).parse_args(argv)
+    return int(args.handler(args))
 
 
 if __name__ == "__main__":

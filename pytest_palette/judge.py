@@ -116,7 +116,7 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
     if polls > case.expect.max_polls:
         failures.append(f"{polls} status polls — each is a model round trip, and the step budget is finite. "
                         "The commands should be holding, not spinning")
-    if case.expect.context and not any(_args(call).get("context") or _args(call).get("source")
+    if case.expect.context and not any(call_args(call).get("context") or call_args(call).get("source")
                                        for call in evidence.calls):
         failures.append("pasted material never reached the plan — neither --context nor --source was used, "
                         "so it was retyped or summarised into the request, which loses the grounding")
@@ -126,7 +126,7 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
     return verdict(notes)
 
 
-def _args(call: dict[str, Any]) -> dict[str, Any]:
+def call_args(call: dict[str, Any]) -> dict[str, Any]:
     """A call's arguments; a foreign trace line without a mapping there has none."""
     args = call.get("args")
     return args if isinstance(args, dict) else {}
@@ -139,5 +139,6 @@ def explain(verdict: Verdict) -> list[str]:
     lines += [f"  ↳ {failure}" for failure in verdict.failures]
     deck = f"{verdict.slides} slides, IBM Plex={verdict.has_plex}, {verdict.pptx}" if verdict.pptx else "none"
     lines.append(f"  deck: {deck}")
-    lines.append(f"  calls: {' → '.join(verdict.commands) if verdict.commands else '(none — the skill was never driven)'}")
+    calls = " → ".join(verdict.commands) if verdict.commands else "(none — the skill was never driven)"
+    lines.append(f"  calls: {calls}")
     return lines

@@ -8,7 +8,6 @@ what is on disk, exactly as for any other host.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -58,9 +57,6 @@ def prepare(case: Case, skill: SkillCard, workspace: Path, env: Mapping[str, str
         f"export PALETTE_TRACE={shlex.quote(str(trace))}\n"
         f"export PALETTE_PYTHON={shlex.quote(python)}\n", encoding="utf-8")
     (workspace / "utterance.txt").write_text(case.opening + "\n", encoding="utf-8")
-    (workspace / "case.json").write_text(json.dumps({
-        "name": case.name, "covers": case.covers, "tags": list(case.tags), "replies": list(case.replies),
-        "expect_deck": case.expect.deck, "expect_slides": case.expect.slides}, indent=2), encoding="utf-8")
     opening = case.opening
     shown = opening if len(opening) <= PASTE_PREVIEW else \
         f"{opening[:PASTE_PREVIEW]} … [+{len(opening) - PASTE_PREVIEW} chars, full text in utterance.txt]"

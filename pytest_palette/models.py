@@ -96,7 +96,8 @@ def check_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> None:
                                f"{'it is' if len(missing) == 1 else 'they are'} not set")
     needed = {"rehearsal": None, "watsonx": "langchain_ibm"}.get(spec.provider, "langchain")
     if needed and importlib.util.find_spec(needed) is None:
-        extra = "" if needed == "langchain_ibm" else " (pip install 'pytest-palette[providers]' and the provider's package)"
+        extra = ("" if needed == "langchain_ibm"
+                 else " (pip install 'pytest-palette[providers]' and the provider's package)")
         raise ModelUnavailable(f"--model {spec.text} needs the {needed} package, which is not installed{extra}")
 
 

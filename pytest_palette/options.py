@@ -41,12 +41,23 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-build-grace", type=float, default=None, dest="palette_build_grace",
                     metavar="SECONDS", help="after the last turn, how long to wait for a build still running "
                                             f"before reading the deck (default {DEFAULT_BUILD_GRACE:g})")
+    group.addoption("--palette-runs", type=int, default=None, dest="palette_runs", metavar="N",
+                    help="run every (case, host) N times, each in its own workspace (ids case[host-2])")
+    group.addoption("--palette-shard", default=None, dest="palette_shard", metavar="I/N",
+                    help="run only shard I of N: an exact, balanced, round-robin partition of the items")
+    group.addoption("--palette-run-id", default=None, dest="palette_run_id", metavar="ID",
+                    help="name the run folder (default: a timestamp); shards that share it share one ledger")
+    group.addoption("--palette-resume", default=None, dest="palette_resume", metavar="RUN_DIR",
+                    help="run only the items whose record is missing or errored in RUN_DIR, appending to its ledger")
     group.addoption("--palette-collect", default=None, dest="palette_collect", metavar="RUN_DIR",
                     help="judge what a run folder holds instead of running conversations (e.g. after the "
                          "manual host's run sheet was followed by hand)")
     group.addoption("--palette-check", action="store_true", default=False, dest="palette_check",
                     help="verify every selected host (credentials, client, skill discoverable and identical to "
                          "the skill under test) and run no case")
+    group.addoption("--palette-claude-cli", default=None, dest="palette_claude_cli", metavar="PATH",
+                    help="the Claude Code CLI the claude host runs (default: the one bundled in claude-agent-sdk, "
+                         "else `claude` on PATH)")
     parser.addini("palette_cases", "folders whose *.yaml files are case files", type="paths", default=[])
     parser.addini("palette_hosts", "default hosts, comma-separated", default="react")
     parser.addini("palette_model", "default model", default="rehearsal")
@@ -66,6 +77,11 @@ class Settings:
     host: HostSettings
     #: A run folder to judge as it is, instead of running conversations.
     collect_dir: Path | None = None
+    runs: int = 1
+    #: (i, n): this session runs shard i of n, 1-based.
+    shard: tuple[int, int] | None = None
+    run_id: str | None = None
+    resume_dir: Path | None = None
 
 
 def _number(config: pytest.Config, option: str, ini: str | None, default: float) -> float:
@@ -83,6 +99,19 @@ def _number(config: pytest.Config, option: str, ini: str | None, default: float)
     if value <= 0:
         raise pytest.UsageError(f"{source} must be more than 0 (got {value:g})")
     return value
+
+
+def _shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    index, _, total = text.partition("/")
+    try:
+        i, n = int(index), int(total)
+    except ValueError:
+        raise pytest.UsageError(f"--palette-shard {text!r}: write it as I/N, e.g. 1/2") from None
+    if not 1 <= i <= n:
+        raise pytest.UsageError(f"--palette-shard {text!r}: I must be between 1 and N")
+    return i, n
 
 
 def resolve(config: pytest.Config) -> Settings:
@@ -109,17 +138,34 @@ def resolve(config: pytest.Config) -> Settings:
     recursion = config.getoption("palette_recursion_limit")
     if recursion is not None and recursion < 1:
         raise pytest.UsageError(f"--palette-recursion-limit must be at least 1 (got {recursion})")
+    runs = config.getoption("palette_runs")
+    if runs is not None and runs < 1:
+        raise pytest.UsageError(f"--palette-runs must be at least 1 (got {runs})")
+    shard = _shard(config.getoption("palette_shard"))
+    resume = config.getoption("palette_resume")
+    resume_dir = (config.invocation_params.dir / resume).resolve() if resume else None
+    if resume_dir is not None and not (resume_dir / "results.jsonl").is_file():
+        raise pytest.UsageError(f"--palette-resume {resume}: no results.jsonl in {resume_dir}")
+    run_id = config.getoption("palette_run_id")
+    if run_id is not None and (not run_id or "/" in run_id or run_id.startswith(".")):
+        raise pytest.UsageError(f"--palette-run-id {run_id!r}: use a plain folder name")
+    if resume_dir is not None and run_id is not None and run_id != resume_dir.name:
+        raise pytest.UsageError("--palette-resume names the run folder; drop --palette-run-id")
     collect = config.getoption("palette_collect")
     collect_dir = (config.invocation_params.dir / collect).resolve() if collect else None
     if collect_dir is not None and not collect_dir.is_dir():
         raise pytest.UsageError(f"--palette-collect {collect}: no run folder at {collect_dir}")
     return Settings(
+        runs=runs or 1,
+        shard=shard,
+        run_id=resume_dir.name if resume_dir else run_id,
+        resume_dir=resume_dir,
         collect_dir=collect_dir,
         hosts=tuple(hosts),
         model=model,
         case_dirs=tuple(Path(os.path.abspath(d)) for d in case_dirs),
         skill_dir=skill_dir,
-        run_root=run_root if run_root.is_absolute() else root / run_root,
+        run_root=resume_dir.parent if resume_dir else (run_root if run_root.is_absolute() else root / run_root),
         turn_timeout=_number(config, "palette_turn_timeout", "palette_turn_timeout", DEFAULT_TURN_TIMEOUT),
         build_grace=_number(config, "palette_build_grace", None, DEFAULT_BUILD_GRACE),
         host=HostSettings(

@@ -15,7 +15,9 @@ from .backend import describe_backend
 from .collect import CaseFile, CaseItem
 from .hosts.base import Host
 from .judge import PASSED, Verdict, explain
-from .options import add_options, resolve
+from .ledger import LEDGER_NAME, read_records
+from .options import Settings, add_options, resolve
+from .records import fingerprint
 from .skill import skill_hash
 from .summary import Cell, cell_from_properties, render
 
@@ -31,11 +33,15 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_palette_add_hosts(hosts: dict[str, Host], config: pytest.Config) -> None:
     """The built-in hosts; tryfirst so that a project's hosts of the same name replace them."""
+    from .hosts.claude import ClaudeHost
+    from .hosts.cuga import CugaHost
     from .hosts.react import ReactHost
     from .manual import ManualHost
 
     hosts["react"] = ReactHost()
     hosts["manual"] = ManualHost()
+    hosts["claude"] = ClaudeHost(cli=config.getoption("palette_claude_cli", None))
+    hosts["cuga"] = CugaHost()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -48,8 +54,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(SummaryReporter(config), "palette-summary")
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     # One run id for the whole session: chosen by the controller, handed to xdist workers.
-    config.stash[stash.RUN_ID] = (workerinput or {}).get("palette_run_id") or (
+    config.stash[stash.RUN_ID] = (workerinput or {}).get("palette_run_id") or settings.run_id or (
         time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2))
+    if workerinput is None:
+        refuse_foreign_ledger(settings, settings.run_root / config.stash[stash.RUN_ID] / LEDGER_NAME)
     unknown = [name for name in settings.hosts if name not in hosts]
     if unknown:
         raise pytest.UsageError(f"--host {', '.join(unknown)}: no such host; known: {', '.join(sorted(hosts))}")
@@ -61,6 +69,18 @@ def pytest_configure(config: pytest.Config) -> None:
         problems = [f"{name}: {p}" for name in settings.hosts for p in hosts[name].problems(settings.model, os.environ)]
         if problems:
             raise pytest.UsageError("not ready to run:\n  " + "\n  ".join(problems))
+
+
+def refuse_foreign_ledger(settings: Settings, ledger: Path) -> None:
+    """Appending to a ledger written under other terms would mix two measurements in one run."""
+    if not ledger.is_file():
+        return
+    mine = fingerprint(settings, skill_hash(settings.skill_dir))
+    theirs = {record["fingerprint"] for record in read_records(ledger)}
+    if theirs - {mine}:
+        raise pytest.UsageError(
+            f"{ledger} was written under another configuration (fingerprint {', '.join(sorted(theirs))}; "
+            f"this session's is {mine}): model, skill, budgets or plugin version differ. Start a new run instead.")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -147,16 +167,48 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """pytest-timeout bounds the whole item unless the user chose a timeout: every turn plus the build grace."""
+    """After -k/-m: keep this shard's items and the items a resumed run still lacks; bound each with a timeout."""
+    settings = config.stash[stash.SETTINGS]
+    keep = select(items, settings)
+    if len(keep) != len(items):
+        kept = set(map(id, keep))
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = keep
+    # pytest-timeout bounds the whole item unless the user chose a timeout: every turn plus the build grace.
     chosen = config.getoption("timeout", None) or float(config.getini("timeout") or 0) if \
         config.pluginmanager.hasplugin("timeout") else True
     if not chosen:
-        settings = config.stash[stash.SETTINGS]
         for item in items:
             if isinstance(item, CaseItem):
                 turns = 1 + len(item.case.replies)
                 item.add_marker(pytest.mark.timeout(settings.turn_timeout * turns + settings.build_grace + 60))
+
+
+def select(items: list[pytest.Item], settings: Settings) -> list[pytest.Item]:
+    """The items this session runs: a resumed run's missing or errored ones, then this shard's share.
+
+    Sharding is round-robin over the selection in collection order, so the runs of one slow case spread
+    across shards and every item lands in exactly one shard.
+    """
+    cases = [item for item in items if isinstance(item, CaseItem)]
+    if settings.resume_dir is not None:
+        done = finished_items(settings.resume_dir / LEDGER_NAME)
+        cases = [i for i in cases if (i.case.name, i.host_name, i.run_index) not in done]
+    if settings.shard is not None:
+        index, total = settings.shard
+        cases = cases[index - 1::total]
+    chosen = set(map(id, cases))
+    return [item for item in items if not isinstance(item, CaseItem) or id(item) in chosen]
+
+
+def finished_items(ledger: Path) -> set[tuple[str, str, int]]:
+    """(case, host, run) whose latest record is a verdict; missing, errored and skipped ones run again."""
+    latest: dict[tuple[str, str, int], str] = {}
+    for record in read_records(ledger):
+        latest[(record["case"], record["host"], record["run_index"])] = record["outcome"]
+    return {key for key, outcome in latest.items() if outcome in ("pass", "fail")}
 
 
 class SummaryReporter:

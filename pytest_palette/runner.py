@@ -46,12 +46,19 @@ class RunRecord:
     evidence: Evidence | None = None
 
 
+def workspace_name(case: str, run_index: int, runs: int) -> str:
+    """A case's folder under its host: `case`, or `case-2` when each case runs several times."""
+    return case if runs == 1 else f"{case}-{run_index}"
+
+
 def write_inputs(case: Case, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "request.txt").write_text(case.request + "\n", encoding="utf-8")
     if case.context:
         (folder / "context.md").write_text(case.context + "\n", encoding="utf-8")
     (folder / "replies.txt").write_text("".join(f"{reply}\n" for reply in case.replies), encoding="utf-8")
+    # The whole definition, expectations included, so a saved run can be judged again (rejudge).
+    (folder / "case.json").write_text(json.dumps(case.to_json(), indent=2), encoding="utf-8")
 
 
 def converse(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: HostSettings,

@@ -46,6 +46,22 @@ def cell_from_properties(properties: Iterable[tuple[str, object]], outcome: str)
     )
 
 
+def merge(cells: Sequence[Cell]) -> Cell:
+    """Repeats of one (case, host) as one cell: `passes/n` over the runs that reached a verdict."""
+    if len(cells) == 1:
+        return cells[0]
+    judged = [c for c in cells if c.outcome in ("pass", "FAIL")]
+    errors = sum(c.outcome == "ERROR" for c in cells)
+    outcome = f"{sum(c.outcome == 'pass' for c in judged)}/{len(judged)}" + (f"+{errors}E" if errors else "")
+    slides = sorted(c.slides for c in judged if c.slides)
+    seconds = sorted(c.seconds for c in cells if c.seconds is not None)
+    polls = [c.polls for c in judged if c.polls is not None]
+    failures = tuple(dict.fromkeys(f for c in cells for f in c.failures))
+    first = cells[0]
+    return Cell(first.case, first.host, outcome, first.model, slides[len(slides) // 2] if slides else None,
+                seconds[len(seconds) // 2] if seconds else None, max(polls) if polls else None, failures)
+
+
 def _cell_text(cell: Cell | None) -> str:
     if cell is None:
         return "—"
@@ -61,7 +77,10 @@ def render(cells: Sequence[Cell], hosts: Sequence[str]) -> list[str]:
         return []
     columns = list(hosts) + sorted({c.host for c in cells} - set(hosts))
     cases = list(dict.fromkeys(c.case for c in cells))
-    by_key = {(c.case, c.host): c for c in cells}
+    groups: dict[tuple[str, str], list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault((cell.case, cell.host), []).append(cell)
+    by_key = {key: merge(group) for key, group in groups.items()}
     width = max(len("case"), *(len(name) for name in cases)) + 2
     column = max(24, *(len(h) + 2 for h in columns))
     lines = ["case".ljust(width) + "".join(h.ljust(column) for h in columns).rstrip()]
@@ -78,7 +97,7 @@ def render(cells: Sequence[Cell], hosts: Sequence[str]) -> list[str]:
         disagreements += disagree
         if disagree or len(columns) == 1:
             for cell in present:
-                if cell.outcome in ("pass", "skip"):
+                if cell.outcome in ("pass", "skip") or (not cell.failures and "/" in cell.outcome):
                     continue
                 prefix = f"{cell.host}: " if len(columns) > 1 else ""
                 for failure in cell.failures or ("(no failure recorded)",):
@@ -88,6 +107,7 @@ def render(cells: Sequence[Cell], hosts: Sequence[str]) -> list[str]:
         lines.append("! the hosts did not run the same model, so differences above are model *and* scaffold: "
                      + ", ".join(f"{h}={m}" for h, m in models.items()))
     for host in columns:
+        # The footer counts runs, so repeats are counted one by one.
         counts = {outcome: sum(1 for c in cells if c.host == host and c.outcome == outcome) for outcome in OUTCOMES}
         lines.append(f"{host}: {counts['pass']} passed, {counts['FAIL']} failed, {counts['ERROR']} errored"
                      + (f", {counts['skip']} skipped" if counts["skip"] else "")

@@ -45,7 +45,10 @@ EXPECTED: dict[str, tuple[set[str], str]] = {
 
 
 def run_suite(tmp_path: Path, model: str, *args: str, env: dict[str, str] | None = None) -> dict[str, list[str]]:
-    """Run the shipped cases in a subprocess; return each case's failure texts ([] for a pass)."""
+    """Run the shipped cases in a subprocess; return each case's failure texts ([] for a pass).
+
+    The run folder is `tmp_path / "runs"`.
+    """
     junit = tmp_path / "junit.xml"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", str(REPO / "cases"), "-p", "no:cacheprovider", "-p", "no:randomly",
@@ -76,11 +79,51 @@ def test_the_shipped_suite_has_the_documented_shape() -> None:
     assert all(isinstance(case, Case) and case.problem is None for case in CASES)
 
 
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[str]]]:
+    """The good rehearsal model over all 33 cases, once per module (per xdist worker)."""
+    folder = tmp_path_factory.mktemp("good")
+    return folder / "runs", run_suite(folder, "rehearsal")
+
+
 @pytest.mark.slow
-def test_the_good_rehearsal_model_passes_all_33(tmp_path: Path) -> None:
-    results = run_suite(tmp_path, "rehearsal")
+def test_the_good_rehearsal_model_passes_all_33(good_run: tuple[Path, dict[str, list[str]]]) -> None:
+    _, results = good_run
     assert set(results) == ALL
     assert {case: failures for case, failures in results.items() if failures} == {}
+
+
+@pytest.mark.slow
+def test_compare_flags_exactly_the_cases_a_known_bad_agent_fails(
+        tmp_path: Path, good_run: tuple[Path, dict[str, list[str]]]) -> None:
+    from pytest_palette.compare import compare, to_markdown
+    from pytest_palette.report import load
+
+    good, _ = good_run
+    run_suite(tmp_path, "rehearsal:never_edits")
+    comparison = compare(load(good), load(tmp_path / "runs"))
+    assert {change.case for change in comparison.regressions} == EDIT
+    assert not comparison.improvements
+    [host] = comparison.hosts
+    # 8 discordant cases, all one way: the exact two-sided p is 2 / 2**8.
+    assert (host.test.b, host.test.c, host.test.p) == (8, 0, 2 / 2**8)
+    text = to_markdown(comparison)
+    assert "| 0.007812 |" in text and "more than noise" in text and "same skill hash" in text
+
+
+@pytest.mark.slow
+def test_three_repeats_of_the_core_cases_give_fifteen_records_and_pass_at_k(tmp_path: Path) -> None:
+    from pytest_palette.ledger import read_records
+    from pytest_palette.report import build_report, load, to_markdown
+
+    results = run_suite(tmp_path, "rehearsal", "-m", "core", "--palette-runs", "3", "-n", "2")
+    assert not any(results.values())
+    records = list(read_records(tmp_path / "runs"))
+    assert len(records) == 15 and {r["outcome"] for r in records} == {"pass"}
+    text = to_markdown(build_report(load(tmp_path / "runs")))
+    for needed in ("pass@1", "pass@3", "pass^3", "3/3"):
+        assert needed in text, needed
+    assert text.count("3/3") >= 5 and "Wilson" in text
 
 
 @pytest.mark.slow

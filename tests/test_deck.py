@@ -746,7 +746,7 @@ def test_hold_poll_schedule_never_lags_past_a_tenth_of_a_second(monkeypatch: pyt
             time=time.time))
     for end in [0.01, 0.3, 1.0, 1.7, 2.5, 9.99, 59.0, 300.123]:
         clock["now"] = 0.0
-        mod.hold(lambda: clock["now"] >= end, None, 600)
+        mod.hold(lambda end=end: clock["now"] >= end, None, 600)
         assert end <= clock["now"] <= end + 0.1 + 1e-9
     clock["now"] = 0.0
     mod.hold(lambda: False, None, 3.3)  # never ends: returns at the hold limit, not past it

@@ -100,7 +100,7 @@ def test_tables_and_figures_reach_the_pptx(decks: dict[str, tuple[Path, dict[str
 
 
 def test_deck_json_describes_the_deck(decks: dict[str, tuple[Path, dict[str, Any]]]) -> None:
-    out, info = decks["grounded"]
+    out, _info = decks["grounded"]
     data = json.loads((out / "deck.json").read_text(encoding="utf-8"))
     assert data["title"] == "Q3 results" and data["family"] == "ibm_watsonx"
     assert data["font"].startswith("IBM Plex") and data["slide_count"] == 4

@@ -20,7 +20,8 @@ PHRASINGS = [
     ("why is there no agenda slide?", Q), ("What is on slide 3?", Q), ("Does it cover pricing?", Q),
     ("how long will the build take?", Q), ("is this for executives?", Q),
     ("actually, hold off for now", D), ("not now", D), ("cancel", D), ("no", D), ("No thanks.", D),
-    ("never mind", D), ("hmm, let me think about it", D), ("maybe later", D), ("let's not build it yet", D), ("please don't build it", D),
+    ("never mind", D), ("hmm, let me think about it", D), ("maybe later", D), ("let's not build it yet", D),
+    ("please don't build it", D),
     ("actually, do one on Kubernetes instead", N), ("scrap that, make a deck about our hiring plan instead", N),
     ("different deck: one on onboarding", N),
 ]

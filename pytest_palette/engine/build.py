@@ -80,12 +80,12 @@ def build_deck(plan_path: Path, out_dir: Path, family_name: str | None, delay: f
         layouts = render_pptx(plan, family, temps[0])
         progress("drawing previews")
         write_previews(plan, layouts, family, temps[2:])
-        temps[1].write_text(json.dumps(describe(plan, family.name, [l.kind for l in layouts]), indent=2) + "\n",
-                            encoding="utf-8")
+        kinds = [layout.kind for layout in layouts]
+        temps[1].write_text(json.dumps(describe(plan, family.name, kinds), indent=2) + "\n", encoding="utf-8")
         if delay > 0:
             progress(f"simulated latency: {delay:g}s (PALETTE_ENGINE_LATENCY)")
             simulate(delay)
-        for temp, path in reversed(list(zip(temps, final))):  # deck.pptx last
+        for temp, path in reversed(list(zip(temps, final, strict=True))):  # deck.pptx last
             os.replace(temp, path)
     finally:
         for temp in temps:

@@ -20,7 +20,14 @@ from .shaping import fit_to, headline
 from .tone import reword, reword_title, tone_in_text
 
 _ORDINAL = "|".join(sorted(ORDINALS, key=len, reverse=True))
-_TRIGGERS = ["make", "add", "insert", "include", "append", "drop", "remove", "delete", "cut", "trim", "reduce", "shrink", "shorten", "lengthen", "expand", "fix", "rewrite", "redo", "rework", "reword", "rephrase", "revise", "improve", "clean", "polish", "tidy", "tighten", "update", "lead", "start", "open", "begin", "put", "move", "focus", "concentrate", "only", "just", "keep", "change", "use", "more", "less", "fewer", "shorter", "longer", "casual", "formal", "professional", "can", "could", "would", "please", "also", "then", "go", "get", "lose", "kill", "scrap", "skip", "tone", "sound", "bring", "take", "set", "limit", "condense", "yes", "ok", "okay", "sure", "swap"]
+_TRIGGERS = [
+    "make", "add", "insert", "include", "append", "drop", "remove", "delete", "cut", "trim", "reduce", "shrink",
+    "shorten", "lengthen", "expand", "fix", "rewrite", "redo", "rework", "reword", "rephrase", "revise", "improve",
+    "clean", "polish", "tidy", "tighten", "update", "lead", "start", "open", "begin", "put", "move", "focus",
+    "concentrate", "only", "just", "keep", "change", "use", "more", "less", "fewer", "shorter", "longer", "casual",
+    "formal", "professional", "can", "could", "would", "please", "also", "then", "go", "get", "lose", "kill", "scrap",
+    "skip", "tone", "sound", "bring", "take", "set", "limit", "condense", "yes", "ok", "okay", "sure", "swap",
+]
 _SEPARATOR = re.compile(r"\s*(,|;|\n|\bbut\b|\band then\b|\bthen\b|\band also\b|\balso\b|\band\b|\bplus\b)\s*",
                         re.IGNORECASE)
 _HARD_SEPARATORS = {";", "\n", "but"}
@@ -37,7 +44,11 @@ _APPROVAL = re.compile(
     re.IGNORECASE,
 )
 _STOPWORDS = set(
-    ["the", "a", "an", "of", "on", "about", "to", "for", "and", "or", "with", "in", "at", "by", "slide", "slides", "section", "deck", "it", "its", "this", "that", "only", "just", "more", "please", "all", "our", "my", "your", "their"]
+    [
+        "the", "a", "an", "of", "on", "about", "to", "for", "and", "or", "with", "in", "at", "by", "slide", "slides",
+        "section", "deck", "it", "its", "this", "that", "only", "just", "more", "please", "all", "our", "my", "your",
+        "their",
+    ]
 )
 _CLOSING_TITLES = ("summary", "next steps", "questions and discussion", "questions", "thank you")
 
@@ -263,7 +274,7 @@ def _tone(plan: Plan, clause: str) -> str | None:
     for section in plan.sections:
         new_title = reword_title(section.title, tone)
         new_bullets = [reword(b, tone) for b in section.bullets]
-        changed += (new_title != section.title) + sum(a != b for a, b in zip(new_bullets, section.bullets))
+        changed += (new_title != section.title) + sum(a != b for a, b in zip(new_bullets, section.bullets, strict=True))
         section.title, section.bullets = new_title, new_bullets
     before = plan.tone
     plan.preferences["Tone"] = tone
@@ -276,8 +287,8 @@ def rewrite_section(section: Section, plan: Plan) -> Section:
     bullets: list[str] = []
     seen: set[str] = set()
     for bullet in section.bullets:
-        for part in re.split(r"\s*;\s+", " ".join(bullet.split())):
-            part = reword(capitalise(part.strip()), plan.tone)
+        for raw in re.split(r"\s*;\s+", " ".join(bullet.split())):
+            part = reword(capitalise(raw.strip()), plan.tone)
             if part.count(". ") == 0:
                 part = part.rstrip(".")
             if part and part.lower() not in seen:
@@ -294,7 +305,8 @@ def rewrite_section(section: Section, plan: Plan) -> Section:
 
 def _rewrite(plan: Plan, clause: str) -> str | None:
     if not re.search(r"\b(fix|rewrite|redo|rework|reword|rephrase|revise|improve|clean up|polish|tidy|"
-                     r"tighten|update|simplify|shorter|simpler|clearer|is wrong|needs work|is off|is confusing)\b", clause, re.IGNORECASE):
+                     r"tighten|update|simplify|shorter|simpler|clearer|is wrong|needs work|is off|is confusing)\b",
+                     clause, re.IGNORECASE):
         return None
     index = _slide_ref(plan, clause)
     if index is None:

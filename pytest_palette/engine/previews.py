@@ -145,6 +145,6 @@ def draw_preview(plan: Plan, index: int, layout: SlideLayout, family: Family) ->
 
 
 def write_previews(plan: Plan, layouts: list[SlideLayout], family: Family, paths: list[Path]) -> None:
-    for index, (layout, path) in enumerate(zip(layouts, paths)):
+    for index, (layout, path) in enumerate(zip(layouts, paths, strict=True)):
         # Level 1: flat slide art compresses well anyway, and encoding is the costliest step here.
         draw_preview(plan, index, layout, family).save(path, format="PNG", compress_level=1)

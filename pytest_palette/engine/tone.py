@@ -63,7 +63,10 @@ _TO_FORMAL += [(_pattern(a), b) for a, b in (
     ("pretty much", "largely"), ("kinda", "somewhat"), ("gonna", "going to"), ("wanna", "want to"),
     ("guys", "everyone"), ("awesome", "excellent"), ("cool", "good"),
 )]
-_SMALL_WORDS = set(["a", "an", "the", "and", "or", "but", "nor", "of", "on", "in", "to", "for", "with", "at", "by", "as", "from", "vs", "via", "per"])
+_SMALL_WORDS = set([
+    "a", "an", "the", "and", "or", "but", "nor", "of", "on", "in", "to", "for", "with", "at", "by", "as", "from", "vs",
+    "via", "per",
+])
 
 
 def _keep_case(replacement: str, found: str) -> str:
@@ -90,9 +93,10 @@ def title_case(title: str) -> str:
     words = title.split(" ")
     out = []
     for index, word in enumerate(words):
+        cased = word
         if word[:1].islower() and (index == 0 or word.lower() not in _SMALL_WORDS):
-            word = word[:1].upper() + word[1:]
-        out.append(word)
+            cased = word[:1].upper() + word[1:]
+        out.append(cased)
     return " ".join(out)
 
 

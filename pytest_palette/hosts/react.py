@@ -44,7 +44,8 @@ def system_prompt(cards: list[SkillCard], skills_root: Path, eager: bool = False
     for card in cards:
         lines.append(f"- {card.name}: {card.description}")
         if eager:
-            lines += [f"--- begin {card.name} instructions ---", card.body.strip(), f"--- end {card.name} instructions ---"]
+            lines += [f"--- begin {card.name} instructions ---", card.body.strip(),
+                      f"--- end {card.name} instructions ---"]
     if cards and not eager:
         lines.append("Call load_skill(name) to read one before you use it.")
     lines += [

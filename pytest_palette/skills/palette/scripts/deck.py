@@ -206,6 +206,21 @@ def hold(ended: Callable[[], bool], pid: Any, seconds: Optional[float]) -> None:
         interval = min(interval * 1.5, POLL_MAX)
 
 
+def common_prefix(strings: List[str]) -> str:
+    """The longest string all of ``strings`` start with, compared character by character.
+
+    What ``os.path.commonprefix`` computes, without borrowing a path function
+    for plain text (here: runs of indentation, which have no path components).
+    """
+    if not strings:
+        return ""
+    first, last = min(strings), max(strings)
+    for index, char in enumerate(first):
+        if char != last[index]:
+            return first[:index]
+    return first
+
+
 def unindent(text: str) -> str:
     """Undo the indent an agent adds when it embeds text as a literal in code.
 
@@ -218,7 +233,7 @@ def unindent(text: str) -> str:
     rest = [ln for ln in lines[1:] if ln.strip()]
     if not rest:
         return text
-    indent = os.path.commonprefix([ln[: len(ln) - len(ln.lstrip(" \t"))] for ln in rest])
+    indent = common_prefix([ln[: len(ln) - len(ln.lstrip(" \t"))] for ln in rest])
     if not indent:
         return text
     fixed = [lines[0]] + [ln[len(indent):] if ln.startswith(indent) else ln.strip() for ln in lines[1:]]
@@ -586,7 +601,7 @@ def cmd_start(args: argparse.Namespace) -> Result:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise DeckError(f"cannot create {out_dir}: {exc}", fix="pass an --out-dir you can write to")
+        raise DeckError(f"cannot create {out_dir}: {exc}", fix="pass an --out-dir you can write to") from exc
     rest = ["--plan", str(plan), "--out-dir", str(out_dir), "--json"]
     if args.palette_family:
         rest += ["--palette-family", args.palette_family]
@@ -732,7 +747,7 @@ def seconds_arg(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}")
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if value < 0 or value != value:
         raise argparse.ArgumentTypeError(f"must be 0 or more: {text!r}")
     return int(value) if value.is_integer() else value
