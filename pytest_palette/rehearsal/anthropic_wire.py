@@ -134,8 +134,9 @@ class _Reader:
         events: list[Event] = []
         for event in self.conversation.events:
             if isinstance(event, ToolResult) and event.call_id in self.skill_texts:
-                event = ToolResult(event.call_id, "\n\n".join([event.text, *self.skill_texts[event.call_id]]))
-            events.append(event)
+                events.append(ToolResult(event.call_id, "\n\n".join([event.text, *self.skill_texts[event.call_id]])))
+            else:
+                events.append(event)
         listing = "".join(entry + "\n\n" for entry in self.catalogue)
         return Conversation(system=listing + system, events=events)
 

@@ -8,7 +8,6 @@ action back into that client's shape. The policy sees only what a language model
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 
 @dataclass(frozen=True)
@@ -50,8 +49,8 @@ class Reply:
     text: str
 
 
-Event = Union[UserSaid, AgentSaid, LoadSkill, RunCommand, ToolResult]
-Action = Union[LoadSkill, RunCommand, Reply]
+Event = UserSaid | AgentSaid | LoadSkill | RunCommand | ToolResult
+Action = LoadSkill | RunCommand | Reply
 
 
 @dataclass
