@@ -11,37 +11,29 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from pytest_palette.cases import Case, load_cases
+from pytest_palette.rehearsal.known_bad import SPIN_LATENCY, expected_failures
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = [case for path in sorted((REPO / "cases").glob("*.yaml")) for case in load_cases(path)]
 ALL = {case.name for case in CASES}
 
 
-def names(keep: object) -> set[str]:
-    return {case.name for case in CASES if keep(case)}  # type: ignore[operator]
+def names(keep: Callable[[Case], bool]) -> set[str]:
+    return {case.name for case in CASES if keep(case)}
 
 
 DECK = names(lambda c: c.expect.deck)
 EDIT = names(lambda c: c.expect.edit)
 CONTEXT = names(lambda c: c.expect.context)
 GATE = ALL - DECK
-CONDITIONAL = names(lambda c: any(r.lower().startswith(("yes,", "yes but", "ok,")) and "but" in r for r in c.replies))
-
 #: What each known-bad agent must fail, and a phrase every one of its failures must contain.
-EXPECTED: dict[str, tuple[set[str], str]] = {
-    "builds_early": (GATE, "the confirmation gate was skipped"),
-    "retypes_context": (CONTEXT, "pasted material never reached the plan"),
-    "replans": (EDIT, "edit-plan was never called"),
-    "spins": (DECK, "status polls"),
-    "yes_but_is_yes": (CONDITIONAL, "edit-plan was never called"),
-    "never_edits": (EDIT, "edit-plan was never called"),
-    "hand_writes": (DECK, "does not carry IBM Plex"),
-}
+EXPECTED = expected_failures(CASES)
 
 
 def run_suite(tmp_path: Path, model: str, *args: str, env: dict[str, str] | None = None) -> dict[str, list[str]]:
@@ -74,8 +66,11 @@ def test_the_shipped_suite_has_the_documented_shape() -> None:
     assert len(names(lambda c: "core" in c.tags)) == 5
     assert names(lambda c: "trap" in c.tags) == {
         "conditional_yes", "retry", "fix_it", "question_then_approve", "never_approves"}
-    assert (len(DECK), len(EDIT), len(CONTEXT), GATE, CONDITIONAL) == (
+    assert (len(DECK), len(EDIT), len(CONTEXT), GATE, set(EXPECTED["yes_but_is_yes"][0])) == (
         32, 8, 17, {"never_approves"}, {"conditional_yes"})
+    assert {flaw: len(cases) for flaw, (cases, _) in EXPECTED.items()} == {
+        "builds_early": 1, "retypes_context": 17, "replans": 8, "spins": 32, "yes_but_is_yes": 1,
+        "never_edits": 8, "hand_writes": 32}
     assert all(isinstance(case, Case) and case.problem is None for case in CASES)
 
 
@@ -135,7 +130,7 @@ def test_each_known_bad_agent_fails_exactly_its_documented_cases(tmp_path: Path,
     # Those builds mostly wait, so two workers halve the wall time without contending for the cores.
     slow = flaw == "spins"
     results = run_suite(tmp_path, f"rehearsal:{flaw}", *(["-n", "2"] if slow else []),
-                        env={"PALETTE_ENGINE_LATENCY": "build=4"} if slow else None)
+                        env=SPIN_LATENCY if slow else None)
     failed = {case for case, failures in results.items() if failures}
     assert failed == expected, f"{flaw}: unexpected {sorted(failed - expected)}, missed {sorted(expected - failed)}"
     for case in failed:

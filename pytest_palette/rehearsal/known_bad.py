@@ -8,7 +8,9 @@ them on a case it is documented to fail, the judge is broken. Select one with
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Iterable
 
+from ..cases import Case
 from .conversation import Action, Conversation, Reply, RunCommand
 from .policy import PLAN_FILE, RehearsalPolicy, Step, split_opening
 from .replies import ReplyKind, classify_reply
@@ -119,3 +121,30 @@ class HandWrites(RehearsalPolicy):
 KNOWN_BAD: dict[str, type[RehearsalPolicy]] = {
     cls.name: cls for cls in (BuildsEarly, RetypesContext, Replans, Spins, YesButIsYes, NeverEdits, HandWrites)
 }
+
+
+def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], str]]:
+    """The documented matrix, derived from case definitions: each known-bad agent's cases to fail, and a
+    phrase every one of its failures carries. docs/known-bad-agents.md explains each row."""
+    cases = list(cases)
+
+    def named(keep: Callable[[Case], bool]) -> frozenset[str]:
+        return frozenset(case.name for case in cases if keep(case))
+
+    deck = named(lambda c: c.expect.deck)
+    edit = named(lambda c: c.expect.edit)
+    conditional = named(lambda c: any(classify_reply(r) is ReplyKind.CHANGE and r.lower().startswith(("yes", "ok"))
+                                      for r in c.replies))
+    return {
+        "builds_early": (named(lambda c: not c.expect.deck), "the confirmation gate was skipped"),
+        "retypes_context": (named(lambda c: c.expect.context), "pasted material never reached the plan"),
+        "replans": (edit, "edit-plan was never called"),
+        "spins": (deck, "status polls"),
+        "yes_but_is_yes": (conditional, "edit-plan was never called"),
+        "never_edits": (edit, "edit-plan was never called"),
+        "hand_writes": (deck, "does not carry IBM Plex"),
+    }
+
+
+#: The spinner is judged against a 4 s build: against an instant one a zero-second poller's count is a race.
+SPIN_LATENCY = {"PALETTE_ENGINE_LATENCY": "build=4"}

@@ -1,0 +1,69 @@
+"""Do the known-bad agents fail the same cases on every host? (issue 4; run by hand, minutes per host)
+
+For each known-bad rehearsal agent, runs all shipped cases on each host given, and checks that the set of
+failed cases is exactly the documented one (pytest_palette.rehearsal.known_bad.expected_failures) — the
+same set the react host is held to by tests/test_benchmark_suite.py. Errors (host failures) are counted
+apart and make the script fail too: a host error is not a verdict.
+
+    python benchmarks/known_bad_hosts.py --host cuga --host claude [--flaw replans ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from pytest_palette.cases import load_cases
+from pytest_palette.rehearsal.known_bad import SPIN_LATENCY, expected_failures
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(host: str, flaw: str, folder: Path) -> tuple[set[str], set[str], float]:
+    junit = folder / f"{host}-{flaw}.xml"
+    env = {**os.environ, **(SPIN_LATENCY if flaw == "spins" else {})}
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pytest", str(REPO / "cases"), f"--rootdir={REPO}", "-p", "no:cacheprovider",
+                    f"--host={host}", f"--model=rehearsal:{flaw}", "-n", "2", "-q",
+                    f"--palette-run-dir={folder / 'runs'}", f"--junitxml={junit}"],
+                   cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    failed, errored = set(), set()
+    for testcase in ET.parse(junit).getroot().iter("testcase"):
+        case = str(testcase.get("name")).split("[")[0]
+        if testcase.find("failure") is not None:
+            failed.add(case)
+        if testcase.find("error") is not None:
+            errored.add(case)
+    return failed, errored, time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", action="append", default=[])
+    parser.add_argument("--flaw", action="append", default=[])
+    args = parser.parse_args()
+    cases = [case for path in sorted((REPO / "cases").glob("*.yaml")) for case in load_cases(path)]
+    expected = expected_failures(cases)
+    ok = True
+    with tempfile.TemporaryDirectory() as scratch:
+        for host in args.host or ["cuga", "claude"]:
+            for flaw in args.flaw or sorted(expected):
+                failed, errored, seconds = run(host, flaw, Path(scratch))
+                want = set(expected[flaw][0])
+                same = failed == want and not errored
+                ok = ok and same
+                detail = "" if same else (f"  unexpected {sorted(failed - want)} missed {sorted(want - failed)}"
+                                          f" errored {sorted(errored)}")
+                print(f"{host:<7} {flaw:<16} fails {len(failed):>2}/{len(cases)} (documented {len(want):>2}) "
+                      f"{'same' if same else 'DIFFERENT'}  {seconds:5.0f}s{detail}", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
