@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -218,15 +219,19 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Serve the rehearsal model on 127.0.0.1 until interrupted.")
     parser.add_argument("--port", type=int, default=0, help="port to bind (0 picks a free one)")
     args = parser.parse_args(argv)
+    stopping = threading.Event()
+    # A handler, not KeyboardInterrupt: an interrupt that lands mid-print or mid-start still stops cleanly.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
     server = RehearsalServer(port=args.port).start()
-    print(f"rehearsal model serving at {server.base_url}", flush=True)
-    print(f"  CUGA / OpenAI clients:  OPENAI_BASE_URL={server.openai_base_url} OPENAI_API_KEY=dummy", flush=True)
-    print(f"  Claude Code:            ANTHROPIC_BASE_URL={server.base_url} ANTHROPIC_API_KEY=sk-ant-dummy",
-          flush=True)
     try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
+        print(f"rehearsal model serving at {server.base_url}", flush=True)
+        print(f"  CUGA / OpenAI clients:  OPENAI_BASE_URL={server.openai_base_url} OPENAI_API_KEY=dummy",
+              flush=True)
+        print(f"  Claude Code:            ANTHROPIC_BASE_URL={server.base_url} ANTHROPIC_API_KEY=sk-ant-dummy",
+              flush=True)
+        while not stopping.wait(0.2):
+            pass
     finally:
         server.stop()
     return 0
