@@ -20,6 +20,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
 from .conversation import AgentSaid, Conversation, Event, LoadSkill, Reply, RunCommand, ToolResult, UserSaid
+from .openai_wire import tool_roles
 from .policy import RehearsalPolicy
 
 
@@ -29,20 +30,6 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(part if isinstance(part, str) else str(part.get("text", "")) for part in content)
     return str(content)
-
-
-def _tool_roles(tools: Sequence[dict[str, Any]]) -> dict[str, str]:
-    """Which bound tool loads a skill and which runs a command, told apart by their parameters."""
-    roles: dict[str, str] = {}
-    for tool in tools:
-        function = tool.get("function", tool)
-        name = str(function.get("name", ""))
-        params = set((function.get("parameters") or {}).get("properties", {}))
-        if "command" in params:
-            roles["run"] = name
-        elif "name" in params or "skill" in name.lower():
-            roles["load"] = name
-    return roles
 
 
 class RehearsalChatModel(BaseChatModel):
@@ -77,7 +64,7 @@ class RehearsalChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        roles = _tool_roles(kwargs.get("tools") or [])
+        roles = tool_roles(kwargs.get("tools") or [])
         conversation = to_conversation(messages, roles)
         action = self.policy.next_action(conversation)
         message = to_message(action, roles, call_number=len(messages))
@@ -103,7 +90,7 @@ def to_conversation(messages: Sequence[BaseMessage], roles: dict[str, str]) -> C
                 if call["name"] == roles.get("run"):
                     events.append(RunCommand(str(args.get("command", "")), call_id))
                 elif call["name"] == roles.get("load"):
-                    events.append(LoadSkill(str(args.get("name", "")), call_id))
+                    events.append(LoadSkill(str(args.get(roles.get("load_param", "name"), "")), call_id))
     return conversation
 
 
@@ -114,7 +101,8 @@ def to_message(action: LoadSkill | RunCommand | Reply, roles: dict[str, str], ca
             {"name": roles["run"], "args": {"command": action.command}, "id": call_id, "type": "tool_call"}])
     if isinstance(action, LoadSkill) and "load" in roles:
         return AIMessage(content="", tool_calls=[
-            {"name": roles["load"], "args": {"name": action.name}, "id": call_id, "type": "tool_call"}])
+            {"name": roles["load"], "args": {roles.get("load_param", "name"): action.name}, "id": call_id,
+             "type": "tool_call"}])
     if isinstance(action, Reply):
         return AIMessage(content=action.text)
     # The host offered no tool for what the protocol needs next: say so rather than pretend.
