@@ -20,14 +20,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from pytest_palette.cases import load_cases
-from pytest_palette.rehearsal.known_bad import SPIN_LATENCY, expected_failures
+from pytest_palette.rehearsal.known_bad import expected_failures, spin_latency
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def run(host: str, flaw: str, folder: Path) -> tuple[set[str], set[str], float]:
     junit = folder / f"{host}-{flaw}.xml"
-    env = {**os.environ, **(SPIN_LATENCY if flaw == "spins" else {})}
+    env = {**os.environ, **(spin_latency(host) if flaw == "spins" else {})}
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "pytest", str(REPO / "cases"), f"--rootdir={REPO}", "-p", "no:cacheprovider",
                     f"--host={host}", f"--model=rehearsal:{flaw}", "-n", "2", "-q",

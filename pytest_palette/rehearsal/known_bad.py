@@ -146,5 +146,13 @@ def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], 
     }
 
 
-#: The spinner is judged against a 4 s build: against an instant one a zero-second poller's count is a race.
+#: The spinner is judged against a slow build: against an instant one a zero-second poller's count is a race.
+#: Each of its polls costs a model round trip, so the build must outlast 12 of them with room to spare —
+#: about 0.15 s each through LangGraph or CUGA, about 0.35 s through the Claude Code CLI.
 SPIN_LATENCY = {"PALETTE_ENGINE_LATENCY": "build=4"}
+SPIN_LATENCY_BY_HOST = {"claude": {"PALETTE_ENGINE_LATENCY": "build=12"}}
+
+
+def spin_latency(host: str) -> dict[str, str]:
+    """The engine latency the spinner is judged against on `host`."""
+    return SPIN_LATENCY_BY_HOST.get(host, SPIN_LATENCY)
