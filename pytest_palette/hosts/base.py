@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..models import ModelSpec
-from ..skill import SkillCard
+from ..skill import SkillCard, SkillNotFound, load_card
+
+
+def skill_for_preflight(skill_dir: Path) -> tuple[SkillCard | None, list[str]]:
+    """The skill under test as a host reads it, or the problem that stops it from being read at all."""
+    try:
+        return load_card(skill_dir), []
+    except SkillNotFound as error:
+        return None, [f"{error}: point --palette-skill at a skill folder"]
 
 
 class HostError(RuntimeError):

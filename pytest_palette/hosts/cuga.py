@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from ..models import ModelSpec, missing_credentials
-from ..skill import SkillCard, SkillNotFound, load_card, skill_files
-from .base import Host, HostError, HostSession, HostSettings, TurnRecord
+from ..skill import SkillCard, skill_files
+from .base import Host, HostError, HostSession, HostSettings, TurnRecord, skill_for_preflight
 from .endpoint import RehearsalEndpoint
 
 #: The version the host and its lean dependency set were proven against.
@@ -542,10 +542,9 @@ class CugaHost(Host):
 
     def preflight(self, model: ModelSpec, skill_dir: Path, env: Mapping[str, str]) -> list[str]:
         problems = super().preflight(model, skill_dir, env)
-        try:
-            card = load_card(skill_dir)
-        except SkillNotFound as error:
-            return [*problems, f"{error}: point --palette-skill at a skill folder"]
+        card, unreadable = skill_for_preflight(skill_dir)
+        if card is None:
+            return problems + unreadable
         if self.unavailable() or unsupported_reason(model):
             return problems
         return problems + self._discovery_problems(card, model)

@@ -23,8 +23,8 @@ from langgraph.errors import GraphRecursionError
 from langgraph.prebuilt import create_react_agent
 
 from ..models import ModelSpec, build_chat_model
-from ..skill import SkillCard, SkillNotFound, load_card, stage
-from .base import Host, HostError, HostSession, HostSettings, TurnRecord
+from ..skill import SkillCard, stage
+from .base import Host, HostError, HostSession, HostSettings, TurnRecord, skill_for_preflight
 from .shell import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, run_shell
 
 #: LangGraph's default of 25 steps is about 12 model turns: less than one deck.
@@ -217,10 +217,9 @@ class ReactHost(Host):
     def preflight(self, model: ModelSpec, skill_dir: Path, env: Mapping[str, str]) -> list[str]:
         # The react host reads the skill where it lives (staged fresh per case): nothing to drift from.
         problems = super().preflight(model, skill_dir, env)
-        try:
-            card = load_card(skill_dir)
-        except SkillNotFound as error:
-            return [*problems, f"{error}: point --palette-skill at a skill folder"]
+        card, unreadable = skill_for_preflight(skill_dir)
+        if card is None:
+            return problems + unreadable
         if not card.description:
             problems.append(f"{skill_dir / 'SKILL.md'} has no description in its frontmatter: "
                             "lazy loading offers the skill by its description")
