@@ -5,13 +5,16 @@ Writing: `append()` validates a record and writes it as one line with a single `
 
 Reading: `read_records()` streams every record under a folder (shards merge by living side by side);
 `load_table()` reads the same lines into a compact columnar `Table` (76 bytes a record instead of a
-dict's ~3 KB) that `report` and `compare` aggregate from. Bad lines are skipped with a warning naming the
-file and line, never silently; a torn last line (a `kill -9` or a full disk mid-write) is ignored with a warning.
+dict's ~3 KB) that `report` and `compare` aggregate from. Lines exactly as `append` writes them are tabled a
+block at a time through `ledger_grammar`; any other line is parsed with json and validated on its own. Bad
+lines are skipped with a warning naming the file and line, never silently; a torn last line (a `kill -9` or a
+full disk mid-write) is ignored with a warning.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
 import json
 import math
@@ -22,6 +25,8 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from . import ledger_grammar as grammar
 
 try:
     import fcntl
@@ -214,7 +219,9 @@ def ledger_files(path: str | os.PathLike[str]) -> list[Path]:
 
 # ---------------------------------------------------------------------------------------------- reading
 
-_BLOCK = 8 << 20  # read 8 MiB at a time: memory stays flat whatever the ledger's size
+# Read 256 KiB at a time: memory stays flat whatever the ledger's size, and a block's passes (count, findall)
+# run over bytes still in cache — measured 20% faster than 8 MiB blocks.
+_BLOCK = 256 << 10
 
 
 @dataclass(frozen=True)
@@ -555,16 +562,52 @@ def _tokens_ok(tokens: dict[str, Any]) -> bool:
 def _read_range(table: Table, path: Path, start: int, end: int) -> None:
     """Append the records of the lines that start in [start, end) of one ledger file to the table.
 
-    One record at a time, parsed and tabled while it is hot in cache: measured faster than parsing a
-    block into a list first (13-15 against 9 µs a record). No generator per line: a million lines.
+    A block of lines that all match the writer's exact grammar is tabled in C-level passes
+    (ledger_grammar); a block holding any other line is read line by line, each odd line through json and
+    the table's sink, or through `_recover`, which says what is wrong with it.
     """
     sink, loads, problems, name = table.sink(), _loads, table.problems, str(path)
+    reader = grammar.Reader(table)
 
-    def slow(offset: int, line: bytes, complete: bool) -> None:
+    def one(offset: int, line: bytes, complete: bool) -> None:
+        try:
+            if complete and sink(loads(line)):
+                return
+        except ValueError:  # not JSON
+            pass
         record, notes = _recover(line, complete)
         problems.extend(Problem(name, offset, note) for note in notes)
         if record is not None and not sink(record):
             raise AssertionError(f"{name}: a record that validates was refused by the table: {record!r}")
+
+    def batch(rows: list[grammar.Row], lines: list[tuple[int, bytes]]) -> None:
+        try:
+            reader.add(rows)
+        except grammar.NotFast:
+            for offset, line in lines:
+                one(offset, line, True)
+
+    def scan(block: bytes, offset: int) -> None:
+        """`block`: whole lines, each ending in a newline, the first starting at `offset`."""
+        rows = grammar.LINES.findall(block)
+        if len(rows) == block.count(b"\n"):  # anchored to lines: as many matches as lines means all matched
+            try:
+                reader.add(rows)
+                return
+            except grammar.NotFast:
+                pass
+        rows, lines = [], []  # consecutive matching lines, tabled together in file order
+        for line in block.split(b"\n")[:-1]:
+            match = grammar.LINE.fullmatch(line)
+            if match is not None:
+                rows.append(match.groups(b""))  # as findall gives: b"" for an unmatched group
+                lines.append((offset, line))
+            else:
+                batch(rows, lines)
+                rows, lines = [], []
+                one(offset, line, True)
+            offset += len(line) + 1
+        batch(rows, lines)
 
     with open(path, "rb") as handle:
         if start:
@@ -580,27 +623,31 @@ def _read_range(table: Table, path: Path, start: int, end: int) -> None:
             position += len(block)
             if position >= end and not block.endswith(b"\n"):
                 block += handle.readline()  # the line that straddles `end` started in this range: finish it
-            pieces = (carry + block).split(b"\n")
-            carry = pieces.pop()
-            for piece in pieces:
-                try:
-                    ok = sink(loads(piece))
-                except ValueError:  # not JSON
-                    ok = False
-                if not ok:
-                    slow(offset, piece, True)
-                offset += len(piece) + 1
+            block = carry + block
+            cut = block.rfind(b"\n") + 1
+            carry = block[cut:]
+            if cut:
+                scan(block if cut == len(block) else block[:cut], offset)
+                offset += cut
         if carry:
-            slow(offset, carry, False)  # no newline at the end of the file: always worth a warning
+            one(offset, carry, False)  # no newline at the end of the file: always worth a warning
 
 
 def _load_ranges(units: list[tuple[str, int, int]], summarise: Callable[[Table], Any] | None = None) -> Table:
     """Read byte ranges of ledger files into one table (runs in a worker process for big ledgers)."""
     table = Table()
-    for name, start, end in units:
-        _read_range(table, Path(name), start, end)
-    if summarise is not None:
-        table.summary = summarise(table)
+    # Reading builds no reference cycles, only many short-lived tuples: the collector would run every
+    # 700 of them for nothing (and, in a forked reader, dirty the parent's shared pages as it walks them).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for name, start, end in units:
+            _read_range(table, Path(name), start, end)
+        if summarise is not None:
+            table.summary = summarise(table)
+    finally:
+        if collecting:
+            gc.enable()
     return table
 
 
@@ -628,10 +675,15 @@ def load_table(path: str | os.PathLike[str], *, workers: int | None = None,
     else:
         import multiprocessing
 
-        with multiprocessing.get_context("fork").Pool(len(parts)) as pool:
-            loaded = pool.map(functools.partial(_load_ranges, summarise=summarise), parts)
-        table = loaded[0]
-        for other in loaded[1:]:
+        gc.freeze()  # the readers' collectors then leave the parent's objects (and their pages) alone
+        try:
+            with multiprocessing.get_context("fork").Pool(len(parts) - 1) as pool:
+                others = pool.map_async(functools.partial(_load_ranges, summarise=summarise), parts[1:])
+                table = _load_ranges(parts[0], summarise)  # this process reads the first range meanwhile
+                loaded = others.get()
+        finally:
+            gc.unfreeze()
+        for other in loaded:
             table.extend(other)
             if table.summary is not None:
                 table.summary.merge(other.summary)
