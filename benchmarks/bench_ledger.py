@@ -1,8 +1,10 @@
 """The ledger's and `report`'s costs, on this machine (issue targets in brackets):
 
-1. append one record, median over 10,000 appends                                   [≤ 1 ms]
-2. `palette-bench report` end to end over a 100,000-record ledger
+1. append one record (the line and its index row), median over 10,000 appends        [≤ 1 ms]
+2. `palette-bench report` end to end over a 100,000-record ledger written by `append`
    (33 cases × 3 hosts × ~1,010 runs, mixed outcomes), wall time and peak RSS        [≤ 1.0 s, ≤ 300 MB]
+   — read through the ledger's index, as a run's ledger is, and again without the index (the ledger
+   parsed line by line, as for a ledger written by hand or by an older version)
 3. the same over 1,000,000 records                                                 [completes; figures reported]
 
     python benchmarks/bench_ledger.py [--records 100000] [--million] [--keep DIR]
@@ -27,7 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pytest_palette import ledger  # noqa: E402
+from pytest_palette import ledger, ledger_index  # noqa: E402
 
 HOSTS = {"react": "watsonx:ibm/granite-3-8b-instruct", "claude": "anthropic:claude-sonnet-4-6",
          "cuga": "watsonx:meta-llama/llama-3-3-70b-instruct"}
@@ -71,17 +73,16 @@ def make_record(rng: random.Random, case: int, host: str, index: int, clock: flo
 
 
 def generate(path: Path, records: int, *, cases: int = 33, seed: int = 7) -> int:
-    """Write `records` records (33 cases × 3 hosts × as many runs as it takes) to one ledger; return bytes."""
+    """Append `records` records (33 cases × 3 hosts × as many runs as it takes) to one ledger, through
+    `ledger.append` as a run does (so the index is written too); return the ledger's bytes."""
     rng = random.Random(seed)
     hosts = list(HOSTS)
-    path.parent.mkdir(parents=True, exist_ok=True)
     clock = 1_764_500_000.0
-    with open(path, "w", encoding="utf-8") as handle:
-        for i in range(records):
-            case, rest = i % cases, i // cases
-            host, index = hosts[rest % len(hosts)], rest // len(hosts) + 1
-            clock += 0.37
-            handle.write(ledger.serialise(make_record(rng, case, host, index, clock)).decode())
+    for i in range(records):
+        case, rest = i % cases, i // cases
+        host, index = hosts[rest % len(hosts)], rest // len(hosts) + 1
+        clock += 0.37
+        ledger.append(path, make_record(rng, case, host, index, clock))
     return path.stat().st_size
 
 
@@ -139,24 +140,32 @@ def main() -> None:
         for size in sizes:
             run = folder / f"r{size}"
             ledger_file = run / "results.jsonl"
-            if args.keep and ledger_file.exists():  # a kept ledger of this size is reused: generating takes a while
+            if args.keep and ledger_index.paths(ledger_file)[0].exists():  # a kept ledger is reused: generating is slow
                 print(f"reusing {ledger_file} ({ledger_file.stat().st_size / 1e6:.0f} MB)")
             else:
                 started = time.perf_counter()
                 nbytes = generate(ledger_file, size)
                 print(f"generated {size:,} records ({nbytes / 1e6:.0f} MB) in {time.perf_counter() - started:.1f} s")
-            walls, cpus, peaks = [], [], []
-            for _ in range(args.repeat):
-                wall, cpu, peak = time_report(run)
-                walls.append(wall)
-                cpus.append(cpu)
-                peaks.append(peak)
-            report = json.loads((run / "report.json").read_text())
-            kept = report["records"] - report["duplicates_dropped"]
-            print(f"report {size:,}: wall {min(walls):.2f} s best / {statistics.median(walls):.2f} s median, "
-                  f"CPU {min(cpus):.2f} s best (all processes), peak RSS {max(peaks) / 1e6:.0f} MB (largest "
-                  f"process), {kept:,} records reported, load average {os.getloadavg()[0]:.1f}"
-                  + ("   [≤ 1.0 s, ≤ 300 MB]" if size == 100_000 else ""))
+            index = ledger_index.paths(ledger_file)[0]
+            for how in ("indexed", "no index"):
+                if how == "no index":  # moved aside, not deleted: a kept folder keeps its index
+                    index.rename(index.with_name("aside.index"))
+                try:
+                    walls, cpus, peaks = [], [], []
+                    for _ in range(args.repeat):
+                        wall, cpu, peak = time_report(run)
+                        walls.append(wall)
+                        cpus.append(cpu)
+                        peaks.append(peak)
+                finally:
+                    if how == "no index":
+                        index.with_name("aside.index").rename(index)
+                report = json.loads((run / "report.json").read_text())
+                kept = report["records"] - report["duplicates_dropped"]
+                print(f"report {size:,} ({how}): wall {min(walls):.2f} s best / {statistics.median(walls):.2f} s "
+                      f"median, CPU {min(cpus):.2f} s best (all processes), peak RSS {max(peaks) / 1e6:.0f} MB "
+                      f"(largest process), {kept:,} records reported, load average {os.getloadavg()[0]:.1f}"
+                      + ("   [≤ 1.0 s, ≤ 300 MB]" if size == 100_000 else ""))
         print(f"self: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3:.0f} MB")
     finally:
         if args.keep is None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ledger_grammar as grammar
+from . import ledger_index
 
 try:
     import fcntl
@@ -45,6 +46,8 @@ LEDGER_NAME = "results.jsonl"
 OUTCOMES = ("pass", "fail", "error", "skipped")
 #: run_index is packed into 32 bits of the de-duplication key (see Table.survivors).
 MAX_RUN_INDEX = 2**31 - 1
+#: Token counts are kept in 64-bit columns.
+MAX_TOKENS = 2**63 - 1
 #: Individual warnings per file before the rest are summed up in one line.
 WARNINGS_PER_FILE = 20
 
@@ -140,8 +143,8 @@ def validate(record: object) -> None:
         if set(tokens) != {"input", "output"}:
             raise LedgerError(f"tokens: expected exactly the keys input and output, got {sorted(tokens)}")
         for key in ("input", "output"):
-            if type(tokens[key]) is not int or tokens[key] < 0:
-                raise LedgerError(f"tokens.{key}: expected a non-negative integer, got {tokens[key]!r}")
+            if type(tokens[key]) is not int or not 0 <= tokens[key] <= MAX_TOKENS:
+                raise LedgerError(f"tokens.{key}: expected an integer from 0 to {MAX_TOKENS}, got {tokens[key]!r}")
     for key, value in record["scaffold"].items():
         if type(value) is not str:
             raise LedgerError(f"scaffold.{key}: expected a string, got {_TYPE_NAMES.get(type(value), value)}")
@@ -160,10 +163,7 @@ def _fast_valid(record: Any) -> bool:
         # str.join raises TypeError on any non-string item: a C-speed "every item is a string" check.
         "".join(failures), "".join(calls), "".join(tags), "".join(scaffold.values())
         return bool(schema == SCHEMA and outcome in _OUTCOME_SET and 1 <= run_index <= MAX_RUN_INDEX
-                    and run_id and case and host
-                    and (tokens is None or (tokens.keys() == _TOKEN_KEYS and type(tokens["input"]) is int
-                                            and type(tokens["output"]) is int and tokens["input"] >= 0
-                                            and tokens["output"] >= 0)))
+                    and run_id and case and host and (tokens is None or _tokens_ok(tokens)))
     except TypeError:
         return False
 
@@ -195,13 +195,18 @@ def append(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
         # A torn line left by a killed writer would swallow this record: start a fresh line.
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            line = b"\n" + line
-        written = os.write(fd, line)
+        torn = bool(size) and os.pread(fd, 1, size - 1) != b"\n"
+        written = os.write(fd, b"\n" + line if torn else line)
+        if written == len(line) + torn and fcntl is not None:  # the index needs the lock to keep in step
+            try:
+                ledger_index.note(target, fd, size + torn, line)
+            except OSError as error:  # the record is safe; report reads it from the ledger instead
+                warnings.warn(f"{target}: the index was not updated ({error}); the record is in the ledger",
+                              LedgerWarning, stacklevel=2)
     finally:
         os.close(fd)  # closing releases the lock
-    if written != len(line):
-        raise LedgerError(f"{target}: short write ({written} of {len(line)} bytes; is the disk full?)")
+    if written != len(line) + torn:
+        raise LedgerError(f"{target}: short write ({written} of {len(line) + torn} bytes; is the disk full?)")
 
 
 def ledger_files(path: str | os.PathLike[str]) -> list[Path]:
@@ -556,7 +561,7 @@ def _strings(values: Iterable[Any]) -> bool:
 
 def _tokens_ok(tokens: dict[str, Any]) -> bool:
     return (tokens.keys() == _TOKEN_KEYS and type(tokens["input"]) is int and type(tokens["output"]) is int
-            and tokens["input"] >= 0 and tokens["output"] >= 0)
+            and 0 <= tokens["input"] <= MAX_TOKENS and 0 <= tokens["output"] <= MAX_TOKENS)
 
 
 def _read_range(table: Table, path: Path, start: int, end: int) -> None:
@@ -666,6 +671,12 @@ def load_table(path: str | os.PathLike[str], *, workers: int | None = None,
     """
     files = ledger_files(path)
     sizes = [(str(f), f.stat().st_size) for f in files]
+    indexes = [_index_of(Path(name), size) for name, size in sizes]
+    if any(index is not None for index in indexes):
+        table = Table()
+        for (name, size), index in zip(sizes, indexes, strict=True):
+            _load_file(table, Path(name), size, index)
+        return _finish(table, [name for name, _ in sizes])
     total = sum(size for _, size in sizes)
     if workers is None:
         workers = min(4, os.cpu_count() or 1) if total >= PARALLEL_THRESHOLD else 1
@@ -687,10 +698,48 @@ def load_table(path: str | os.PathLike[str], *, workers: int | None = None,
             table.extend(other)
             if table.summary is not None:
                 table.summary.merge(other.summary)
-    table.files = [name for name, _ in sizes]
+    return _finish(table, [name for name, _ in sizes])
+
+
+def _finish(table: Table, files: list[str]) -> Table:
+    table.files = files
     if table.problems:
         emit_warnings(table.problems)
     return table
+
+
+def _index_of(path: Path, size: int) -> ledger_index.Indexed | None:
+    """The ledger's index, or None (no index, or one that cannot be trusted: said in a warning)."""
+    try:
+        return ledger_index.read(path, size)
+    except ledger_index.Stale as error:
+        index, spans = ledger_index.paths(path)
+        warnings.warn(f"{path}: {error}: reading the ledger itself (remove {index.name} and {spans.name} to "
+                      "stop this warning)", LedgerWarning, stacklevel=3)
+        return None
+
+
+def _load_file(table: Table, path: Path, size: int, index: ledger_index.Indexed | None) -> None:
+    """One ledger into the table, in file order: indexed rows from the index, every other byte range parsed."""
+    collecting = gc.isenabled()
+    gc.disable()  # as in _load_ranges: no cycles, many short-lived tuples
+    try:
+        if index is None:
+            _read_range(table, path, 0, size)
+            return
+        reader = grammar.Reader(table)
+        offsets = index.slots[ledger_index.OFFSET]
+        for kind, start, end in index.pieces:
+            if kind == "gap":
+                _read_range(table, path, start, end)
+                continue
+            try:
+                reader.add_columns(*index.rows(start, end))
+            except grammar.NotFast:  # spans the grammar's reader refuses: read those lines themselves
+                _read_range(table, path, offsets[start], offsets[end - 1] + 1)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _can_fork() -> bool:

@@ -128,13 +128,18 @@ class Reader:
         if not rows:
             return
         columns = list(zip(*rows, strict=True))
-        indexes = array("i", map(int, columns[INDEX])) if max(map(len, columns[INDEX])) < 10 else None
-        if indexes is None:  # ten digits may exceed 2**31 - 1: let validate() say so
+        self.add_columns(columns[IDENT], columns[SHAPE], columns[TERMS], columns[TAIL], numbers(columns))
+
+    def add_columns(self, idents_raw: Sequence[bytes], shapes_raw: Sequence[bytes], terms_raw: Sequence[bytes],
+                    tails_raw: Sequence[bytes], numbers: Numbers) -> None:
+        """Append rows given as their four raw spans and their numbers, all or none (NotFast: none were added)."""
+        indexes = numbers[0]
+        if indexes and max(indexes) > MAX_RUN_INDEX:
             raise NotFast
-        idents = _lookup(self.idents, columns[IDENT], self._ident)
-        shapes = _lookup(self.shapes, columns[SHAPE], self._shape)
-        terms = _lookup(self.terms, columns[TERMS], self._terms)
-        tails = _lookup(self.tails, columns[TAIL], self._tail_of)
+        idents = _lookup(self.idents, idents_raw, self._ident)
+        shapes = _lookup(self.shapes, shapes_raw, self._shape)
+        terms = _lookup(self.terms, terms_raw, self._terms)
+        tails = _lookup(self.tails, tails_raw, self._tail_of)
         configs = _lookup(self.configs, list(zip(map(itemgetter(4), idents), map(itemgetter(1), terms), tails,
                                                  strict=True)), self._config)
         # Everything is checked: from here on every row is appended whole.
@@ -142,18 +147,33 @@ class Reader:
         c["run"].extend(array("i", map(itemgetter(0), idents)))
         c["case"].extend(array("i", map(itemgetter(1), idents)))
         c["host"].extend(array("i", map(itemgetter(2), idents)))
-        c["run_index"].extend(indexes)
+        c["run_index"].extend(array("i", indexes))
         # The de-duplication key hashes the decoded values exactly as the table's sink does.
         c["key"].extend(array("q", map(hash, map(tuple.__add__, map(itemgetter(3), idents), zip(indexes)))))
         c["shape"].extend(array("i", shapes))
         c["config"].extend(array("i", configs))
         c["case_hash"].extend(array("i", map(itemgetter(0), terms)))
-        c["seconds"].extend(array("d", map(float, _swap(_NULL_AS_NAN, columns[SECONDS]))))
-        c["started"].extend(array("d", map(float, columns[STARTED])))
-        c["ended"].extend(array("d", map(float, columns[ENDED])))
-        c["cost"].extend(array("d", map(float, _swap(_NULL_AS_NAN, columns[COST]))))
-        for name, at in (("tokens_in", TOKENS_IN), ("tokens_out", TOKENS_OUT)):
-            c[name].extend(array("q", map(int, _swap(_EMPTY_AS_MISSING, columns[at]))))
+        rest: list[array[Any]] = list(numbers[1:])
+        for name, column in zip(NUMBER_COLUMNS[1:], rest, strict=True):
+            c[name].extend(column)
+
+
+#: The table columns `numbers` fills, in its order.
+NUMBER_COLUMNS = ("run_index", "seconds", "started", "ended", "cost", "tokens_in", "tokens_out")
+Numbers = tuple["array[int]", "array[float]", "array[float]", "array[float]", "array[float]", "array[int]",
+                "array[int]"]
+
+
+def numbers(columns: Sequence[Sequence[bytes]]) -> Numbers:
+    """A block's numbers (columns of `LINE`'s groups) as the table stores them: absent times and costs NaN,
+    absent token counts -1. The index's writer converts its one row with this too, so both agree exactly."""
+    return (array("q", map(int, columns[INDEX])),
+            array("d", map(float, _swap(_NULL_AS_NAN, columns[SECONDS]))),
+            array("d", map(float, columns[STARTED])),
+            array("d", map(float, columns[ENDED])),
+            array("d", map(float, _swap(_NULL_AS_NAN, columns[COST]))),
+            array("q", map(int, _swap(_EMPTY_AS_MISSING, columns[TOKENS_IN]))),
+            array("q", map(int, _swap(_EMPTY_AS_MISSING, columns[TOKENS_OUT]))))
 
 
 def _swap(replacements: dict[bytes, bytes], raws: Sequence[bytes]) -> Iterator[bytes]:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import statistics
-import time
 import warnings
 from array import array
 from pathlib import Path
@@ -34,7 +32,8 @@ def test_a_valid_record_validates() -> None:
     ({"failures": ["ok", 3]}, "failures[1]: expected a string"),
     ({"calls": "plan"}, "calls: expected a list"),
     ({"tokens": {"input": 1}}, "tokens: expected exactly the keys input and output"),
-    ({"tokens": {"input": 1, "output": -2}}, "tokens.output: expected a non-negative integer"),
+    ({"tokens": {"input": 1, "output": -2}}, "tokens.output: expected an integer from 0 to"),
+    ({"tokens": {"input": 2**63, "output": 2}}, "tokens.input: expected an integer from 0 to 9223372036854775807"),
     ({"scaffold": {"recursion_limit": 80}}, "scaffold.recursion_limit: expected a string"),
     ({"case": ""}, "case: empty string"),
 ])
@@ -66,6 +65,7 @@ MUTATIONS: list[dict[str, Any]] = [
     {"schema": True}, {"failures": [None]}, {"failures": [["x"]]}, {"failures": [{"a": 1}]}, {"calls": ["a", 1]},
     {"tags": [1]}, {"tags": [["x"]]}, {"tokens": {"input": 1, "output": 2}}, {"tokens": {"input": 1}},
     {"tokens": {"input": True, "output": 2}}, {"tokens": {"input": 1, "output": 2, "x": 3}},
+    {"tokens": {"input": 2**63 - 1, "output": 2}}, {"tokens": {"input": 2**63, "output": 2}},
     {"scaffold": {"a": 1}}, {"scaffold": {"a": ["b"]}}, {"run_id": ""}, {"host": ""}, {"case": ""},
     {"cost_usd": False}, {"started_at": None}, {"slides": 3.0}, {"polls": None}, {"model": None},
 ]
@@ -137,16 +137,6 @@ def test_concurrent_appends_from_several_processes_leave_only_whole_lines(tmp_pa
         validate(parsed)
         seen.add((parsed["run_id"], parsed["run_index"]))
     assert len(seen) == 600
-
-
-def test_append_costs_under_a_millisecond(tmp_path: Path) -> None:
-    path = tmp_path / "results.jsonl"
-    samples = []
-    for i in range(300):
-        started = time.perf_counter()
-        append(path, record(run_index=i + 1))
-        samples.append(time.perf_counter() - started)
-    assert statistics.median(samples) < 1e-3
 
 
 def test_a_torn_last_line_is_ignored_with_a_warning_naming_the_file(tmp_path: Path) -> None:
@@ -250,15 +240,19 @@ def _write_spread(folder: Path, count: int) -> None:
                                                    fingerprint="fp-react"))
 
 
-def test_a_parallel_read_equals_a_one_process_read(tmp_path: Path) -> None:
+def test_a_parallel_read_equals_a_one_process_read_and_an_indexed_one(tmp_path: Path) -> None:
     _write_spread(tmp_path, 3000)
+    with pytest.warns(LedgerWarning, match=r"b/results.jsonl:1501: not JSON"):
+        indexed = load_table(tmp_path, workers=3)
+    for folder in ("a", "b"):  # without their indexes, the ledgers are parsed (by forked readers if asked)
+        ledger.ledger_index.paths(tmp_path / folder / "results.jsonl")[0].unlink()
     with pytest.warns(LedgerWarning, match=r"b/results.jsonl:1501: not JSON"):
         one = load_table(tmp_path, workers=1)
     with pytest.warns(LedgerWarning, match=r"b/results.jsonl:1501: not JSON"):
         three = load_table(tmp_path, workers=3)
-    assert len(one) == len(three) == 3001
-    assert one.survivors()[1] == three.survivors()[1] == 1
-    assert to_json(build_report(one)) == to_json(build_report(three))
+    assert len(one) == len(three) == len(indexed) == 3001
+    assert one.survivors()[1] == three.survivors()[1] == indexed.survivors()[1] == 1
+    assert to_json(build_report(one)) == to_json(build_report(three)) == to_json(build_report(indexed))
 
 
 def test_split_covers_every_byte_once_in_order() -> None:
