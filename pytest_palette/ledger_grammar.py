@@ -149,7 +149,7 @@ class Reader:
         c["host"].extend(array("i", map(itemgetter(2), idents)))
         c["run_index"].extend(array("i", indexes))
         # The de-duplication key hashes the decoded values exactly as the table's sink does.
-        c["key"].extend(array("q", map(hash, map(tuple.__add__, map(itemgetter(3), idents), zip(indexes)))))
+        c["key"].extend(array("q", map(hash, zip(map(itemgetter(3), idents), indexes, strict=True))))
         c["shape"].extend(array("i", shapes))
         c["config"].extend(array("i", configs))
         c["case_hash"].extend(array("i", map(itemgetter(0), terms)))

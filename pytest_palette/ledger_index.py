@@ -214,10 +214,11 @@ def read(ledger: Path, size: int) -> Indexed | None:
     if not data.startswith(HEADER):
         raise Stale(f"{index_path.name} is not an index this version reads")
     whole = len(data) - len(data) % ROW_SIZE  # a row still being written is not there yet
-    rows = array("q", data[ROW_SIZE:whole])
+    cells = memoryview(data)[ROW_SIZE:whole].cast("q")
+    slots = [array("q", cells[k::SLOTS].tobytes()) for k in range(SLOTS)]  # a column per slot, C-level copies
     if sys.byteorder != "little":  # pragma: no cover - the rows are little-endian on disk
-        rows.byteswap()
-    slots = [rows[k::SLOTS] for k in range(SLOTS)]
+        for column in slots:
+            column.byteswap()
     ends = array("q", map(add, slots[OFFSET], slots[LENGTH]))
     keep = bisect_right(ends, size)  # rows written after the ledger was measured are left for next time
     if keep < len(ends):
@@ -230,14 +231,21 @@ def read(ledger: Path, size: int) -> Indexed | None:
         raise Stale(f"{index_path.name} is damaged")
     if not all(map(le, ends[:-1], slots[OFFSET][1:])):
         raise Stale(f"{index_path.name} has rows out of order")
-    with open(ledger, "rb") as handle:
-        if _crc(handle.fileno(), 0, ends[-1], 0) != slots[LEDGER_CRC][-1]:
-            raise Stale(f"{ledger.name} has changed since it was indexed (edited by hand?)")
+    del cells, view, data  # the rows are in `slots` now: free the file's copy before the ledger's pass
+    if _ledger_crc(ledger, ends[-1]) != slots[LEDGER_CRC][-1]:
+        raise Stale(f"{ledger.name} has changed since it was indexed (edited by hand?)")
     spans = _read_spans(spans_path)
-    for column in (IDENT, SHAPE, TERMS, TAIL):
-        if not spans.keys() >= set(slots[column]):
+    for slot in (IDENT, SHAPE, TERMS, TAIL):
+        if not spans.keys() >= set(slots[slot]):
             raise Stale(f"{spans_path.name} lacks spans the index names")
     return Indexed(slots, spans, list(_pieces(slots[OFFSET], ends, size)))
+
+
+def _ledger_crc(ledger: Path, end: int) -> int:
+    """The CRC-32 of the ledger's first `end` bytes, read a chunk at a time (not mapped: mapped pages of a
+    big ledger would count in the report's resident memory)."""
+    with open(ledger, "rb") as handle:
+        return _crc(handle.fileno(), 0, end, 0)
 
 
 def _read_spans(path: Path) -> dict[int, bytes]:
