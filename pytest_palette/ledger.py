@@ -13,6 +13,7 @@ full disk mid-write) is ignored with a warning.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import itertools
@@ -641,19 +642,25 @@ def _read_range(table: Table, path: Path, start: int, end: int) -> None:
 def _load_ranges(units: list[tuple[str, int, int]], summarise: Callable[[Table], Any] | None = None) -> Table:
     """Read byte ranges of ledger files into one table (runs in a worker process for big ledgers)."""
     table = Table()
-    # Reading builds no reference cycles, only many short-lived tuples: the collector would run every
-    # 700 of them for nothing (and, in a forked reader, dirty the parent's shared pages as it walks them).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with _collector_paused():
         for name, start, end in units:
             _read_range(table, Path(name), start, end)
         if summarise is not None:
             table.summary = summarise(table)
+    return table
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Reading builds no reference cycles, only many short-lived tuples: the collector would run every 700
+    of them for nothing (and, in a forked reader, dirty the parent's shared pages as it walks them)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
     finally:
         if collecting:
             gc.enable()
-    return table
 
 
 #: Below this many bytes one process reads faster than two can start.
@@ -721,9 +728,7 @@ def _index_of(path: Path, size: int) -> ledger_index.Indexed | None:
 
 def _load_file(table: Table, path: Path, size: int, index: ledger_index.Indexed | None) -> None:
     """One ledger into the table, in file order: indexed rows from the index, every other byte range parsed."""
-    collecting = gc.isenabled()
-    gc.disable()  # as in _load_ranges: no cycles, many short-lived tuples
-    try:
+    with _collector_paused():
         if index is None:
             _read_range(table, path, 0, size)
             return
@@ -737,9 +742,6 @@ def _load_file(table: Table, path: Path, size: int, index: ledger_index.Indexed 
                 reader.add_columns(*index.rows(start, end))
             except grammar.NotFast:  # spans the grammar's reader refuses: read those lines themselves
                 _read_range(table, path, offsets[start], offsets[end - 1] + 1)
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _can_fork() -> bool:

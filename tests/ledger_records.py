@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+from pytest_palette.ledger import LedgerError, validate
 
 
 def record(**overrides: Any) -> dict[str, Any]:
@@ -21,3 +26,22 @@ def record(**overrides: Any) -> dict[str, Any]:
     assert not unknown, f"not a record field: {unknown}"
     base.update(overrides)
     return base
+
+
+def is_valid(candidate: dict[str, Any]) -> bool:
+    try:
+        validate(candidate)
+    except LedgerError:
+        return False
+    return True
+
+
+def in_parallel(writer: Callable[[str, int, int], None], path: Path, workers: int, count: int) -> None:
+    """Run `writer(path, worker, count)` in `workers` forked processes at once; each must exit cleanly."""
+    context = multiprocessing.get_context("fork")
+    processes = [context.Process(target=writer, args=(str(path), w, count)) for w in range(workers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(60)
+        assert process.exitcode == 0

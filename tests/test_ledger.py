@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import warnings
 from array import array
 from pathlib import Path
 from typing import Any
 
 import pytest
-from ledger_records import record
+from ledger_records import in_parallel, is_valid, record
 
 from pytest_palette import ledger
 from pytest_palette.ledger import LedgerError, LedgerWarning, Table, append, load_table, read_records, validate
@@ -74,11 +73,7 @@ MUTATIONS: list[dict[str, Any]] = [
 @pytest.mark.parametrize("change", MUTATIONS, ids=[json.dumps(m) for m in MUTATIONS])
 def test_the_readers_fast_path_agrees_with_validate(change: dict[str, Any]) -> None:
     candidate = record(**change)
-    try:
-        validate(candidate)
-        valid = True
-    except LedgerError:
-        valid = False
+    valid = is_valid(candidate)
     table = Table()
     assert table.sink()(candidate) is valid
     assert len(table) == int(valid)  # a refused record leaves nothing behind
@@ -121,13 +116,7 @@ def _append_many(path: str, worker: int, count: int) -> None:
 
 def test_concurrent_appends_from_several_processes_leave_only_whole_lines(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
-    context = multiprocessing.get_context("fork")
-    workers = [context.Process(target=_append_many, args=(str(path), w, 150)) for w in range(4)]
-    for process in workers:
-        process.start()
-    for process in workers:
-        process.join(60)
-        assert process.exitcode == 0
+    in_parallel(_append_many, path, workers=4, count=150)
     lines = path.read_bytes().split(b"\n")
     assert lines.pop() == b""
     assert len(lines) == 600

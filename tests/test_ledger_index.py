@@ -5,7 +5,6 @@ the ledger, it says so and the ledger is parsed instead."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import shutil
 import warnings
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledger_records import record
+from ledger_records import in_parallel, record
 from test_ledger_grammar import _rows
 
 from pytest_palette import ledger, ledger_index
@@ -219,13 +218,7 @@ def _append_varied(path: str, worker: int, count: int) -> None:
 
 def test_concurrent_writers_keep_the_index_in_step_with_the_ledger(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
-    context = multiprocessing.get_context("fork")
-    workers = [context.Process(target=_append_varied, args=(str(path), w, 80)) for w in range(4)]
-    for process in workers:
-        process.start()
-    for process in workers:
-        process.join(60)
-        assert process.exitcode == 0
+    in_parallel(_append_varied, path, workers=4, count=80)
     indexed = ledger_index.read(path, path.stat().st_size)
     assert indexed is not None and indexed.pieces == [("rows", 0, 320)]  # every line has its row, in order
     table, warned = _same(path)
