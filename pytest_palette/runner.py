@@ -90,7 +90,8 @@ def converse(case: Case, host: Host, skill: SkillCard, model: ModelSpec, setting
                 try:
                     record.turns.append(session.send(message, turn_timeout))
                 except HostError as error:
-                    record.turns.append(TurnRecord(sent=message, error=str(error)))
+                    # The host's own record of the failed turn keeps the steps it streamed before failing.
+                    record.turns.append(error.turn or TurnRecord(sent=message, error=str(error)))
                     raise HostFailure(f"turn {number} failed: {error}") from None
                 except Exception as error:
                     record.turns.append(TurnRecord(sent=message, error=f"{type(error).__name__}: {error}"))

@@ -426,6 +426,17 @@ def test_a_turn_past_its_timeout_is_stopped(host: ClaudeHost, tmp_path: Path) ->
 
 
 @needs_cli
+def test_a_timed_out_turn_keeps_the_steps_the_cli_streamed_before_it_was_stopped(host: ClaudeHost,
+                                                                                  tmp_path: Path) -> None:
+    item = Item(tmp_path, host, base={**os.environ, "PALETTE_ENGINE_LATENCY": "plan=30"}, timeout=6)
+    with pytest.raises(HostError, match=r"timed out after 6 s") as caught:
+        item.say("Build a 3-slide deck on prompt caching")
+    turn = item.session.turns[0]
+    assert caught.value.turn is turn and turn.error
+    assert any(step.startswith("→ Bash:") and "deck.py plan" in step for step in turn.steps), turn.steps
+
+
+@needs_cli
 def test_preflight_and_describe_name_what_would_run(host: ClaudeHost) -> None:
     assert host.preflight(REHEARSAL, PACKAGED_SKILLS / "palette", {}) == []
     described = host.describe(REHEARSAL, HostSettings())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -187,6 +188,11 @@ def test_a_turn_that_times_out_is_an_error(pytester: pytest.Pytester, cases: Pat
     result = pytester.runpytest("-k", "three_slides", "--palette-turn-timeout", "1", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*host react failed: turn 1 failed: turn timed out after 1 s*"])
+    # The failed turn keeps what the agent did before the timeout: its plan call is still holding.
+    [run] = (pytester.path / "runs").iterdir()
+    [turn] = json.loads((run / "react" / "three_slides" / "turns.json").read_text())["turns"]
+    assert turn["error"] == "turn timed out after 1 s"
+    assert any(step.startswith("→ bash:") and "deck.py plan" in step for step in turn["steps"]), turn["steps"]
 
 
 @pytest.mark.parametrize(("yaml_text", "line", "message"), [

@@ -24,7 +24,13 @@ def skill_for_preflight(skill_dir: Path) -> tuple[SkillCard | None, list[str]]:
 
 
 class HostError(RuntimeError):
-    """The host failed to run a turn or to start: an error of the run, not a verdict on the skill."""
+    """The host failed to run a turn or to start: an error of the run, not a verdict on the skill.
+
+    `turn` is the failed turn as far as it got (its steps, its error), when the failure happened mid-turn:
+    the run's turns.json keeps it, so a timeout still shows what the agent was doing.
+    """
+
+    turn: TurnRecord | None = None
 
 
 @dataclass

@@ -315,10 +315,19 @@ class ClaudeSession(HostSession):
             turn.usage = usage_of(result)
         except HostError as error:
             turn.error = str(error)
+            if not turn.steps:  # stopped mid-turn: what the CLI streamed before that is in its output file
+                turn.steps = self._streamed_steps(number)
+            error.turn = turn
             raise
         finally:
             turn.seconds = round(time.monotonic() - started, 3)
         return turn
+
+    def _streamed_steps(self, number: int) -> list[str]:
+        streamed = self.folder / f"turn-{number:02d}.jsonl"
+        if not streamed.is_file():
+            return []
+        return [redact(step, self._secrets) for step in parse_stream(self._scrub(streamed).splitlines()).steps]
 
     def _turn_cost(self, total: Any) -> float | None:
         """This turn's share: on `--resume` the CLI's total_cost_usd is the session's running total."""

@@ -422,6 +422,7 @@ class CugaSession(HostSession):
                 raise HostError(f"CUGA reported an error: {result.error}")
         except HostError as error:
             turn.error = str(error)
+            error.turn = turn
             raise
         finally:
             turn.steps = list(self._steps)

@@ -162,6 +162,7 @@ class ReactSession(HostSession):
                         turn.answer = answer
         except HostError as error:
             turn.error = str(error)
+            error.turn = turn
             raise
         finally:
             turn.seconds = round(time.monotonic() - started, 3)
