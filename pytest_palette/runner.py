@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import leftovers
 from .backend import agent_environment
 from .cases import Case
 from .evidence import TRACE_NAME, any_deck, inspect_deck, newest_deck, read_trace
@@ -85,19 +86,24 @@ def converse(case: Case, host: Host, skill: SkillCard, model: ModelSpec, setting
             raise HostFailure(f"could not start: {error}") from None
         except Exception as error:
             raise HostFailure(f"could not start: {type(error).__name__}: {error}") from None
+        failed = False
         try:
             for number, message in enumerate((case.opening, *case.replies), 1):
                 try:
                     record.turns.append(session.send(message, turn_timeout))
                 except HostError as error:
+                    failed = True
                     # The host's own record of the failed turn keeps the steps it streamed before failing.
                     record.turns.append(error.turn or TurnRecord(sent=message, error=str(error)))
                     raise HostFailure(f"turn {number} failed: {error}") from None
                 except Exception as error:
+                    failed = True
                     record.turns.append(TurnRecord(sent=message, error=f"{type(error).__name__}: {error}"))
                     raise HostFailure(f"turn {number} raised {type(error).__name__}: {error}") from None
         finally:
             session.close()
+            if failed:  # what the dead conversation left running (a command, a build) is stopped with it
+                leftovers.stop(trace)
     finally:
         record.seconds = round(time.monotonic() - started, 3)
         _save_turns(workspace, record)

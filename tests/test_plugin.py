@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pytest_palette import leftovers
+
 TWO_CASES = """
 - name: three_slides
   covers: a plain yes builds what was asked
@@ -193,6 +195,8 @@ def test_a_turn_that_times_out_is_an_error(pytester: pytest.Pytester, cases: Pat
     [turn] = json.loads((run / "react" / "three_slides" / "turns.json").read_text())["turns"]
     assert turn["error"] == "turn timed out after 1 s"
     assert any(step.startswith("→ bash:") and "deck.py plan" in step for step in turn["steps"]), turn["steps"]
+    # …and the plan it was holding (5 s of engine latency) was stopped with the conversation, not left running.
+    assert leftovers.processes_of(run / "react" / "three_slides" / "palette-calls.jsonl") == []
 
 
 @pytest.mark.parametrize(("yaml_text", "line", "message"), [
