@@ -3,12 +3,12 @@
 `append` writes every record the same way — keys in schema order, compact separators, no NaN — so a line that
 matches `LINE` is a valid record: the pattern itself checks every key, every type and every list item. A block
 of such lines becomes table columns through C-level passes (`findall`, `zip`, `map`) with no dict and no Python
-step per record, which is what lets `report` read 100,000 records in a fraction of a second.
+step per record. (Lines `append` has indexed are not even matched: see ledger_index.)
 
 What the pattern cannot check is done once per distinct value, not once per record: strings are decoded with
-`json` (which rejects bad UTF-8), and run_id, case and host must not be empty. Anything else — a torn line,
-another writer's spacing or key order, a value the writer would never produce — does not match, and the
-caller's slow path parses that line with `json` and says what is wrong with it.
+`json` (which rejects bad UTF-8), run_id, case and host must not be empty, and run_index must fit 31 bits.
+Anything else — a torn line, another writer's spacing or key order, a value the writer would never produce —
+does not match, and the caller's slow path parses that line with `json` and says what is wrong with it.
 """
 
 from __future__ import annotations
