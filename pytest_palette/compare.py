@@ -15,7 +15,7 @@ from typing import Any
 
 from . import stats
 from .ledger import Table
-from .report import Cell, Column, Report, ReportError, build_report, load
+from .report import Cell, Column, Report, ReportError, build_report, emit_markdown, load
 
 SAME_SKILL = ("same skill hash: any difference is noise or a change outside the skill (model, budgets, host "
               "code, plugin version, or luck)")
@@ -166,13 +166,7 @@ def run(args: argparse.Namespace) -> int:
     except ReportError as error:
         print(f"palette-bench compare: {error}", file=sys.stderr)
         return 2
-    markdown = to_markdown(comparison)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(markdown, encoding="utf-8")
-        print(f"wrote {args.out}")
-    else:
-        sys.stdout.write(markdown)
+    emit_markdown(to_markdown(comparison), args.out)
     if not comparison.skill_changed:
         print(f"warning: {SAME_SKILL}", file=sys.stderr)
     return 0

@@ -742,14 +742,21 @@ def run(args: argparse.Namespace) -> int:
     except ReportError as error:
         print(f"palette-bench report: {error}", file=sys.stderr)
         return 2
-    markdown = to_markdown(report)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(markdown, encoding="utf-8")
-        print(f"wrote {args.out}" + (f" and {args.json}" if args.json else ""))
-    else:
-        sys.stdout.write(markdown)
+        _write(args.json, json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n")
+    emit_markdown(to_markdown(report), args.out, also=args.json)
     return 0
+
+
+def emit_markdown(markdown: str, out: Path | None, also: Path | None = None) -> None:
+    """The Markdown to `out`, saying what was written (and `also`, written beside it), or to stdout."""
+    if out is None:
+        sys.stdout.write(markdown)
+        return
+    _write(out, markdown)
+    print(f"wrote {out}" + (f" and {also}" if also else ""))
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
