@@ -97,23 +97,20 @@ def note(ledger: Path, ledger_fd: int, start: int, line: bytes) -> None:
     try:
         size = os.fstat(fd).st_size
         if size == 0:
-            os.write(fd, HEADER.ljust(ROW_SIZE, b"\0"))
+            os.write(fd, HEADER.ljust(ROW_SIZE, b"\0"))  # the header fills row 0
+            size = ROW_SIZE
+        elif size % ROW_SIZE or os.pread(fd, len(HEADER), 0) != HEADER:
+            return
+        last = os.pread(fd, ROW_SIZE, size - ROW_SIZE)
+        if size == ROW_SIZE:  # the header alone
             prev_end = ledger_crc = 0
-            index_crc = zlib.crc32(HEADER.ljust(ROW_SIZE, b"\0"))
+            index_crc = zlib.crc32(last)
         else:
-            if size % ROW_SIZE or size < ROW_SIZE or os.pread(fd, len(HEADER), 0) != HEADER:
+            values = _ROW.unpack(last)
+            if values[CHECK] != _check(last):
                 return
-            last_start = size - ROW_SIZE
-            last = os.pread(fd, ROW_SIZE, last_start)
-            if last_start == 0:  # the header alone
-                prev_end = ledger_crc = 0
-                index_crc = zlib.crc32(last)
-            else:
-                values = _ROW.unpack(last)
-                if values[CHECK] != _check(last):
-                    return
-                prev_end, ledger_crc = values[OFFSET] + values[LENGTH], values[LEDGER_CRC]
-                index_crc = zlib.crc32(last, values[INDEX_CRC])
+            prev_end, ledger_crc = values[OFFSET] + values[LENGTH], values[LEDGER_CRC]
+            index_crc = zlib.crc32(last, values[INDEX_CRC])
         if prev_end > start:
             return  # the index covers bytes the ledger no longer has as they were
         ledger_crc = zlib.crc32(line, _crc(ledger_fd, prev_end, start, ledger_crc))
@@ -214,7 +211,8 @@ def read(ledger: Path, size: int) -> Indexed | None:
     if not data.startswith(HEADER):
         raise Stale(f"{index_path.name} is not an index this version reads")
     whole = len(data) - len(data) % ROW_SIZE  # a row still being written is not there yet
-    cells = memoryview(data)[ROW_SIZE:whole].cast("q")
+    view = memoryview(data)
+    cells = view[ROW_SIZE:whole].cast("q")
     slots = [array("q", cells[k::SLOTS].tobytes()) for k in range(SLOTS)]  # a column per slot, C-level copies
     if sys.byteorder != "little":  # pragma: no cover - the rows are little-endian on disk
         for column in slots:
@@ -226,7 +224,6 @@ def read(ledger: Path, size: int) -> Indexed | None:
     if not keep:
         return None  # nothing indexed yet that this read can use
     last = ROW_SIZE * keep  # the last kept row starts here in `data`
-    view = memoryview(data)
     if zlib.crc32(view[:last]) != slots[INDEX_CRC][-1] or _check(view[last:last + ROW_SIZE]) != slots[CHECK][-1]:
         raise Stale(f"{index_path.name} is damaged")
     if not all(map(le, ends[:-1], slots[OFFSET][1:])):
