@@ -29,6 +29,7 @@ from typing import Any
 
 from . import ledger_grammar as grammar
 from . import ledger_index
+from .ledger_grammar import MAX_RUN_INDEX
 
 try:
     import fcntl
@@ -45,8 +46,6 @@ except ImportError:  # pragma: no cover - exercised where orjson is absent
 SCHEMA = 1
 LEDGER_NAME = "results.jsonl"
 OUTCOMES = ("pass", "fail", "error", "skipped")
-#: run_index is packed into 32 bits of the de-duplication key (see Table.survivors).
-MAX_RUN_INDEX = 2**31 - 1
 #: Token counts are kept in 64-bit columns.
 MAX_TOKENS = 2**63 - 1
 #: Individual warnings per file before the rest are summed up in one line.

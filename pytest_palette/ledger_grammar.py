@@ -61,7 +61,9 @@ LINE = re.compile(PATTERN.encode())
 LINES = re.compile(b"^" + PATTERN.encode() + b"$", re.MULTILINE)
 
 Row = tuple[bytes, ...]
-MAX_RUN_INDEX = 2**31 - 1  # ledger.MAX_RUN_INDEX (a test keeps the two equal)
+#: The largest run_index a record may hold: it is packed into 32 bits of the table's de-duplication key
+#: (ledger.Table.survivors). Defined here, where the reader that checks it lives; ledger imports it.
+MAX_RUN_INDEX = 2**31 - 1
 _NULL_AS_NAN = {b"null": b"nan"}  # float(b"nan") is NaN: an absent time or cost, as the table stores it
 _EMPTY_AS_MISSING = {b"": b"-1"}  # no tokens: the table's "not reported" count
 
