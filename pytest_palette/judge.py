@@ -7,39 +7,18 @@ failed Verdict the same way in a user's own Python test (`assert verdict == PASS
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from .cases import Case
-from .evidence import MIN_PPTX_BYTES
+from .cases import DEFAULT_MAX_POLLS, Case
+from .run.evidence import MIN_PPTX_BYTES, Evidence
 
 POLL_COMMANDS = frozenset({"status", "plan-status"})
 
 
 @dataclass(frozen=True)
-class Evidence:
-    """What a conversation left in its workspace, read after every build it started has ended."""
-
-    workspace: Path
-    #: The newest deck.pptx of at least MIN_PPTX_BYTES under the workspace, if any.
-    pptx: Path | None
-    slides: int
-    has_plex: bool
-    size: int
-    #: Every .pptx under the workspace, whatever its name or size: a case that forbids a deck checks these.
-    decks: tuple[Path, ...]
-    calls: tuple[dict[str, Any], ...]
-    #: Builds that were still running when evidence was read (they were waited for and did not end).
-    unfinished: tuple[Path, ...] = ()
-
-    @property
-    def commands(self) -> list[str]:
-        return [str(call.get("command", "?")) for call in self.calls]
-
-
-@dataclass(frozen=True)
 class Verdict:
-    """A case's result on one host: passed when no rule failed."""
+    """A case's result on one host: passed when no rule failed, with every fact the rules read, so that a
+    record of it needs to apply no rule again."""
 
     case: str
     host: str
@@ -50,6 +29,15 @@ class Verdict:
     pptx: str | None = None
     has_plex: bool = False
     notes: tuple[str, ...] = field(default=())
+    #: The case's own poll ceiling, which `polls` was judged against.
+    max_polls: int = DEFAULT_MAX_POLLS
+    context_expected: bool = False
+    #: A call passed the pasted material by --context or --source.
+    context_reached: bool = False
+    edit_expected: bool = False
+    edit_called: bool = False
+    #: The plan was drafted again after the first edit: the approved revision was discarded.
+    replanned_after_edit: bool = False
 
     @property
     def ok(self) -> bool:
@@ -82,10 +70,15 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
     failures: list[str] = []
     commands = evidence.commands
     polls = sum(command in POLL_COMMANDS for command in commands)
+    first_edit = commands.index("edit") if "edit" in commands else None
+    replanned = first_edit is not None and "plan" in commands[first_edit:]
+    context_reached = any(call_args(call).get("context") or call_args(call).get("source") for call in evidence.calls)
+    expect = case.expect
 
     def verdict(notes: tuple[str, ...] = ()) -> Verdict:
         return Verdict(case.name, host, tuple(failures), evidence.slides, polls, tuple(commands),
-                       str(evidence.pptx) if evidence.pptx else None, evidence.has_plex, notes)
+                       str(evidence.pptx) if evidence.pptx else None, evidence.has_plex, notes, expect.max_polls,
+                       expect.context, context_reached, expect.edit, first_edit is not None, replanned)
 
     if not case.expect.deck:
         # Nothing else is judged: the user never approved, so there is no deck to inspect.
@@ -107,17 +100,16 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
     if case.expect.slides is not None and evidence.slides != case.expect.slides:
         failures.append(f"asked for {case.expect.slides} slides, got {evidence.slides}")
     if case.expect.edit:
-        if "edit" not in commands:
+        if first_edit is None:
             failures.append(f"the user asked for a change but edit-plan was never called "
                             f"(calls: {', '.join(commands) or 'none'})")
-        elif "plan" in commands[commands.index("edit"):]:
+        elif replanned:
             failures.append("edit-plan was called and then the plan was drafted again from scratch — "
                             "the revision the user approved was discarded")
     if polls > case.expect.max_polls:
         failures.append(f"{polls} status polls — each is a model round trip, and the step budget is finite. "
                         "The commands should be holding, not spinning")
-    if case.expect.context and not any(call_args(call).get("context") or call_args(call).get("source")
-                                       for call in evidence.calls):
+    if case.expect.context and not context_reached:
         failures.append("pasted material never reached the plan — neither --context nor --source was used, "
                         "so it was retyped or summarised into the request, which loses the grounding")
     notes: tuple[str, ...] = ("at the poll ceiling",) if polls == case.expect.max_polls and polls else ()

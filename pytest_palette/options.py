@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from .hosts.base import HostSettings
+from .hosts.base import COMMAND_TIMEOUT, RECURSION_LIMIT, TURN_TIMEOUT, HostSettings
 from .models import ModelSpec, ModelUnavailable, parse_model
+from .results.ledger import run_ledgers
 from .skill import PACKAGED_SKILLS
 
-DEFAULT_TURN_TIMEOUT = 1500.0
 DEFAULT_BUILD_GRACE = 60.0
 
 
@@ -30,12 +30,12 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-run-dir", default=None, dest="palette_run_dir", metavar="DIR",
                     help="where each session's run folder is made (default: 'runs' under the rootdir)")
     group.addoption("--palette-turn-timeout", type=float, default=None, dest="palette_turn_timeout",
-                    metavar="SECONDS", help=f"seconds one agent turn may take (default {DEFAULT_TURN_TIMEOUT:g})")
+                    metavar="SECONDS", help=f"seconds one agent turn may take (default {TURN_TIMEOUT:g})")
     group.addoption("--palette-command-timeout", type=float, default=None, dest="palette_command_timeout",
                     metavar="SECONDS", help="seconds one shell command may take on hosts that let us set it "
-                                            "(default 300; must outlast deck.py's 90 s holds)")
+                                            f"(default {COMMAND_TIMEOUT:g}; must outlast deck.py's 90 s holds)")
     group.addoption("--palette-recursion-limit", type=int, default=None, dest="palette_recursion_limit",
-                    metavar="N", help="step budget of the react host (default 120)")
+                    metavar="N", help=f"step budget of the react host (default {RECURSION_LIMIT})")
     group.addoption("--palette-eager", action="store_true", default=False, dest="palette_eager",
                     help="inline the skill in the system prompt instead of offering it by name")
     group.addoption("--palette-build-grace", type=float, default=None, dest="palette_build_grace",
@@ -62,7 +62,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("palette_hosts", "default hosts, comma-separated", default="react")
     parser.addini("palette_model", "default model", default="rehearsal")
     parser.addini("palette_run_dir", "where run folders are made", default="runs")
-    parser.addini("palette_turn_timeout", "seconds one agent turn may take", default=str(DEFAULT_TURN_TIMEOUT))
+    parser.addini("palette_turn_timeout", "seconds one agent turn may take", default=str(TURN_TIMEOUT))
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def resolve(config: pytest.Config) -> Settings:
     shard = _shard(config.getoption("palette_shard"))
     resume = config.getoption("palette_resume")
     resume_dir = (config.invocation_params.dir / resume).resolve() if resume else None
-    if resume_dir is not None and not (resume_dir / "results.jsonl").is_file():
+    if resume_dir is not None and not run_ledgers(resume_dir):
         raise pytest.UsageError(f"--palette-resume {resume}: no results.jsonl in {resume_dir}")
     run_id = config.getoption("palette_run_id")
     if run_id is not None and (not run_id or "/" in run_id or run_id.startswith(".")):
@@ -166,11 +166,11 @@ def resolve(config: pytest.Config) -> Settings:
         case_dirs=tuple(Path(os.path.abspath(d)) for d in case_dirs),
         skill_dir=skill_dir,
         run_root=resume_dir.parent if resume_dir else (run_root if run_root.is_absolute() else root / run_root),
-        turn_timeout=_number(config, "palette_turn_timeout", "palette_turn_timeout", DEFAULT_TURN_TIMEOUT),
+        turn_timeout=_number(config, "palette_turn_timeout", "palette_turn_timeout", TURN_TIMEOUT),
         build_grace=_number(config, "palette_build_grace", None, DEFAULT_BUILD_GRACE),
         host=HostSettings(
-            command_timeout=_number(config, "palette_command_timeout", None, 300.0),
-            recursion_limit=recursion or 120,
+            command_timeout=_number(config, "palette_command_timeout", None, COMMAND_TIMEOUT),
+            recursion_limit=recursion or RECURSION_LIMIT,
             eager=bool(config.getoption("palette_eager")),
         ),
     )

@@ -1,7 +1,9 @@
-"""Skill folders: read a SKILL.md card, stage a fresh copy for a host, hash what is under test."""
+"""Skill folders: read a SKILL.md card, install a fresh copy for a host and check it for drift, hash what is
+under test."""
 
 from __future__ import annotations
 
+import filecmp
 import hashlib
 import re
 import shutil
@@ -88,18 +90,31 @@ def load_skill(name: str, root: Path = PACKAGED_SKILLS) -> SkillCard:
     return load_card(directory)
 
 
-def stage(card: SkillCard, workspace: Path) -> SkillCard:
-    """Copy the skill fresh into `<workspace>/skills/<name>` and return the staged card.
+def install(card: SkillCard, into: Path) -> SkillCard:
+    """Copy the skill fresh into `<into>/skills/<name>` and return the installed card.
 
-    SKILL.md names its script relative to the folder that holds `skills/`, so the copy makes
-    `python3 skills/palette/scripts/deck.py` resolve from the conversation's working directory.
-    The copy is rebuilt, never merged, so a host cannot carry edits from one conversation to the next.
+    SKILL.md names its script relative to the folder that holds `skills/`, so installed in a conversation's
+    working folder, `python3 skills/palette/scripts/deck.py` resolves from there. The copy is rebuilt, never
+    merged, so a host cannot carry edits from one conversation to the next.
     """
-    target = workspace / "skills" / card.name
+    target = into / "skills" / card.name
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(card.directory, target, ignore=_IGNORED)
     return SkillCard(card.name, card.description, card.body, target)
+
+
+def drift(source: Path, installed: Path) -> list[str]:
+    """How an installed copy differs from the skill under test (missing, extra and changed files); [] if not."""
+    if not installed.is_dir():
+        return [f"{installed} does not exist"]
+    ours = {p.relative_to(source).as_posix() for p in skill_files(source)}
+    theirs = {p.relative_to(installed).as_posix() for p in skill_files(installed)}
+    found = [f"{installed}/{rel} is missing" for rel in sorted(ours - theirs)]
+    found += [f"{installed}/{rel} is not in the skill under test" for rel in sorted(theirs - ours)]
+    found += [f"{installed}/{rel} differs from {source}/{rel}" for rel in sorted(ours & theirs)
+              if not filecmp.cmp(source / rel, installed / rel, shallow=False)]
+    return found
 
 
 def skill_files(directory: Path) -> list[Path]:

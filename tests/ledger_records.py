@@ -1,17 +1,19 @@
-"""A valid ledger record with overrides, for the ledger, stats and report tests."""
+"""Ledger records for the ledger, stats and report tests: lines in today's and the first format."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from pytest_palette.ledger import LedgerError, validate
+from pytest_palette.results.record import Record, RecordError, from_json
 
 
 def record(**overrides: Any) -> dict[str, Any]:
-    """A passing record of case `three_slides` on host `react`; any field can be overridden."""
+    """A schema-1 record (the first ledger format, as ledgers written before schema 2 hold it): a pass of
+    case `three_slides` on host `react`; any field can be overridden."""
     base: dict[str, Any] = {
         "schema": 1, "run_id": "20261130-120000", "case": "three_slides", "host": "react",
         "model": "rehearsal", "provider": "rehearsal", "run_index": 1, "outcome": "pass", "failures": [],
@@ -28,10 +30,19 @@ def record(**overrides: Any) -> dict[str, Any]:
     return base
 
 
+def as_record(fields: dict[str, Any]) -> Record:
+    """The record a reader makes of this line."""
+    return from_json(json.dumps(fields))
+
+
+def records(items: Iterable[dict[str, Any]]) -> list[Record]:
+    return [as_record(item) for item in items]
+
+
 def is_valid(candidate: dict[str, Any]) -> bool:
     try:
-        validate(candidate)
-    except LedgerError:
+        as_record(candidate)
+    except RecordError:
         return False
     return True
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from known_bad_cases import expected_failures
 
 from pytest_palette.cases import Case, load_cases
-from pytest_palette.rehearsal.known_bad import SPIN_LATENCY, expected_failures
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = [case for path in sorted((REPO / "cases").glob("*.yaml")) for case in load_cases(path)]
@@ -91,8 +91,8 @@ def test_the_good_rehearsal_model_passes_all_33(good_run: tuple[Path, dict[str, 
 @pytest.mark.slow
 def test_compare_flags_exactly_the_cases_a_known_bad_agent_fails(
         tmp_path: Path, good_run: tuple[Path, dict[str, list[str]]]) -> None:
-    from pytest_palette.compare import compare, to_markdown
-    from pytest_palette.report import load
+    from pytest_palette.results.compare import compare, to_markdown
+    from pytest_palette.results.ledger import load
 
     good, _ = good_run
     run_suite(tmp_path, "rehearsal:never_edits")
@@ -108,13 +108,13 @@ def test_compare_flags_exactly_the_cases_a_known_bad_agent_fails(
 
 @pytest.mark.slow
 def test_three_repeats_of_the_core_cases_give_fifteen_records_and_pass_at_k(tmp_path: Path) -> None:
-    from pytest_palette.ledger import read_records
-    from pytest_palette.report import build_report, load, to_markdown
+    from pytest_palette.results.ledger import load
+    from pytest_palette.results.report import build_report, to_markdown
 
     results = run_suite(tmp_path, "rehearsal", "-m", "core", "--palette-runs", "3", "-n", "2")
     assert not any(results.values())
-    records = list(read_records(tmp_path / "runs"))
-    assert len(records) == 15 and {r["outcome"] for r in records} == {"pass"}
+    records = list(load(tmp_path / "runs").latest.values())
+    assert len(records) == 15 and {r.outcome for r in records} == {"pass"}
     text = to_markdown(build_report(load(tmp_path / "runs")))
     for needed in ("pass@1", "pass@3", "pass^3", "3/3"):
         assert needed in text, needed
@@ -125,12 +125,7 @@ def test_three_repeats_of_the_core_cases_give_fifteen_records_and_pass_at_k(tmp_
 @pytest.mark.parametrize("flaw", sorted(EXPECTED))
 def test_each_known_bad_agent_fails_exactly_its_documented_cases(tmp_path: Path, flaw: str) -> None:
     expected, phrase = EXPECTED[flaw]
-    # A zero-second poller's count races a fast build; a 4 s build makes "dozens of polls" certain
-    # (each poll takes ~0.15 s here, so passing would need polls slower than 0.33 s).
-    # Those builds mostly wait, so two workers halve the wall time without contending for the cores.
-    slow = flaw == "spins"
-    results = run_suite(tmp_path, f"rehearsal:{flaw}", *(["-n", "2"] if slow else []),
-                        env=SPIN_LATENCY if slow else None)
+    results = run_suite(tmp_path, f"rehearsal:{flaw}")
     failed = {case for case, failures in results.items() if failures}
     assert failed == expected, f"{flaw}: unexpected {sorted(failed - expected)}, missed {sorted(expected - failed)}"
     for case in failed:

@@ -14,13 +14,12 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
 
 from pytest_palette.backend import agent_environment
-from pytest_palette.evidence import TRACE_NAME, inspect_deck, newest_deck, read_trace
 from pytest_palette.hosts.base import HostError, HostSettings
 from pytest_palette.hosts.claude import (
     REHEARSAL_CLI_MODEL,
@@ -30,7 +29,6 @@ from pytest_palette.hosts.claude import (
     CliOutput,
     _stop,
     cli_environment,
-    differences,
     failure,
     find_cli,
     install_skill,
@@ -39,8 +37,10 @@ from pytest_palette.hosts.claude import (
     session_folder,
     turn_command,
 )
-from pytest_palette.models import parse_model
-from pytest_palette.skill import PACKAGED_SKILLS, load_skill, skill_hash
+from pytest_palette.models import ModelSpec, parse_model
+from pytest_palette.run.evidence import inspect_deck, newest_deck, read_trace
+from pytest_palette.run.workspace import Workspace
+from pytest_palette.skill import PACKAGED_SKILLS, drift, load_card, load_skill, skill_hash
 
 REHEARSAL = parse_model("rehearsal")
 SONNET = parse_model("anthropic:claude-sonnet-4-5")
@@ -215,30 +215,37 @@ def test_no_result_at_all_is_not_a_success() -> None:
 # -- models, credentials, availability -------------------------------------------------------------
 
 
+def usage_problems(host: ClaudeHost, model: str | ModelSpec, env: dict[str, str]) -> list[str]:
+    """What the host says stops it, leaving out a missing CLI (a skip, and not what these tests are about)."""
+    spec = parse_model(model) if isinstance(model, str) else model
+    return [str(p) for p in host.check(spec, env) if not p.skip]
+
+
 def test_only_models_claude_code_can_speak_to_are_supported() -> None:
     host = ClaudeHost()
-    assert host.unsupported(REHEARSAL) is None and host.unsupported(SONNET) is None
-    assert host.unsupported(parse_model("rehearsal:builds_early")) is None
-    reason = host.unsupported(parse_model("watsonx:openai/gpt-oss-120b")) or ""
+    assert usage_problems(host, REHEARSAL, {}) == [] and usage_problems(host, SONNET, {"ANTHROPIC_API_KEY": "k"}) == []
+    assert usage_problems(host, "rehearsal:builds_early", {}) == []
+    [reason] = usage_problems(host, "watsonx:openai/gpt-oss-120b", {})
     assert "anthropic:<model id>" in reason and "rehearsal" in reason
-    assert host.unsupported(parse_model("openai:gpt-5")) is not None
+    assert usage_problems(host, "openai:gpt-5", {}) != []
 
 
 def test_a_real_model_without_a_key_is_named_before_any_case() -> None:
     host = ClaudeHost()
-    [problem] = host.problems(SONNET, {})
+    [problem] = usage_problems(host, SONNET, {})
     assert "ANTHROPIC_API_KEY" in problem and "anthropic:claude-sonnet-4-5" in problem
-    assert host.problems(SONNET, {"ANTHROPIC_API_KEY": SECRET}) == []
-    assert host.problems(REHEARSAL, {}) == []
+    assert usage_problems(host, SONNET, {"ANTHROPIC_API_KEY": SECRET}) == []
+    assert usage_problems(host, REHEARSAL, {}) == []
 
 
 def test_no_binary_names_the_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr("pytest_palette.hosts.claude.bundled_cli", lambda: None)
     monkeypatch.setenv("PATH", str(tmp_path))
-    reason = ClaudeHost().unavailable() or ""
-    assert "pip install claude-agent-sdk" in reason and "--palette-claude-cli" in reason
-    missing = ClaudeHost(cli=str(tmp_path / "nowhere" / "claude")).unavailable() or ""
-    assert missing.startswith("--palette-claude-cli ") and "no executable" in missing
+    [problem] = ClaudeHost().check(REHEARSAL, {})
+    reason = str(problem)
+    assert problem.skip and "pip install claude-agent-sdk" in reason and "--palette-claude-cli" in reason
+    [missing] = ClaudeHost(cli=str(tmp_path / "nowhere" / "claude")).check(REHEARSAL, {})
+    assert missing.skip and str(missing).startswith("--palette-claude-cli ") and "no executable" in str(missing)
     assert ClaudeHost().describe(REHEARSAL, HostSettings())["client"] == "Claude Code (not installed)"
 
 
@@ -260,15 +267,17 @@ def test_the_skill_is_installed_where_the_cli_looks_and_identical(tmp_path: Path
     installed = install_skill(card, tmp_path)
     assert installed.directory == tmp_path / ".claude" / "skills" / "palette"
     assert skill_hash(installed.directory) == skill_hash(PACKAGED_SKILLS / "palette")
-    assert differences(card.directory, installed.directory) == []
+    assert drift(card.directory, installed.directory) == []
     # SKILL.md's relative command resolves from the working folder through the link.
     assert (tmp_path / "skills" / "palette" / "scripts" / "deck.py").is_file()
     assert (tmp_path / "skills").is_symlink()
     (installed.directory / "SKILL.md").write_text("edited", encoding="utf-8")
     (installed.directory / "extra.txt").write_text("x", encoding="utf-8")
-    assert differences(card.directory, installed.directory) == ["extra.txt", "SKILL.md"]
+    assert drift(card.directory, installed.directory) == [
+        f"{installed.directory}/extra.txt is not in the skill under test",
+        f"{installed.directory}/SKILL.md differs from {card.directory}/SKILL.md"]
     assert install_skill(card, tmp_path).directory == installed.directory  # a fresh copy replaces it
-    assert differences(card.directory, installed.directory) == []
+    assert drift(card.directory, installed.directory) == []
 
 
 def live_members(group: int) -> list[int]:
@@ -285,10 +294,11 @@ def live_members(group: int) -> list[int]:
 
 
 def test_each_session_gets_a_new_folder_beside_work_and_nothing_is_deleted(tmp_path: Path) -> None:
-    work = tmp_path / "item" / "work"
-    first = session_folder(work)
+    workspace = Workspace(tmp_path / "item", PurePosixPath("item"))
+    work = workspace.work
+    first = session_folder(workspace)
     (first / "kept.txt").write_text("x", encoding="utf-8")
-    assert first == tmp_path / "item" / "claude" and session_folder(work) == tmp_path / "item" / "claude-2"
+    assert first == tmp_path / "item" / "claude" and session_folder(workspace) == tmp_path / "item" / "claude-2"
     assert (first / "kept.txt").is_file() and not work.exists()
 
 
@@ -326,9 +336,10 @@ class Item:
 
     def __init__(self, root: Path, host: ClaudeHost, model: str = "rehearsal",
                  base: dict[str, str] | None = None, timeout: float = 120.0) -> None:
-        self.root, self.work, self.trace = root, root / "work", root / TRACE_NAME
+        workspace = Workspace(root, PurePosixPath("item"))  # an item's folder: work/, the trace, turns
+        self.root, self.work, self.trace = workspace.folder, workspace.work, workspace.trace
         self.env = agent_environment(self.trace, base)
-        self.session = host.open(self.work, load_skill("palette"), self.env, parse_model(model),
+        self.session = host.open(workspace, load_skill("palette"), self.env, parse_model(model),
                                  HostSettings(command_timeout=120))
         self.timeout = timeout
 
@@ -438,13 +449,13 @@ def test_a_timed_out_turn_keeps_the_steps_the_cli_streamed_before_it_was_stopped
 
 @needs_cli
 def test_preflight_and_describe_name_what_would_run(host: ClaudeHost) -> None:
-    assert host.preflight(REHEARSAL, PACKAGED_SKILLS / "palette", {}) == []
+    assert host.check(REHEARSAL, {}, load_card(PACKAGED_SKILLS / "palette")) == []
     described = host.describe(REHEARSAL, HostSettings())
     assert described["client"].startswith("Claude Code 2.") and described["cli_model"] == REHEARSAL_CLI_MODEL
     assert described["permission_mode"] == "bypassPermissions"
     # A base URL on loopback: offline, the CLI spends ~19 s reaching for api.anthropic.com before its init.
-    problems = host.preflight(SONNET, PACKAGED_SKILLS / "palette", {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
-    assert len(problems) == 1 and "ANTHROPIC_API_KEY" in problems[0]
+    problems = host.check(SONNET, {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}, load_card(PACKAGED_SKILLS / "palette"))
+    assert len(problems) == 1 and "ANTHROPIC_API_KEY" in str(problems[0])
 
 
 @needs_cli
@@ -453,5 +464,5 @@ def test_preflight_reports_a_skill_the_cli_does_not_discover(host: ClaudeHost, t
     skill = tmp_path / "nameless"
     (skill / "scripts").mkdir(parents=True)
     (skill / "SKILL.md").write_text("just text, no frontmatter\n", encoding="utf-8")
-    problems = host.preflight(REHEARSAL, skill, {})
-    assert problems and "does not discover the skill 'nameless'" in problems[-1]
+    problems = host.check(REHEARSAL, {}, load_card(skill))
+    assert problems and "does not discover the skill 'nameless'" in str(problems[-1])

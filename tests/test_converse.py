@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from pytest_palette.evidence import TRACE_NAME, inspect_deck, newest_deck, read_trace
+import pytest
+
+from pytest_palette.hosts.claude import find_cli
+from pytest_palette.hosts.cuga import CugaHost
+from pytest_palette.run.evidence import inspect_deck, newest_deck, read_trace
+from pytest_palette.run.workspace import TRACE_NAME
 
 REQUEST = "Build a 3-slide deck on prompt caching"
 
 
-def converse(workspace: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def converse(workspace: Path, *args: str, env: dict[str, str] | None = None,
+             host: str = "react") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pytest_palette.cli", "converse", "--host", "react", *args],
-        cwd=workspace, env=env or dict(os.environ), capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "pytest_palette.commands", "converse", "--host", host, *args],
+        cwd=workspace, env=env or dict(os.environ), capture_output=True, text=True, timeout=300,
         stdin=subprocess.DEVNULL,
     )
 
@@ -71,6 +78,30 @@ def test_an_earlier_trace_is_kept_not_overwritten(tmp_path: Path) -> None:
 
 
 def test_an_unknown_host_is_a_usage_error(tmp_path: Path) -> None:
-    other = subprocess.run([sys.executable, "-m", "pytest_palette.cli", "converse", "--host", "nope", REQUEST],
+    other = subprocess.run([sys.executable, "-m", "pytest_palette.commands", "converse", "--host", "nope", REQUEST],
                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert other.returncode == 2 and "--host 'nope'" in other.stdout and "react" in other.stdout
+
+
+CUGA_MISSING = CugaHost().unavailable()
+CLAUDE_MISSING = None if find_cli() else "no Claude Code CLI (pip install claude-agent-sdk)"
+
+
+@pytest.mark.parametrize(("host", "step"), [
+    pytest.param("cuga", "→ run_command: python3 ",
+                 marks=pytest.mark.skipif(CUGA_MISSING is not None, reason=f"cuga: {CUGA_MISSING}")),
+    pytest.param("claude", "→ Bash: python3 ",
+                 marks=pytest.mark.skipif(CLAUDE_MISSING is not None, reason=f"claude: {CLAUDE_MISSING}")),
+])
+def test_every_host_holds_a_conversation_by_hand_offline(tmp_path: Path, host: str, step: str) -> None:
+    done = converse(tmp_path, "--model", "rehearsal", REQUEST, "--reply", "yes", host=host)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"host {host} · model rehearsal (scripted stand-in, not a language model)" in done.stdout
+    assert any(line.strip().startswith(step) and "deck.py plan --request" in line for line in done.stdout.splitlines())
+    assert "agent ◂ Here is the plan" in done.stdout
+    deck = newest_deck(tmp_path)
+    assert deck is not None and inspect_deck(deck).slides == 3 and inspect_deck(deck).has_plex
+    assert f"deck: {deck} · " in done.stdout
+    assert [c["command"] for c in read_trace(tmp_path / TRACE_NAME)][-2:] == ["start", "status"]
+    turns = json.loads((tmp_path / "turns.json").read_text())["turns"]
+    assert [turn["sent"] for turn in turns] == [REQUEST, "yes"] and all(turn["error"] is None for turn in turns)

@@ -14,13 +14,12 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
 
 from pytest_palette.backend import agent_environment
-from pytest_palette.evidence import TRACE_NAME, any_deck, inspect_deck, newest_deck, read_trace
 from pytest_palette.hosts import cuga as cuga_module
 from pytest_palette.hosts.base import HostError, HostSettings
 from pytest_palette.hosts.cuga import (
@@ -34,19 +33,19 @@ from pytest_palette.hosts.cuga import (
     code_steps,
     credentials_needed,
     cuga_model,
-    drift,
     find_uv,
     import_problem,
-    install_skill,
     item_environment,
     process_state,
     unsupported_reason,
 )
-from pytest_palette.models import parse_model
+from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal import openai_wire
 from pytest_palette.rehearsal.conversation import ToolResult, UserSaid
 from pytest_palette.rehearsal.policy import RehearsalPolicy
-from pytest_palette.skill import PACKAGED_SKILLS, SkillCard, load_card, load_skill
+from pytest_palette.run.evidence import any_deck, inspect_deck, newest_deck, read_trace
+from pytest_palette.run.workspace import TRACE_NAME, Workspace
+from pytest_palette.skill import PACKAGED_SKILLS, SkillCard, drift, install, load_card, load_skill
 
 REHEARSAL = parse_model("rehearsal")
 SECRET = "sk-" + "S3CRET" * 8  # shaped like a key; never a real one
@@ -64,7 +63,7 @@ def test_the_models_cuga_settings_can_express_are_supported(text: str) -> None:
 
 
 def test_a_provider_cuga_is_not_mapped_for_is_unsupported_with_the_list() -> None:
-    reason = CugaHost().unsupported(parse_model("anthropic:claude-sonnet-4-5")) or ""
+    reason = "\n".join(map(str, CugaHost().check(parse_model("anthropic:claude-sonnet-4-5"), {})))
     assert "'anthropic'" in reason and "openai, rehearsal, rits, watsonx" in reason
 
 
@@ -92,14 +91,20 @@ def test_an_unmapped_model_cannot_be_opened() -> None:
         cuga_model(parse_model("anthropic:claude-sonnet-4-5"), {})
 
 
-def test_missing_credentials_are_named_before_any_case_and_values_never_shown() -> None:
+def usage_problems(model: str | ModelSpec, env: dict[str, str]) -> list[str]:
+    """What the host says stops it, leaving out a client that is not installed (a skip, not a usage error)."""
     host = CugaHost()
-    assert host.problems(REHEARSAL, {}) == []
-    [openai] = host.problems(parse_model("openai:gpt-4o"), {})
+    host._unavailable = (None,)  # as if installed: these tests are about models and credentials
+    return [str(p) for p in host.check(parse_model(model) if isinstance(model, str) else model, env)]
+
+
+def test_missing_credentials_are_named_before_any_case_and_values_never_shown() -> None:
+    assert usage_problems(REHEARSAL, {}) == []
+    [openai] = usage_problems("openai:gpt-4o", {})
     assert "OPENAI_API_KEY" in openai and "OPENAI_BASE_URL" in openai
-    [rits] = host.problems(parse_model("rits:openai/gpt-oss-120b"), {"OPENAI_API_KEY": SECRET})
+    [rits] = usage_problems("rits:openai/gpt-oss-120b", {"OPENAI_API_KEY": SECRET})
     assert "RITS_API_KEY" in rits and SECRET not in rits
-    [watsonx] = host.problems(parse_model("watsonx:openai/gpt-oss-120b"), {"WATSONX_APIKEY": SECRET})
+    [watsonx] = usage_problems("watsonx:openai/gpt-oss-120b", {"WATSONX_APIKEY": SECRET})
     assert "WATSONX_URL" in watsonx and "WATSONX_PROJECT_ID or WATSONX_SPACE_ID" in watsonx
     assert SECRET not in watsonx and "WATSONX_APIKEY" not in watsonx
     assert credentials_needed(parse_model("rits:m"), {"RITS_API_KEY": SECRET, "RITS_BASE_URL": "u"}) == []
@@ -203,16 +208,16 @@ def test_a_turns_steps_are_the_tool_calls_in_the_models_code() -> None:
 
 def test_the_skill_is_installed_fresh_and_byte_identical(tmp_path: Path) -> None:
     card = load_skill("palette")
-    installed = install_skill(card.directory, tmp_path / ".cuga", card.name)
+    installed = install(card, tmp_path / ".cuga").directory
     assert installed == tmp_path / ".cuga" / "skills" / "palette" and drift(card.directory, installed) == []
     (installed / "stray.md").write_text("left by an earlier run")
-    assert install_skill(card.directory, tmp_path / ".cuga", card.name) == installed
+    assert install(card, tmp_path / ".cuga").directory == installed
     assert not (installed / "stray.md").exists()
 
 
 def test_drift_names_changed_missing_and_extra_files(tmp_path: Path) -> None:
     card = load_skill("palette")
-    installed = install_skill(card.directory, tmp_path / ".cuga", card.name)
+    installed = install(card, tmp_path / ".cuga").directory
     (installed / "SKILL.md").write_text("edited")
     (installed / "scripts" / "deck.py").unlink()
     (installed / "notes.md").write_text("extra")
@@ -310,11 +315,11 @@ def host() -> Iterator[CugaHost]:
 
 
 def _open(host: CugaHost, tmp_path: Path, skill: SkillCard | None = None) -> tuple[CugaSession, Path]:
-    trace = tmp_path / TRACE_NAME
-    work = tmp_path / "work"
-    work.mkdir()
-    session = host.open(work, skill or load_skill("palette"), agent_environment(trace), REHEARSAL, HostSettings())
-    return session, trace
+    workspace = Workspace(tmp_path, PurePosixPath("item"))  # an item's folder: work/, the trace, cuga.log
+    workspace.work.mkdir()
+    session = host.open(workspace, skill or load_skill("palette"), agent_environment(workspace.trace), REHEARSAL,
+                        HostSettings())
+    return session, workspace.trace
 
 
 def _talk(session: CugaSession, *messages: str) -> list[str]:
@@ -401,7 +406,7 @@ def test_a_turn_past_its_timeout_is_a_host_error_and_ends_the_conversation(host:
 
 @needs_cuga
 def test_preflight_and_describe_read_cugas_own_discovery_and_settings(host: CugaHost) -> None:
-    assert host.preflight(REHEARSAL, PACKAGED_SKILLS / "palette", {}) == []
+    assert host.check(REHEARSAL, {}, load_card(PACKAGED_SKILLS / "palette")) == []
     facts = host.describe(REHEARSAL, HostSettings())
     assert facts["model"] == REHEARSAL.label
     assert facts["cuga_model"] == "openai/rehearsal (settings.openai.toml)"
@@ -412,8 +417,8 @@ def test_preflight_and_describe_read_cugas_own_discovery_and_settings(host: Cuga
 def test_preflight_reports_a_skill_cuga_would_not_discover(host: CugaHost, tmp_path: Path) -> None:
     (tmp_path / "palette").mkdir()
     (tmp_path / "palette" / "SKILL.md").write_text("---\nname: palette\n---\n\nbody\n")
-    [problem] = host.preflight(REHEARSAL, tmp_path / "palette", {})
-    assert "discover_skills does not find 'palette'" in problem
+    [problem] = host.check(REHEARSAL, {}, load_card(tmp_path / "palette"))
+    assert "discover_skills does not find 'palette'" in str(problem)
 
 
 @needs_cuga

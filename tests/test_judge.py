@@ -23,9 +23,21 @@ from typing import Any
 import pytest
 
 from pytest_palette.cases import DEFAULT_MAX_POLLS, Case, Expect
-from pytest_palette.evidence import MIN_PPTX_BYTES, TRACE_NAME, any_deck, inspect_deck, newest_deck, read_trace
-from pytest_palette.judge import PASSED, Evidence, explain, judge
-from pytest_palette.runner import BUILD_EXIT, BUILD_STATE, collect, save_outputs, wait_for_builds
+from pytest_palette.judge import PASSED, explain, judge
+from pytest_palette.run.evidence import (
+    BUILD_EXIT,
+    BUILD_STATE,
+    MIN_PPTX_BYTES,
+    Evidence,
+    any_deck,
+    collect,
+    inspect_deck,
+    newest_deck,
+    read_trace,
+    save_outputs,
+    wait_for_builds,
+)
+from pytest_palette.run.workspace import TRACE_NAME
 
 WORK = Path("/nonexistent/work")
 DECK = WORK / "deck" / "deck.pptx"
@@ -664,7 +676,8 @@ USER_TEST = '''
 from pathlib import Path
 
 from pytest_palette.cases import Case, Expect
-from pytest_palette.judge import PASSED, Evidence, judge
+from pytest_palette.judge import PASSED, judge
+from pytest_palette.run.evidence import Evidence
 
 
 def verdict(has_plex, slides, commands):

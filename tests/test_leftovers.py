@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_palette import leftovers
+from pytest_palette.run import leftovers
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,9 +76,23 @@ def test_a_missing_collect_folder_is_a_usage_error(pytester: pytest.Pytester) ->
 
 def test_the_manual_host_never_pretends_to_drive_an_agent(tmp_path: Path) -> None:
     from pytest_palette.hosts.base import HostError, HostSettings
-    from pytest_palette.manual import ManualHost
+    from pytest_palette.hosts.manual import ManualHost
     from pytest_palette.models import parse_model
+    from pytest_palette.run.workspace import Workspace
     from pytest_palette.skill import load_skill
 
+    workspace = Workspace.of(tmp_path, "manual", "three_slides", 1, repeated=False)
+    workspace.prepare(load_cases_from_text(tmp_path)[0])
     with pytest.raises(HostError, match="driven by a person"):
-        ManualHost().open(tmp_path, load_skill("palette"), {}, parse_model("rehearsal"), HostSettings())
+        ManualHost().open(workspace, load_skill("palette"), {}, parse_model("rehearsal"), HostSettings())
+    # …and leaves no conversation behind: the folder is prepared, the person holds it.
+    assert (workspace.work / ".claude" / "skills" / "palette" / "SKILL.md").is_file()
+    assert not workspace.turns.exists() and not workspace.trace.exists()
+
+
+def load_cases_from_text(folder: Path) -> list[Any]:
+    from pytest_palette.cases import load_cases
+
+    path = folder / "c.yaml"
+    path.write_text(CASES)
+    return load_cases(path)

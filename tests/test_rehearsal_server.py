@@ -29,12 +29,12 @@ from typing import Any
 
 import pytest
 
-from pytest_palette.evidence import inspect_deck, newest_deck
 from pytest_palette.rehearsal.anthropic_wire import SIDE_REPLY, to_conversation
 from pytest_palette.rehearsal.conversation import Action, Conversation, Reply
 from pytest_palette.rehearsal.policy import RehearsalPolicy, catalogue
 from pytest_palette.rehearsal.server import RehearsalServer
-from pytest_palette.skill import SkillCard, load_skill, stage
+from pytest_palette.run.evidence import inspect_deck, newest_deck
+from pytest_palette.skill import SkillCard, install, load_skill
 
 CARD = load_skill("palette")
 DECK = "python3 skills/palette/scripts/deck.py"
@@ -597,7 +597,7 @@ class CodeactClient:
 
 def test_the_server_drives_the_real_skill_to_a_deck(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PALETTE_PYTHON", sys.executable)
-    card = stage(load_skill("palette"), tmp_path)
+    card = install(load_skill("palette"), tmp_path)
     with RehearsalServer() as running:
         client = CodeactClient(running, tmp_path, dict(os.environ), card)
         first = client.send("Build a 3-slide deck on prompt caching")

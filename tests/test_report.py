@@ -7,14 +7,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ledger_records import record
+from ledger_records import as_record, record, records
 
-from pytest_palette import compare as compare_module
-from pytest_palette import ledger_index
-from pytest_palette.cli import main as palette_bench
-from pytest_palette.compare import SAME_SKILL, compare
-from pytest_palette.ledger import append, load_table
-from pytest_palette.report import POLL_CEILING, ReportError, build_report, to_json, to_markdown
+from pytest_palette.cases import DEFAULT_MAX_POLLS as POLL_CEILING
+from pytest_palette.commands import main as palette_bench
+from pytest_palette.results import compare as compare_module
+from pytest_palette.results.compare import SAME_SKILL
+from pytest_palette.results.ledger import append, load
+from pytest_palette.results.report import ReportError, to_json, to_markdown
+from pytest_palette.results.report import build_report as build_from_records
+
+
+def build_report(items: list[dict[str, Any]] | Any, **options: Any) -> Any:
+    """The report of schema-1 lines (as ledgers written before schema 2 hold them), or of a ledger reading."""
+    return build_from_records(records(items) if isinstance(items, list) else items, **options)
+
+
+def compare(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> compare_module.Comparison:
+    return compare_module.compare(records(before), records(after))
 
 CASES = ("alpha", "beta", "gamma", "delta", "epsilon")
 
@@ -151,22 +161,22 @@ def test_one_host_under_two_fingerprints_is_refused_but_two_hosts_may_differ() -
     assert len(report.columns) == 2
 
 
-def _write(folder: Path, records: list[dict[str, Any]]) -> None:
-    for item in records:
-        append(folder / "results.jsonl", item)
+def _write(folder: Path, items: list[dict[str, Any]]) -> None:
+    for item in items:
+        append(folder / "results.jsonl", as_record(item))
 
 
 def test_a_sharded_run_reports_exactly_like_the_unsharded_run(tmp_path: Path) -> None:
-    records = []
+    items = []
     for i, item in enumerate(repeated("react", fails={"beta": 1, "gamma": 3}, runs=4)
                              + repeated("claude", fails={"alpha": 2}, runs=4, fingerprint="fp2")):
         item.update(seconds=float(i % 7) + 0.1 * i, started_at=1000.0 + 3 * i, ended_at=1010.5 + 3 * i,
                     cost_usd=0.1 + i / 1000, polls=i % 15)
-        records.append(item)
-    _write(tmp_path / "whole", records)
+        items.append(item)
+    _write(tmp_path / "whole", items)
     for shard in (1, 2, 3):  # round-robin, the way --palette-shard partitions items
-        _write(tmp_path / "shards" / f"shard-{shard}", records[shard - 1::3])
-    whole, sharded = build_report(load_table(tmp_path / "whole")), build_report(load_table(tmp_path / "shards"))
+        _write(tmp_path / "shards" / f"shard-{shard}", items[shard - 1::3])
+    whole, sharded = build_report(load(tmp_path / "whole")), build_report(load(tmp_path / "shards"))
     whole_json, sharded_json = to_json(whole), to_json(sharded)
     assert len(sharded_json.pop("ledgers")) == 3 and len(whole_json.pop("ledgers")) == 1
     assert whole_json == sharded_json
@@ -277,18 +287,17 @@ def test_compare_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert palette_bench(["compare", str(tmp_path / "a"), str(tmp_path / "nowhere")]) == 2
 
 
-def test_the_readers_summaries_give_the_same_report_as_one_process(tmp_path: Path) -> None:
-    from pytest_palette.report import summarise
-
-    records = (repeated("react", fails={"beta": 1}, runs=40, cost_usd=0.25)
-               + repeated("claude", fails={"alpha": 9}, runs=40, fingerprint="fp2", tokens={"input": 3, "output": 1}))
-    for i, item in enumerate(records):
+def test_usage_is_summed_per_host_over_the_runs_that_reported_it(tmp_path: Path) -> None:
+    items = (repeated("react", fails={"beta": 1}, runs=40, cost_usd=0.25)
+             + repeated("claude", fails={"alpha": 9}, runs=40, fingerprint="fp2", tokens={"input": 3, "output": 1}))
+    for i, item in enumerate(items):
         item.update(seconds=float(i % 11), started_at=50.0 + i, ended_at=60.0 + i)
-    _write(tmp_path, records)
-    ledger_index.paths(tmp_path / "results.jsonl")[0].unlink()  # forked readers parse ledgers with no index
-    parallel = load_table(tmp_path, workers=2, summarise=summarise)
-    assert parallel.summary is not None  # the readers summarised their rows
-    one = load_table(tmp_path, workers=1)
-    assert one.summary is None
-    assert to_json(build_report(parallel)) == to_json(build_report(one))
-    assert build_report(parallel).columns[0].cost_usd is None and build_report(one).columns[1].cost_usd == 50.0
+    _write(tmp_path, items)
+    report = build_report(load(tmp_path))
+    from_ledger, from_records = to_json(report), to_json(build_report(items))
+    assert from_ledger.pop("ledgers") == [str(tmp_path / "results.jsonl")] and from_records.pop("ledgers") == []
+    assert from_ledger == from_records
+    claude, react = report.columns
+    assert claude.usage == {"turns": 400, "input_tokens": 600, "output_tokens": 200, "cost_usd": None}
+    assert react.usage == {"turns": 400, "input_tokens": None, "output_tokens": None, "cost_usd": 50.0}
+    assert "claude: 400 turns, 600 input tokens, 200 output tokens; react: 400 turns, $50.00" in to_markdown(report)

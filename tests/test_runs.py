@@ -8,14 +8,15 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 
-from pytest_palette import rejudge as rejudge_module
-from pytest_palette.cli import main as palette_bench
+from pytest_palette.commands import main as palette_bench
+from pytest_palette.commands import rejudge as rejudge_module
 from pytest_palette.judge import Verdict
-from pytest_palette.ledger import read_records
+from pytest_palette.results.ledger import load
 
 CASES = """
 - name: three_slides
@@ -56,15 +57,18 @@ def test_repeats_run_each_item_in_its_own_workspace_and_leave_one_record_each(py
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["three_slides*2/2*3sl*", "held_off*2/2*"])
     run = only_run(pytester)
-    records = list(read_records(run))
-    assert sorted((r["case"], r["run_index"]) for r in records) == [
+    records = list(load(run).latest.values())
+    assert sorted((r.case, r.run_index) for r in records) == [
         ("held_off", 1), ("held_off", 2), ("three_slides", 1), ("three_slides", 2)]
     assert {(run / "react" / f"three_slides-{k}" / "output" / "three_slides.pptx").is_file() for k in (1, 2)} == {True}
-    record = next(r for r in records if r["case"] == "three_slides")
-    assert record["outcome"] == "pass" and record["slides"] == 3 and record["has_plex"] and record["deck"]
-    assert record["calls"] == ["find", "plan", "find", "start", "status"] and record["polls"] == 1
-    assert record["model"] == "rehearsal" and record["run_id"] == run.name and record["turns"] == 2
-    assert record["ended_at"] >= record["started_at"] and len(record["fingerprint"]) == 16
+    record = next(r for r in records if r.case == "three_slides")
+    judged = record.judged
+    assert judged is not None and record.workspace == f"react/three_slides-{record.run_index}"
+    assert record.outcome == "pass" and judged.slides == 3 and judged.has_plex and judged.deck
+    assert judged.calls == ("find", "plan", "find", "start", "status") and judged.polls == 1
+    assert judged.max_polls == 12 and record.terms.model == "rehearsal" and record.run_id == run.name
+    assert record.usage.turns == 2
+    assert record.usage.ended_at >= record.usage.started_at and len(record.terms.fingerprint) == 16
 
 
 def test_ids_name_the_repeat(pytester: pytest.Pytester, cases: Path) -> None:
@@ -105,7 +109,7 @@ def test_resume_after_kill_9_ends_with_one_record_per_item(pytester: pytest.Pyte
         time.sleep(0.05)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
-    before = list(read_records(ledger))
+    before = list(load(ledger).latest.values())
     assert 2 <= len(before) < 6, "the run should have been killed halfway"
     with ledger.open("a") as handle:  # a write cut short by the kill
         handle.write('{"schema": 1, "case": "five_sl')
@@ -113,10 +117,10 @@ def test_resume_after_kill_9_ends_with_one_record_per_item(pytester: pytest.Pyte
                                  "--palette-runs", "2")
     resumed.assert_outcomes(passed=6 - len(before))
     with pytest.warns(UserWarning):
-        after = list(read_records(ledger))
-    keys = [(r["case"], r["run_index"]) for r in after]
+        after = list(load(ledger).latest.values())
+    keys = [(r.case, r.run_index) for r in after]
     assert len(keys) == len(set(keys)) == 6
-    assert {r["outcome"] for r in after} == {"pass"}
+    assert {r.outcome for r in after} == {"pass"}
 
 
 def test_resume_refuses_a_different_configuration(pytester: pytest.Pytester, cases: Path) -> None:
@@ -135,7 +139,7 @@ def test_show_and_rejudge_read_a_saved_run(pytester: pytest.Pytester, cases: Pat
 
     assert palette_bench(["show", str(run), "--case", "five_slides", "--verbose"]) == 0
     shown = capsys.readouterr().out
-    assert "── PASS  five_slides[react]" in shown and "covers: a change goes through edit" in shown
+    assert "── pass  five_slides[react]" in shown and "covers: a change goes through edit" in shown
     assert "edit" in shown and "'instruction': 'make it 5 slides'" in shown
     assert "user ▸ make it 5 slides" in shown and "agent ◂ Here is the plan" in shown
 
@@ -175,7 +179,7 @@ def comparable(report: dict[str, object]) -> dict[str, object]:
 
 
 def test_two_shards_reported_together_equal_the_unsharded_run(pytester: pytest.Pytester, cases: Path) -> None:
-    from pytest_palette.report import build_report, load, to_json, to_markdown
+    from pytest_palette.results.report import build_report, to_json, to_markdown
 
     common = ["-p", "no:cacheprovider", "--palette-runs", "2", "--palette-run-id", "same", "-k", "three or held"]
     pytester.runpytest(*common, "--palette-run-dir", "whole").assert_outcomes(passed=4)
@@ -192,3 +196,87 @@ def test_two_shards_reported_together_equal_the_unsharded_run(pytester: pytest.P
         return [line for line in report_text.split("## Metrics")[0].splitlines() if "ledger file" not in line]
 
     assert tables(to_markdown(merged)) == tables(to_markdown(whole))
+
+
+def test_a_ledger_forged_inside_a_workspace_changes_no_number(pytester: pytest.Pytester, cases: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=3)
+    run = only_run(pytester)
+    capsys.readouterr()
+
+    def outputs() -> dict[str, tuple[str, str]]:
+        seen = {}
+        commands = {"report": ["report", str(run)], "show": ["show", str(run)], "rejudge": ["rejudge", str(run)],
+                    "compare": ["compare", str(run), str(run)]}
+        for name, argv in commands.items():
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                assert palette_bench(argv) == 0, name
+            seen[name] = (capsys.readouterr().out, "\n".join(str(w.message) for w in caught))
+        return seen
+
+    before = outputs()
+    # What an agent could leave in its own folder: seven records of passes, one of a case that never ran.
+    forged = run / "react" / "three_slides" / "work" / "results.jsonl"
+    honest = (run / "results.jsonl").read_text().splitlines()[0]
+    lines = [honest.replace('"run_index":1', f'"run_index":{k}') for k in range(2, 8)]
+    lines.append(honest.replace('"case":"three_slides"', '"case":"invented"'))
+    forged.write_text("\n".join(lines) + "\n")
+    after = outputs()
+    for name in before:
+        assert after[name][0] == before[name][0], name  # not one number moved
+        assert f"{forged}: ignored — not a ledger of the run {run}" in after[name][1], name
+    assert "invented" not in after["show"][0] and "3/3 passed" in after["show"][0]
+
+
+POLLER = """
+from pytest_palette.hosts.react import ReactHost, ReactSession
+from pytest_palette.rehearsal.known_bad import Spins
+from pytest_palette.rehearsal.langchain_model import RehearsalChatModel
+from pytest_palette.rehearsal.policy import RehearsalPolicy
+
+
+class FifteenPolls(Spins):
+    # Fifteen zero-second polls, then the careful agent's own bound (at most 20 polls a turn).
+    polls_per_build = 15
+
+    def polls(self, steps):
+        return RehearsalPolicy.polls(self, steps)
+
+
+class Poller(ReactHost):
+    name = "poller"
+
+    def open(self, workspace, skill, env, model, settings):
+        return ReactSession(RehearsalChatModel(policy=FifteenPolls(), model_name="rehearsal"), [skill],
+                            workspace.work, env)
+
+
+def pytest_palette_add_hosts(hosts, config):
+    hosts["poller"] = Poller()
+"""
+
+
+def test_a_case_with_its_own_poll_ceiling_is_judged_and_reported_against_it(pytester: pytest.Pytester) -> None:
+    from pytest_palette.results.report import build_report
+
+    pytester.makeconftest(POLLER)
+    pytester.mkdir("cases")
+    (pytester.path / "cases" / "c.yaml").write_text(
+        "- name: patient\n  covers: a case that allows more polls\n  request: Build a 3-slide deck on tides\n"
+        "  expect: {slides: 3, max_polls: 20}\n"
+        "- name: strict\n  covers: the default ceiling\n  request: Build a 3-slide deck on kites\n"
+        "  expect: {slides: 3}\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--host", "poller")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["palette case strict[[]poller[]] failed:",
+                                 "*status polls — each is a model round trip*", "patient*pass*", "strict*FAIL*"])
+    reading = load(only_run(pytester))
+    patient = next(r for r in reading.latest.values() if r.case == "patient")
+    assert patient.judged is not None and patient.judged.max_polls == 20 and 15 <= (patient.judged.polls or 0) <= 20
+    [column] = build_report(reading).columns
+    polls, ceiling = column.metrics["polls_worst"], column.metrics["polls_worst_ceiling"]
+    assert column.metrics["over_poll_ceiling"] == 1  # strict: over its 12
+    assert (polls, ceiling) in {(p, 12) for p in range(15, 21)}  # the worst run is strict's, against 12
+    within = build_report([patient]).columns[0].metrics
+    assert (within["over_poll_ceiling"], within["polls_worst_ceiling"]) == (0, 20)

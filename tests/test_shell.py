@@ -6,7 +6,8 @@ import os
 import time
 from pathlib import Path
 
-from pytest_palette.hosts.shell import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, run_shell
+from pytest_palette.hosts.base import COMMAND_TIMEOUT
+from pytest_palette.hosts.shell import DEFAULT_OUTPUT_LIMIT, run_shell
 
 
 def test_each_command_starts_in_the_workspace(tmp_path: Path) -> None:
@@ -46,4 +47,4 @@ def test_a_timeout_is_not_evidence_of_failure_and_stops_the_command(tmp_path: Pa
 
 
 def test_the_default_timeout_outlasts_deck_py_holds() -> None:
-    assert DEFAULT_COMMAND_TIMEOUT > 90
+    assert COMMAND_TIMEOUT > 90

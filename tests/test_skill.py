@@ -9,10 +9,10 @@ import pytest
 from pytest_palette.skill import (
     PACKAGED_SKILLS,
     SkillNotFound,
+    install,
     load_skill,
     parse_frontmatter,
     skill_hash,
-    stage,
 )
 
 
@@ -50,7 +50,7 @@ def test_staging_copies_fresh_without_caches_and_leaves_the_source_alone(tmp_pat
     target = tmp_path / "skills" / "palette"
     target.mkdir(parents=True)
     (target / "stale.txt").write_text("left over")
-    staged = stage(card, tmp_path)
+    staged = install(card, tmp_path)
     assert staged.directory == target and not (target / "stale.txt").exists()
     assert (target / "SKILL.md").read_bytes() == (card.directory / "SKILL.md").read_bytes()
     assert not list(target.rglob("__pycache__"))
@@ -58,7 +58,7 @@ def test_staging_copies_fresh_without_caches_and_leaves_the_source_alone(tmp_pat
 
 
 def test_the_hash_changes_with_any_file(tmp_path: Path) -> None:
-    staged = stage(load_skill("palette"), tmp_path)
+    staged = install(load_skill("palette"), tmp_path)
     before = skill_hash(staged.directory)
     (staged.directory / "SKILL.md").write_text(staged.body + "\nOne more rule.\n")
     assert skill_hash(staged.directory) != before

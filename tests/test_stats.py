@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from pytest_palette import stats
+from pytest_palette.results import stats
 
 
 def exact_pass_at_k(n: int, c: int, k: int) -> Fraction:

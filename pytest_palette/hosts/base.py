@@ -7,20 +7,35 @@ A project adds its own host by subclassing `Host` and returning it from the
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..models import ModelSpec
-from ..skill import SkillCard, SkillNotFound, load_card
+from ..skill import SkillCard
+
+if TYPE_CHECKING:
+    from ..run.workspace import Workspace
+
+#: The budgets of a conversation, each defined here once: options, `palette-bench converse` and hosts read them.
+TURN_TIMEOUT = 1500.0
+#: One shell command: it must outlast deck.py's holds (90 s for a plan, 60 s for a status).
+COMMAND_TIMEOUT = 300.0
+#: LangGraph's default of 25 steps is about 12 model turns: less than one deck.
+RECURSION_LIMIT = 120
 
 
-def skill_for_preflight(skill_dir: Path) -> tuple[SkillCard | None, list[str]]:
-    """The skill under test as a host reads it, or the problem that stops it from being read at all."""
-    try:
-        return load_card(skill_dir), []
-    except SkillNotFound as error:
-        return None, [f"{error}: point --palette-skill at a skill folder"]
+@dataclass(frozen=True)
+class Problem:
+    """Something that stops a host from running here, in words that name the fix."""
+
+    message: str
+    #: The host's client is not on this machine: its items are skipped with this reason. Otherwise the
+    #: problem is a usage error, reported before any case runs.
+    skip: bool = False
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class HostError(RuntimeError):
@@ -31,6 +46,10 @@ class HostError(RuntimeError):
     """
 
     turn: TurnRecord | None = None
+
+
+class HandedOver(HostError):
+    """The host cannot hold the conversation itself: it prepared it for a person (the manual host)."""
 
 
 @dataclass
@@ -50,13 +69,16 @@ class TurnRecord:
 class HostSettings:
     """Budgets a host may need; all of them end up in the report, because a budget can end a run."""
 
-    command_timeout: float = 300.0
-    recursion_limit: int = 120
+    command_timeout: float = COMMAND_TIMEOUT
+    recursion_limit: int = RECURSION_LIMIT
     eager: bool = False
 
 
 class HostSession(abc.ABC):
     """One conversation on one host."""
+
+    #: Told each step (a command, its output) as it happens, by hosts whose client streams them.
+    on_step: Callable[[str], None] | None = None
 
     @abc.abstractmethod
     def send(self, message: str, timeout: float) -> TurnRecord:
@@ -71,25 +93,11 @@ class Host(abc.ABC):
 
     name: str = ""
 
-    def unsupported(self, model: ModelSpec) -> str | None:
-        """Why this host cannot run `model`, or None when it can. Checked before any case runs."""
-        return None
-
-    def problems(self, model: ModelSpec, env: Mapping[str, str]) -> list[str]:
-        """What is missing to run `model` (credentials); each names its fix. A usage error before any case."""
+    def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
+        """What stops this host from running `model` here (a model it cannot run, missing credentials, a client
+        that is not installed), each naming its fix. Given the skill under test (`--palette-check`), also whether
+        the host, once the skill is installed, discovers it unchanged."""
         return []
-
-    def unavailable(self) -> str | None:
-        """Why this host's client cannot run on this machine (not installed), or None.
-
-        Its items are then skipped with this reason — never passed, and not an error of the skill.
-        """
-        return None
-
-    def preflight(self, model: ModelSpec, skill_dir: Path, env: Mapping[str, str]) -> list[str]:
-        """`--palette-check`: everything that would stop a run, each problem with its fix; runs no case."""
-        reason = self.unavailable()
-        return [*self.problems(model, env), *([reason] if reason else [])]
 
     def close(self) -> None:
         """Release what the host holds for the whole session (servers); called once at the end."""
@@ -99,6 +107,6 @@ class Host(abc.ABC):
         return {"model": model.label}
 
     @abc.abstractmethod
-    def open(self, workspace: Path, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings) -> HostSession:
-        """Start a conversation whose agent works in `workspace`, with `env` for its shell."""
+        """Start a conversation whose agent works in `workspace.work`, with `env` for its shell."""

@@ -29,12 +29,15 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..models import ModelSpec
-from ..skill import SkillCard, load_card, skill_files, stage
-from .base import Host, HostError, HostSession, HostSettings, TurnRecord
+from ..skill import SkillCard, drift, install
+from .base import COMMAND_TIMEOUT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .endpoint import RehearsalEndpoint
+
+if TYPE_CHECKING:
+    from ..run.workspace import Workspace
 
 Json = dict[str, Any]
 
@@ -234,20 +237,11 @@ def install_skill(card: SkillCard, work: Path) -> SkillCard:
     `<work>/skills` links to it: SKILL.md runs `python3 skills/<name>/scripts/...` from the working
     directory, and one copy cannot drift from another.
     """
-    installed = stage(card, work / ".claude")
+    installed = install(card, work / ".claude")
     link = work / "skills"
     if not link.exists() and not link.is_symlink():
         link.symlink_to(Path(".claude") / "skills", target_is_directory=True)
     return installed
-
-
-def differences(source: Path, copy: Path) -> list[str]:
-    """Files that are not byte-identical between the skill under test and its installed copy."""
-    mine = {p.relative_to(source).as_posix(): p for p in skill_files(source)}
-    theirs = {p.relative_to(copy).as_posix(): p for p in skill_files(copy)}
-    changed = [name for name in sorted(mine.keys() & theirs.keys())
-               if mine[name].read_bytes() != theirs[name].read_bytes()]
-    return sorted(mine.keys() ^ theirs.keys()) + changed
 
 
 def discovered_skills(cli: Path, project: Path, env: Mapping[str, str], model_id: str) -> list[str]:
@@ -265,20 +259,20 @@ def discovered_skills(cli: Path, project: Path, env: Mapping[str, str], model_id
     return out.skills
 
 
-def session_folder(work: Path, limit: int = 1000) -> Path:
-    """A new folder for the CLI's config and turn files beside `work/` (the item folder), never inside it.
+def session_folder(workspace: Workspace, limit: int = 1000) -> Path:
+    """A new folder for the CLI's config and turn files among the item's own files, never in `work/`.
 
     The runner gives every item a fresh folder; when something else reuses one, nothing is deleted:
     the next free name is taken (claude, claude-2, ...), so no session inherits another's config.
     """
     for n in range(1, limit + 1):
-        folder = work.parent / ("claude" if n == 1 else f"claude-{n}")
+        folder = workspace.own("claude" if n == 1 else f"claude-{n}")
         try:
             folder.mkdir(parents=True)
             return folder
         except FileExistsError:
             continue
-    raise HostError(f"{work.parent} already holds {limit} claude session folders")
+    raise HostError(f"{workspace.folder} already holds {limit} claude session folders")
 
 
 # -- a conversation --------------------------------------------------------------------------------
@@ -419,28 +413,53 @@ class ClaudeHost(Host):
         if self._version is None:
             cli = self.cli
             if cli is None:
-                raise HostError(self.unavailable() or "no Claude Code CLI")
+                raise HostError(f"no Claude Code CLI found: {INSTALL_HINT}")
             self._version = cli_version(cli)
         return self._version
 
-    def unsupported(self, model: ModelSpec) -> str | None:
-        if model.provider in ("rehearsal", "anthropic"):
-            return None
-        return ("Claude Code speaks only the Anthropic Messages API: use --model anthropic:<model id> "
-                "(for example anthropic:claude-sonnet-4-5) or --model rehearsal")
-
-    def problems(self, model: ModelSpec, env: Mapping[str, str]) -> list[str]:
+    def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
+        if model.provider not in ("rehearsal", "anthropic"):
+            return [Problem("Claude Code speaks only the Anthropic Messages API: use --model anthropic:<model id> "
+                            "(for example anthropic:claude-sonnet-4-5) or --model rehearsal")]
+        problems = []
         if model.provider == "anthropic" and not env.get("ANTHROPIC_API_KEY"):
-            return [f"--model {model.text} on the claude host needs ANTHROPIC_API_KEY in the environment; "
-                    "it is not set"]
-        return []
+            problems.append(Problem(f"--model {model.text} on the claude host needs ANTHROPIC_API_KEY in the "
+                                    "environment; it is not set"))
+        if self.cli is None:
+            reason = (f"--palette-claude-cli {self.explicit_cli}: no executable there" if self.explicit_cli
+                      else f"no Claude Code CLI found: {INSTALL_HINT}")
+            return [*problems, Problem(reason, skip=True)]
+        if skill is not None:
+            problems += self._discovery_problems(skill, model, env)
+        return problems
 
-    def unavailable(self) -> str | None:
-        if self.cli is not None:
-            return None
-        if self.explicit_cli:
-            return f"--palette-claude-cli {self.explicit_cli}: no executable there"
-        return f"no Claude Code CLI found: {INSTALL_HINT}"
+    def _discovery_problems(self, skill: SkillCard, model: ModelSpec, env: Mapping[str, str]) -> list[Problem]:
+        """Install the skill in a scratch folder exactly as a run would, and ask the CLI whether it sees it."""
+        cli = self.cli
+        assert cli is not None
+        try:
+            self.version()
+        except HostError as error:
+            return [Problem(str(error))]
+        problems = []
+        with tempfile.TemporaryDirectory(prefix="palette-claude-check-") as scratch:
+            root = Path(scratch)
+            work = root / "work"
+            work.mkdir()
+            installed = install_skill(skill, work)
+            problems += [Problem(f"the installed copy drifted: {d}") for d in drift(skill.directory,
+                                                                                   installed.directory)]
+            probe_env = cli_environment(env, model, root / "config", None, COMMAND_TIMEOUT)
+            probe_env.setdefault("ANTHROPIC_API_KEY", REHEARSAL_KEY)  # /cost calls no model; a key quiets login
+            try:
+                skills = discovered_skills(cli, work, probe_env, cli_model(model))
+            except HostError as error:
+                return [*problems, Problem(str(error))]
+            if skill.name not in skills:
+                listed = ", ".join(skills) or "none"
+                problems.append(Problem(f"Claude Code {self._version} does not discover the skill {skill.name!r} "
+                                        f"installed in {installed.directory} (it lists: {listed})"))
+        return problems
 
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
         try:
@@ -454,53 +473,22 @@ class ClaudeHost(Host):
             described["cost_usd"] = "the CLI's list-price estimate for cli_model, not a charge"
         return described
 
-    def preflight(self, model: ModelSpec, skill_dir: Path, env: Mapping[str, str]) -> list[str]:
-        problems = super().preflight(model, skill_dir, env)
-        cli = self.cli
-        if cli is None:
-            return problems
-        try:
-            self.version()
-            card = load_card(skill_dir)
-        except (HostError, LookupError) as error:
-            return [*problems, str(error)]
-        with tempfile.TemporaryDirectory(prefix="palette-claude-check-") as scratch:
-            root = Path(scratch)
-            work = root / "work"
-            work.mkdir()
-            installed = install_skill(card, work)
-            changed = differences(skill_dir, installed.directory)
-            if changed:
-                problems.append(f"the installed copy of {skill_dir} differs in: {', '.join(changed)}")
-            probe_env = cli_environment(env, model, root / "config", None, 300.0)
-            probe_env.setdefault("ANTHROPIC_API_KEY", REHEARSAL_KEY)  # /cost calls no model; a key quiets login
-            try:
-                skills = discovered_skills(cli, work, probe_env, cli_model(model))
-            except HostError as error:
-                return [*problems, str(error)]
-            if card.name not in skills:
-                problems.append(f"Claude Code {self._version} does not discover the skill {card.name!r} installed in "
-                                f"{installed.directory} (it lists: {', '.join(skills) or 'none'})")
-        return problems
-
-    def open(self, workspace: Path, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings) -> ClaudeSession:
+        problems = self.check(model, env)
         cli = self.cli
-        if cli is None:
-            raise HostError(self.unavailable() or "no Claude Code CLI")
-        reason = self.unsupported(model)
-        if reason:
-            raise HostError(reason)
-        workspace.mkdir(parents=True, exist_ok=True)
-        installed = install_skill(skill, workspace)
-        changed = differences(skill.directory, installed.directory)
+        if problems or cli is None:
+            raise HostError("; ".join(map(str, problems)) or "no Claude Code CLI")
+        work = workspace.work
+        work.mkdir(parents=True, exist_ok=True)
+        installed = install_skill(skill, work)
+        changed = drift(skill.directory, installed.directory)
         if changed:
-            raise HostError(f"the skill installed in {installed.directory} differs from {skill.directory}: "
-                            f"{', '.join(changed)}")
+            raise HostError("the skill installed for the CLI is not the skill under test: " + "; ".join(changed[:5]))
         folder = session_folder(workspace)
         base_url = self.endpoint.server(model).base_url if model.provider == "rehearsal" else None
         cli_env = cli_environment(env, model, folder / "config", base_url, settings.command_timeout)
-        return ClaudeSession(cli, workspace, installed, cli_env, cli_model(model), folder, self.permission_mode)
+        return ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode)
 
     def close(self) -> None:
         self.endpoint.close()

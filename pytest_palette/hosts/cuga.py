@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import filecmp
 import os
 import shutil
 import subprocess
@@ -35,12 +34,15 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..models import ModelSpec, missing_credentials
-from ..skill import SkillCard, skill_files
-from .base import Host, HostError, HostSession, HostSettings, TurnRecord, skill_for_preflight
+from ..skill import SkillCard, drift, install
+from .base import Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .endpoint import RehearsalEndpoint
+
+if TYPE_CHECKING:
+    from ..run.workspace import Workspace
 
 #: The version the host and its lean dependency set were proven against.
 CUGA_VERSION = "0.4.3"
@@ -160,31 +162,6 @@ def agent_path(path: str, uv: Path | None) -> str:
     if uv is None or shutil.which("uv", path=path):
         return path
     return os.pathsep.join([entry for entry in path.split(os.pathsep) if entry] + [str(uv.parent)])
-
-
-# -- the skill, installed where CUGA looks -------------------------------------------------------
-
-
-def install_skill(source: Path, cuga_folder: Path, name: str) -> Path:
-    """Copy the skill fresh to `<cuga_folder>/skills/<name>/`, where CUGA's discovery looks."""
-    target = cuga_folder / "skills" / name
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    return target
-
-
-def drift(source: Path, installed: Path) -> list[str]:
-    """How the installed copy differs from the skill under test (missing, extra, changed files)."""
-    if not installed.is_dir():
-        return [f"{installed} does not exist"]
-    ours = {p.relative_to(source).as_posix() for p in skill_files(source)}
-    theirs = {p.relative_to(installed).as_posix() for p in skill_files(installed)}
-    found = [f"{installed}/{rel} is missing" for rel in sorted(ours - theirs)]
-    found += [f"{installed}/{rel} is not in the skill under test" for rel in sorted(theirs - ours)]
-    found += [f"{installed}/{rel} differs from {source}/{rel}" for rel in sorted(ours & theirs)
-              if not filecmp.cmp(source / rel, installed / rel, shallow=False)]
-    return found
 
 
 # -- loading CUGA once per process ---------------------------------------------------------------
@@ -388,7 +365,7 @@ class CugaSession(HostSession):
             raise
 
     def _install(self, skill: SkillCard) -> Path:
-        installed = install_skill(skill.directory, self.cuga_folder, skill.name)
+        installed = install(skill, self.cuga_folder).directory
         differences = drift(skill.directory, installed)
         if differences:
             raise HostError("the skill installed for CUGA is not the skill under test: " + "; ".join(differences[:5]))
@@ -524,13 +501,20 @@ class CugaHost(Host):
         self._endpoint = RehearsalEndpoint()
         self._unavailable: tuple[str | None] | None = None
 
-    def unsupported(self, model: ModelSpec) -> str | None:
-        return unsupported_reason(model)
-
-    def problems(self, model: ModelSpec, env: Mapping[str, str]) -> list[str]:
-        return credentials_needed(model, env)
+    def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
+        reason = unsupported_reason(model)
+        if reason:
+            return [Problem(reason)]
+        problems = [Problem(message) for message in credentials_needed(model, env)]
+        missing = self.unavailable()
+        if missing:
+            return [*problems, Problem(missing, skip=True)]
+        if skill is not None:
+            problems += [Problem(message) for message in self._discovery_problems(skill, model)]
+        return problems
 
     def unavailable(self) -> str | None:
+        """Why CUGA cannot run on this machine (no uv, an SDK that does not import), found once."""
         if self._unavailable is None:
             self._unavailable = (self._find_unavailable(),)
         return self._unavailable[0]
@@ -541,22 +525,13 @@ class CugaHost(Host):
                     f"{sys.executable}: pip install uv")
         return import_problem()
 
-    def preflight(self, model: ModelSpec, skill_dir: Path, env: Mapping[str, str]) -> list[str]:
-        problems = super().preflight(model, skill_dir, env)
-        card, unreadable = skill_for_preflight(skill_dir)
-        if card is None:
-            return problems + unreadable
-        if self.unavailable() or unsupported_reason(model):
-            return problems
-        return problems + self._discovery_problems(card, model)
-
     def _discovery_problems(self, card: SkillCard, model: ModelSpec) -> list[str]:
         """Install the skill in a scratch folder exactly as a run would, and ask CUGA whether it sees it."""
         with tempfile.TemporaryDirectory(prefix="palette-cuga-check-") as scratch:
             folder = Path(scratch) / ".cuga"
             try:
                 load_cuga(SETTINGS_FILES[model.provider])
-                installed = install_skill(card.directory, folder, card.name)
+                installed = install(card, folder).directory
                 found = [f"the installed copy drifted: {d}" for d in drift(card.directory, installed)]
                 names = discovered_names(folder)
             except HostError as error:
@@ -588,13 +563,13 @@ class CugaHost(Host):
             facts["model"] = configured  # the truth, when CUGA would not run what was asked for
         return facts
 
-    def open(self, workspace: Path, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings) -> CugaSession:
         url = self._endpoint.server(model).openai_base_url if model.provider == "rehearsal" else None
         cuga = cuga_model(model, env, rehearsal_url=url)
-        # The item's folder (the parent of work/) keeps CUGA's log beside turns.json.
-        return CugaSession(workspace, skill, env, cuga, block_timeout(settings),
-                           log_file=workspace.parent / "cuga.log")
+        # CUGA's log stays in the item's folder, beside turns.json, out of the agent's sight.
+        return CugaSession(workspace.work, skill, env, cuga, block_timeout(settings),
+                           log_file=workspace.own("cuga.log"))
 
     def close(self) -> None:
         self._endpoint.close()

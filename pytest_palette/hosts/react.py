@@ -13,7 +13,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -22,13 +22,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from langgraph.prebuilt import create_react_agent
 
-from ..models import ModelSpec, build_chat_model
-from ..skill import SkillCard, stage
-from .base import Host, HostError, HostSession, HostSettings, TurnRecord, skill_for_preflight
-from .shell import DEFAULT_COMMAND_TIMEOUT, DEFAULT_OUTPUT_LIMIT, run_shell
+from ..models import ModelSpec, ModelUnavailable, build_chat_model, check_model
+from ..skill import SkillCard, install
+from .base import COMMAND_TIMEOUT, RECURSION_LIMIT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
+from .shell import DEFAULT_OUTPUT_LIMIT, run_shell
 
-#: LangGraph's default of 25 steps is about 12 model turns: less than one deck.
-DEFAULT_RECURSION_LIMIT = 120
+if TYPE_CHECKING:
+    from ..run.workspace import Workspace
 
 
 def system_prompt(cards: list[SkillCard], skills_root: Path, eager: bool = False) -> str:
@@ -60,7 +60,7 @@ def make_tools(
     cards: list[SkillCard],
     workspace: Path,
     env: Mapping[str, str],
-    command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    command_timeout: float = COMMAND_TIMEOUT,
     eager: bool = False,
 ) -> list[BaseTool]:
     by_name = {card.name: card for card in cards}
@@ -101,14 +101,14 @@ class ReactSession(HostSession):
         env: Mapping[str, str],
         *,
         eager: bool = False,
-        recursion_limit: int = DEFAULT_RECURSION_LIMIT,
-        command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+        recursion_limit: int = RECURSION_LIMIT,
+        command_timeout: float = COMMAND_TIMEOUT,
         stage_skills: bool = True,
         thread_id: str | None = None,
     ) -> None:
         workspace.mkdir(parents=True, exist_ok=True)
         self.workspace = workspace
-        self.cards = [stage(card, workspace) for card in cards] if stage_skills else list(cards)
+        self.cards = [install(card, workspace) for card in cards] if stage_skills else list(cards)
         skills_root = workspace / "skills" if stage_skills else (cards[0].directory.parent if cards else workspace)
         self.eager = eager
         self.recursion_limit = recursion_limit
@@ -156,8 +156,8 @@ class ReactSession(HostSession):
                 for line, answer in _describe(payload):
                     if line:
                         turn.steps.append(line)
-                        if on_event:
-                            on_event(line)
+                        if on_event or self.on_step:
+                            (on_event or self.on_step)(line)  # type: ignore[misc]
                     if answer:
                         turn.answer = answer
         except HostError as error:
@@ -206,24 +206,16 @@ class ReactHost(Host):
 
     name = "react"
 
-    def problems(self, model: ModelSpec, env: Mapping[str, str]) -> list[str]:
-        from ..models import ModelUnavailable, check_model
-
+    def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
         try:
             check_model(model, env)
+            problems = []
         except ModelUnavailable as error:
-            return [str(error)]
-        return []
-
-    def preflight(self, model: ModelSpec, skill_dir: Path, env: Mapping[str, str]) -> list[str]:
-        # The react host reads the skill where it lives (staged fresh per case): nothing to drift from.
-        problems = super().preflight(model, skill_dir, env)
-        card, unreadable = skill_for_preflight(skill_dir)
-        if card is None:
-            return problems + unreadable
-        if not card.description:
-            problems.append(f"{skill_dir / 'SKILL.md'} has no description in its frontmatter: "
-                            "lazy loading offers the skill by its description")
+            problems = [Problem(str(error))]
+        # The react host reads the skill where it lives (installed fresh per case): nothing to drift from.
+        if skill is not None and not skill.description:
+            problems.append(Problem(f"{skill.directory / 'SKILL.md'} has no description in its frontmatter: "
+                                    "lazy loading offers the skill by its description"))
         return problems
 
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
@@ -231,7 +223,7 @@ class ReactHost(Host):
                 "skill_loading": "eager" if settings.eager else "lazy",
                 "recursion_limit": str(settings.recursion_limit)}
 
-    def open(self, workspace: Path, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings) -> ReactSession:
-        return ReactSession(build_chat_model(model, env), [skill], workspace, env, eager=settings.eager,
+        return ReactSession(build_chat_model(model, env), [skill], workspace.work, env, eager=settings.eager,
                             recursion_limit=settings.recursion_limit, command_timeout=settings.command_timeout)

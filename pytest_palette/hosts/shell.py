@@ -8,8 +8,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-#: Must outlast deck.py's longest hold (90 s for plan and edit) with room to spare.
-DEFAULT_COMMAND_TIMEOUT = 300.0
+from .base import COMMAND_TIMEOUT
+
 DEFAULT_OUTPUT_LIMIT = 24_000
 
 
@@ -23,7 +23,7 @@ def run_shell(
     command: str,
     cwd: Path,
     env: Mapping[str, str],
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float = COMMAND_TIMEOUT,
     limit: int = DEFAULT_OUTPUT_LIMIT,
 ) -> str:
     """Run `command` with /bin/sh in `cwd` and render what a model should read back.

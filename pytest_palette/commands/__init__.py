@@ -1,0 +1,55 @@
+"""`palette-bench`: the project's command line. Each command is a module here: its arguments and its output."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import warnings
+from collections.abc import Sequence
+
+from .. import __version__
+
+# (command, module, summary). Modules are imported only for the command that runs: converse pulls in
+# langgraph (~1 s), which `report` over a big ledger cannot afford.
+COMMANDS = (
+    ("converse", "converse", "drive one conversation by hand and show what it left on disk"),
+    ("show", "show", "one run in depth: each call with its arguments and output, each failure"),
+    ("rejudge", "rejudge", "the current judge over a saved run, with no host; lists every changed verdict"),
+    ("report", "report", "every run's ledger under a folder as Markdown (and JSON): scores, pass@k, metrics"),
+    ("compare", "compare", "two runs before vs after, per case and host, with a paired exact test"),
+)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `only`, just that subcommand's module is imported (the others keep their help line)."""
+    parser = argparse.ArgumentParser(prog="palette-bench",
+                                     description="Benchmark agent hosts driving the Palette skill.")
+    parser.add_argument("--version", action="version", version=f"pytest-palette {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, module_name, summary in COMMANDS:
+        sub = commands.add_parser(name, help=summary, description=summary)
+        if only is None or only == name:
+            module = importlib.import_module(f"{__package__}.{module_name}")
+            module.add_arguments(sub)
+            sub.set_defaults(handler=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # The first bare word is the command (the top level has only --help and --version).
+    chosen = next((word for word in argv if not word.startswith("-")), None)
+    known = {name for name, _, _ in COMMANDS}
+    args = build_parser(chosen if chosen in known else None).parse_args(argv)
+    formatting = warnings.formatwarning
+    warnings.formatwarning = _one_line  # what was read past, said in one line on stderr
+    try:
+        return int(args.handler(args))
+    finally:
+        warnings.formatwarning = formatting
+
+
+def _one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+              line: str | None = None) -> str:
+    return f"palette-bench: warning: {message}\n"

@@ -1,0 +1,64 @@
+"""`palette-bench rejudge RUN`: the current judge over a saved run's workspaces, with no host at all.
+
+Re-scores old runs without paying for agents again, and reports every verdict that changed — after a
+judge change, that list is exactly what the change did.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..judge import judge
+from ..results.ledger import load
+from ..results.record import Record
+from ..run import evidence
+from ..run.workspace import Workspace, item_label
+
+
+@dataclass(frozen=True)
+class Change:
+    label: str
+    before: str
+    after: str
+    failures: tuple[str, ...]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", type=Path, help="a run folder (runs/<run-id>)")
+
+
+def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, list[Change], list[str]]:
+    """How many verdicts were judged again, which changed, and which items could not be (errors, skips)."""
+    judged, changes, unjudgeable = 0, [], []
+    for record in load(run).latest.values() if records is None else records:
+        workspace = Workspace.locate(run, record)
+        label = item_label(record, workspace)
+        case = workspace.case()
+        if record.judged is None or case is None:
+            unjudgeable.append(f"{label}: {record.outcome}, nothing on disk to judge")
+            continue
+        # No grace: the run is over, and a build still running then was already noted when it ran.
+        verdict = judge(case, evidence.read(workspace, 0.0), record.host)
+        judged += 1
+        after = "pass" if verdict.ok else "fail"
+        if after != record.outcome or verdict.failures != record.failures:
+            changes.append(Change(label, record.outcome, after, verdict.failures))
+    return judged, changes, unjudgeable
+
+
+def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
+    records = list(load(args.run).latest.values())
+    if not records:
+        out(f"error: no results.jsonl with records under {args.run}")
+        return 2
+    judged, changes, unjudgeable = rejudge(args.run, records)
+    for change in changes:
+        out(f"{change.label}: {change.before} → {change.after}")
+        out("".join(f"   ↳ {failure}\n" for failure in change.failures).rstrip("\n") or "   (no failures now)")
+    for line in unjudgeable:
+        out(f"not re-judged: {line}")
+    out(f"{judged} verdict(s) re-judged · {len(changes)} changed")
+    return 0

@@ -1,0 +1,77 @@
+"""`palette-bench show RUN`: one run in depth — each call with its arguments and output, each failure."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from ..results.ledger import load
+from ..results.record import MARK, Record
+from ..run.evidence import format_call, read_trace
+from ..run.workspace import Workspace, item_label
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", type=Path, help="a run folder (runs/<run-id>)")
+    parser.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
+    parser.add_argument("--failures", action="store_true", help="only items that failed or errored")
+    parser.add_argument("--verbose", action="store_true", help="also the conversation, turn by turn")
+
+
+def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
+    records = list(load(args.run).latest.values())
+    if not records:
+        out(f"error: no results.jsonl with records under {args.run}")
+        return 2
+    unknown = set(args.case) - {r.case for r in records}
+    if unknown:
+        out(f"error: no case named {', '.join(sorted(unknown))} in {args.run}")
+        return 2
+    passed = sum(r.outcome == "pass" for r in records)
+    models = sorted({f"{r.host} · {r.terms.model}" for r in records})
+    out(f"run: {args.run.resolve()}")
+    out(f"{'; '.join(models)} · {passed}/{len(records)} passed")
+    for record in records:
+        if args.case and record.case not in args.case:
+            continue
+        if args.failures and record.outcome in ("pass", "skipped"):
+            continue
+        for line in describe(Workspace.locate(args.run, record), record, args.verbose):
+            out(line)
+    return 0
+
+
+def describe(workspace: Workspace, record: Record, verbose: bool) -> list[str]:
+    seconds = f"{record.usage.seconds:.0f}s" if record.usage.seconds is not None else "—"
+    lines = [f"── {MARK[record.outcome]:<5} {item_label(record, workspace)}  ({seconds})"]
+    case = workspace.case()
+    if case is not None:
+        lines.append(f"   covers: {case.covers}")
+    lines += [f"   ✗ {failure}" for failure in record.failures if record.outcome != "pass"]
+    judged = record.judged
+    deck = workspace.output / f"{record.case}.pptx"
+    lines.append(f"   deck: {judged.slides} slides, IBM Plex={judged.has_plex}, {deck}" if judged and judged.deck
+                 else "   deck: none")
+    calls = read_trace(workspace.trace)
+    lines.append("   palette calls:" if calls else "   palette calls: (none — the skill was never driven)")
+    for call in calls:
+        lines.append(f"     {format_call(call)}")
+        lines.append(f"       → {' '.join(str(call.get('stdout', '')).split())[:120]}")
+    if verbose:
+        lines += conversation(workspace)
+    return lines
+
+
+def conversation(workspace: Workspace) -> list[str]:
+    if not workspace.turns.is_file():
+        return ["   conversation: (not recorded)"]
+    lines = ["   conversation:"]
+    for turn in json.loads(workspace.turns.read_text(encoding="utf-8")).get("turns", []):
+        lines.append(f"     user ▸ {turn['sent']}")
+        if turn.get("answer"):
+            lines.append(f"     agent ◂ {turn['answer']}")
+        if turn.get("error"):
+            lines.append(f"     error ! {turn['error']}")
+    return lines

@@ -1,0 +1,155 @@
+"""Two measurements before vs after, per case and host, with the paired test.
+
+The usual question is "did my skill change help?", so the loudest line is the one that says when the
+skill did *not* change: then any difference is noise, or a change outside the skill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from . import stats
+from .ledger import Reading
+from .record import Record
+from .report import Column, Report, build_report
+from .tally import Cell, Tally
+
+SAME_SKILL = ("same skill hash: any difference is noise or a change outside the skill (model, budgets, host "
+              "code, plugin version, or luck)")
+
+
+@dataclass(frozen=True)
+class Change:
+    case: str
+    host: str
+    before: tuple[int, int] | None  # (passes, judged runs); None when the case did not run on that side
+    after: tuple[int, int] | None
+
+    @property
+    def flag(self) -> str:
+        if self.before is None:
+            return "new"
+        if self.after is None:
+            return "gone"
+        (pb, nb), (pa, na) = self.before, self.after
+        if not nb or not na:
+            return "no verdict"
+        difference = pa * nb - pb * na  # exact: 2/3 vs 4/6 is no change
+        return "regression" if difference < 0 else "improvement" if difference > 0 else ""
+
+
+@dataclass
+class HostComparison:
+    host: str
+    test: stats.PairedTest
+    shared: int
+    before_model: list[str]
+    after_model: list[str]
+    config_changes: list[str]
+
+
+@dataclass
+class Comparison:
+    changes: list[Change]
+    hosts: list[HostComparison]
+    skill_before: list[str]
+    skill_after: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def skill_changed(self) -> bool:
+        return set(self.skill_before) != set(self.skill_after)
+
+    @property
+    def regressions(self) -> list[Change]:
+        return [c for c in self.changes if c.flag == "regression"]
+
+    @property
+    def improvements(self) -> list[Change]:
+        return [c for c in self.changes if c.flag == "improvement"]
+
+
+def _by_host(report: Report) -> dict[str, Column]:
+    return {column.host: column for column in report.columns}
+
+
+def _rate(cell: Cell | None) -> tuple[int, int] | None:
+    return None if cell is None else cell.rate()
+
+
+def _config_changes(before: Column, after: Column) -> list[str]:
+    """What visibly changed in a host's configuration; the fingerprint also covers budgets we cannot see."""
+    changes = []
+    for name, old, new in (("model", before.models, after.models), ("provider", before.providers, after.providers),
+                           ("scaffold", before.scaffold, after.scaffold)):
+        if old != new:
+            changes.append(f"{name}: {', '.join(old) or '—'} → {', '.join(new) or '—'}")
+    if before.fingerprints != after.fingerprints and not changes:
+        changes.append("fingerprint changed, but no recorded model, provider or scaffold field did: a budget "
+                       "(turn or command timeout, recursion limit), the backend, the skill or the plugin version")
+    return changes
+
+
+Records = Tally | Reading | Iterable[Record]
+
+
+def compare(records_a: Records, records_b: Records) -> Comparison:
+    """Run A (before) against run B (after). Each side must be one measurement (see build_report)."""
+    before, after = build_report(records_a), build_report(records_b)
+    old_hosts, new_hosts = _by_host(before), _by_host(after)
+    changes = []
+    for host in sorted(old_hosts.keys() | new_hosts.keys()):
+        old, new = old_hosts.get(host), new_hosts.get(host)
+        cases = sorted({c for c in before.cases if old and (c, old.label) in before.cells}
+                       | {c for c in after.cases if new and (c, new.label) in after.cells})
+        for case in cases:
+            changes.append(Change(case, host, _rate(before.cell(case, old.label)) if old else None,
+                                  _rate(after.cell(case, new.label)) if new else None))
+    hosts = []
+    for host in sorted(old_hosts.keys() & new_hosts.keys()):
+        pairs = [(c.before, c.after) for c in changes if c.host == host and c.before and c.after]
+        test = stats.paired_test([b for b, _ in pairs], [a for _, a in pairs])
+        old, new = old_hosts[host], new_hosts[host]
+        hosts.append(HostComparison(host, test, len(pairs), old.models, new.models, _config_changes(old, new)))
+    skill_before = sorted({s for c in before.columns for s in c.skill_hashes})
+    skill_after = sorted({s for c in after.columns for s in c.skill_hashes})
+    comparison = Comparison(changes, hosts, skill_before, skill_after)
+    if not comparison.skill_changed:
+        comparison.warnings.append(SAME_SKILL)
+    only = sorted(old_hosts.keys() ^ new_hosts.keys())
+    if only:
+        comparison.warnings.append(f"host(s) on one side only, not compared: {', '.join(only)}")
+    if max((c.n for r in (before, after) for c in r.cells.values()), default=0) <= 1:
+        comparison.warnings.append("one run per cell on a side: a single flip is a reason to look, not a verdict")
+    return comparison
+
+
+def _rate_text(rate: tuple[int, int] | None) -> str:
+    return "—" if rate is None else f"{rate[0]}/{rate[1]}"
+
+
+def to_markdown(comparison: Comparison) -> str:
+    lines = ["# Palette benchmark — before vs after", ""]
+    if comparison.skill_changed:
+        lines.append(f"Skill hash: {', '.join(comparison.skill_before)} → {', '.join(comparison.skill_after)}.")
+    else:
+        lines.append(f"> ⚠ **{SAME_SKILL}** (both sides ran skill {', '.join(comparison.skill_before)}).")
+    for warning in comparison.warnings:
+        if warning != SAME_SKILL:
+            lines.append(f"> ⚠ {warning}")
+    lines += ["", "## Per host", ""]
+    lines += ["| Host | Shared cases | Worse after | Better after | Ties | p (exact) | Verdict | What changed |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for host in comparison.hosts:
+        test = host.test
+        lines.append(f"| {host.host} | {host.shared} | {test.b} | {test.c} | {test.ties} | {test.p:.4g} | "
+                     f"{test.verdict} | {'; '.join(host.config_changes) or '—'} |")
+    lines += ["", "## Case by case", "", "| Case | Host | Before | After | |", "| --- | --- | --- | --- | --- |"]
+    for change in comparison.changes:
+        flag = {"regression": "**regression**", "improvement": "**improvement**"}.get(change.flag, change.flag)
+        lines.append(f"| {change.case} | {change.host} | {_rate_text(change.before)} | {_rate_text(change.after)} "
+                     f"| {flag} |")
+    lines += ["", f"{len(comparison.regressions)} regression(s), {len(comparison.improvements)} improvement(s) "
+                  f"over {len(comparison.changes)} (case, host) cell(s)."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,535 @@
+"""The report over a tally of records: scores, pass@k and pass^k, intervals, metrics, caveats — as Markdown
+and as JSON. Everything printed is sorted by name, so shards read in any order give the same report.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..cases import DEFAULT_MAX_POLLS
+from . import stats
+from .ledger import Reading
+from .record import Record, Terms
+from .tally import SUMMED, Cell, Group, Tally, ceiling, tally
+
+
+class ReportError(Exception):
+    """Records that cannot honestly be reported together (or nothing to report)."""
+
+
+@dataclass
+class Column:
+    """One host (or, in a mixed report, one host under one skill hash and fingerprint)."""
+
+    label: str
+    host: str
+    group: str = ""
+    models: list[str] = field(default_factory=list)
+    providers: list[str] = field(default_factory=list)
+    scaffold: list[str] = field(default_factory=list)
+    skill_hashes: list[str] = field(default_factory=list)
+    fingerprints: list[str] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+    passes: int = 0
+    fails: int = 0
+    errors: int = 0
+    skipped: int = 0
+    pass_at: dict[int, tuple[float | None, int]] = field(default_factory=dict)
+    pass_hat: dict[int, tuple[float | None, int]] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    #: Per summed usage field (tokens, cost, turns, …): the total over the runs that reported it, else None.
+    usage: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return self.passes + self.fails
+
+    def wilson(self) -> tuple[float, float] | None:
+        return stats.wilson(self.passes, self.n)
+
+
+@dataclass
+class Pair:
+    a: str
+    b: str
+    test: stats.PairedTest
+
+
+@dataclass
+class Report:
+    columns: list[Column]
+    cases: list[str]
+    cells: dict[tuple[str, str], Cell]
+    ks: list[int]
+    records: int
+    duplicates_dropped: int
+    skipped_lines: int
+    ledgers: list[str]
+    groups: dict[str, tuple[str, str]]
+    pairs: list[Pair]
+    disagreements: list[str]
+    caveats: list[str]
+
+    def cell(self, case: str, label: str) -> Cell | None:
+        return self.cells.get((case, label))
+
+
+# ---------------------------------------------------------------------------------------------- building
+
+
+def _columns_for(counted: Tally, allow_mixed: bool) -> tuple[dict[tuple[str, Terms], int], list[Column],
+                                                              dict[str, tuple[str, str]]]:
+    """Which column each (host, terms) lands in; refuse mixed measurements unless allowed."""
+    combos = list(counted.groups)
+    skills = sorted({terms.skill_hash for _, terms in combos})
+    per_host: dict[str, set[str]] = {}
+    for host, terms in combos:
+        per_host.setdefault(host, set()).add(terms.fingerprint)
+    split = {h: fps for h, fps in per_host.items() if len(fps) > 1}
+    mixed = len(skills) > 1 or bool(split)
+    if mixed and not allow_mixed:
+        problems = []
+        if len(skills) > 1:
+            problems.append(f"{len(skills)} skill hashes ({', '.join(skills)})")
+        problems += [f"host {h} under {len(fps)} fingerprints ({', '.join(sorted(fps))})"
+                     for h, fps in sorted(split.items())]
+        raise ReportError("these records were measured under different terms — " + "; ".join(problems)
+                          + ". Pooling them would blend two measurements into one number. Report each run on its "
+                          "own, use `compare` for before/after, or pass --allow-mixed to see the groups side by "
+                          "side (never pooled).")
+    groups: dict[tuple[str, str], str] = {}
+    if mixed:
+        keys = sorted({(terms.skill_hash, terms.fingerprint) for _, terms in combos})
+        groups = {key: _letter(i) for i, key in enumerate(keys)}
+    by_label: dict[str, Column] = {}
+    where: dict[tuple[str, Terms], str] = {}
+    for host, terms in combos:
+        group = groups.get((terms.skill_hash, terms.fingerprint), "")
+        label = f"{host} [{group}]" if group else host
+        column = by_label.setdefault(label, Column(label=label, host=host, group=group))
+        _add_unique(column.models, terms.model)
+        _add_unique(column.providers, terms.provider)
+        _add_unique(column.skill_hashes, terms.skill_hash)
+        _add_unique(column.fingerprints, terms.fingerprint)
+        _add_unique(column.scaffold, " · ".join(f"{k}={v}" for k, v in terms.scaffold))
+        where[(host, terms)] = label
+    ordered = sorted(by_label.values(), key=lambda c: (c.host, c.group))
+    for column in ordered:
+        for values in (column.models, column.providers, column.scaffold, column.skill_hashes, column.fingerprints):
+            values.sort()
+    index = {column.label: i for i, column in enumerate(ordered)}
+    legend = {letter: key for key, letter in groups.items()}
+    return {key: index[label] for key, label in where.items()}, ordered, legend
+
+
+def _letter(i: int) -> str:
+    return chr(ord("A") + i) if i < 26 else f"G{i + 1}"
+
+
+def _add_unique(values: list[str], value: str) -> None:
+    if value not in values:
+        values.append(value)
+
+
+def build_report(records: Tally | Reading | Iterable[Record], *, allow_mixed: bool = False) -> Report:
+    """Aggregate records (a Tally, a ledger Reading, or Records) into a Report."""
+    counted = records if isinstance(records, Tally) else tally(records)
+    if not len(counted):
+        raise ReportError("no records to report")
+    where, columns, groups = _columns_for(counted, allow_mixed)
+
+    cells: dict[tuple[str, str], Cell] = {}
+    for (case, host, terms), cell in counted.cells.items():
+        key = (case, columns[where[(host, terms)]].label)
+        cells[key] = cells[key].merge(cell) if key in cells else cell
+    merged: dict[int, Group] = {}
+    for pair, group in counted.groups.items():
+        merged.setdefault(where[pair], Group()).merge(group)
+
+    cases = sorted({case for case, _ in cells})
+    ks = stats.ks_for(max((cell.n for cell in cells.values()), default=0))
+    for col, column in enumerate(columns):
+        own = [cells[(case, column.label)] for case in cases if (case, column.label) in cells]
+        column.passes = sum(c.passes for c in own)
+        column.fails = sum(c.fails for c in own)
+        column.errors = sum(c.errors for c in own)
+        column.skipped = sum(c.skipped for c in own)
+        column.pass_at, column.pass_hat = _pass_k(own, ks)
+        group = merged.get(col, Group())
+        column.runs = sorted(group.runs)
+        column.usage = {name: _rounded(group.total(name)) for name in SUMMED}
+        column.metrics = _metrics(own, group)
+
+    disagreements = _disagreements(cases, columns, cells)
+    pairs = [Pair(a.label, b.label, stats.paired_test(*_shared_rates(cases, a, b, cells)))
+             for a, b in itertools.combinations(columns, 2)]
+    report = Report(columns=columns, cases=cases, cells=cells, ks=ks, records=counted.records,
+                    duplicates_dropped=counted.superseded, skipped_lines=counted.skipped, ledgers=list(counted.files),
+                    groups=groups, pairs=pairs, disagreements=disagreements, caveats=[])
+    report.caveats = _caveats(report, counted)
+    return report
+
+
+def _rounded(value: float | None) -> float | None:
+    return value if value is None or isinstance(value, int) else round(value, 6)
+
+
+def _metrics(cells: list[Cell], group: Group) -> dict[str, Any]:
+    """The seed's metrics for one column, over its judged runs."""
+    judged = decks = plex = polls_total = at_ceiling = over_ceiling = 0
+    worst, worst_ceiling = 0, DEFAULT_MAX_POLLS  # the most polls of any run, and that run's ceiling
+    context_expected = context_reached = edit_expected = edit_called = replanned = 0
+    calls: Counter[int] = Counter()
+    for cell in cells:
+        for facts, count in cell.judged():
+            judged += count
+            decks += count * facts.deck
+            plex += count * (facts.deck and facts.has_plex)
+            calls[len(facts.calls)] += count
+            if facts.polls is not None:
+                limit = ceiling(facts)
+                polls_total += facts.polls * count
+                if facts.polls > worst or (facts.polls == worst and limit < worst_ceiling):
+                    worst, worst_ceiling = facts.polls, limit  # of equal counts, the one nearest its ceiling
+                at_ceiling += count * (facts.polls == limit)
+                over_ceiling += count * (facts.polls > limit)
+            if facts.context_expected:
+                context_expected += count
+                context_reached += count * facts.context_reached
+            if facts.edit_expected:
+                edit_expected += count
+                edit_called += count * facts.edit_called
+            replanned += count * facts.replanned_after_edit
+    wall = group.last_end - group.first_start if group.last_end >= group.first_start else None
+    return {
+        "runs_judged": judged,
+        "runs_passed": sum(c.passes for c in cells),
+        "cases_passed": sum(1 for c in cells if c.n and c.passes == c.n),
+        "cases_judged": sum(1 for c in cells if c.n),
+        "decks_built": decks,
+        "decks_with_plex": plex,
+        "median_case_seconds": stats.median(s for c in cells for s in c.seconds),
+        "wall_clock_seconds": wall,
+        "median_calls": stats.weighted_median(dict(calls)),
+        "polls_total": polls_total,
+        "polls_worst": worst,
+        "polls_worst_ceiling": worst_ceiling,
+        "at_poll_ceiling": at_ceiling,
+        "over_poll_ceiling": over_ceiling,
+        "context_expected": context_expected,
+        "context_reached": context_reached,
+        "edit_expected": edit_expected,
+        "edit_called": edit_called,
+        "replanned_after_edit": replanned,
+    }
+
+
+def _pass_k(cells: list[Cell], ks: list[int]) -> tuple[dict[int, tuple[float | None, int]],
+                                                         dict[int, tuple[float | None, int]]]:
+    """Per k: (mean over the cases with at least k judged runs, how many cases that is)."""
+    at: dict[int, tuple[float | None, int]] = {}
+    hat: dict[int, tuple[float | None, int]] = {}
+    for k in ks:
+        eligible = [c for c in cells if c.n >= k]
+        if not eligible:
+            at[k] = hat[k] = (None, 0)
+            continue
+        at[k] = (sum(stats.pass_at_k(c.n, c.passes, k) or 0.0 for c in eligible) / len(eligible), len(eligible))
+        hat[k] = (sum(stats.pass_hat_k(c.n, c.passes, k) or 0.0 for c in eligible) / len(eligible), len(eligible))
+    return at, hat
+
+
+def _shared_rates(cases: list[str], a: Column, b: Column, cells: dict[tuple[str, str], Cell]
+                  ) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    shared = [case for case in cases if (case, a.label) in cells and (case, b.label) in cells]
+    return [cells[(c, a.label)].rate() for c in shared], [cells[(c, b.label)].rate() for c in shared]
+
+
+def _disagreements(cases: list[str], columns: list[Column], cells: dict[tuple[str, str], Cell]) -> list[str]:
+    """Cases whose judged pass rates differ between columns (compared exactly, as fractions)."""
+    found = []
+    for case in cases:
+        rates = {_fraction(*c.rate()) for col in columns if (c := cells.get((case, col.label))) and c.n}
+        if len(rates) > 1:
+            found.append(case)
+    return found
+
+
+def _fraction(p: int, n: int) -> tuple[int, int]:
+    g = math.gcd(p, n)
+    return p // g, n // g
+
+
+def _caveats(report: Report, counted: Tally) -> list[str]:
+    """What the numbers are not entitled to say, in words."""
+    notes: list[str] = []
+    ns = [cell.n for cell in report.cells.values() if cell.n]
+    if not ns or max(ns) <= 1:
+        notes.append("**One run per cell.** One run per cell is a reason to look, not a ranking: a one-case "
+                     "difference can be a coin flip.")
+    else:
+        low, high = min(ns), max(ns)
+        span = f"n = {low}" if low == high else f"n = {low} to {high}"
+        widest = max((w[1] - w[0] for col in report.columns if (w := col.wilson())), default=0.0)
+        notes.append(f"**Few repeats: {span} judged runs per cell.** pass@k is only defined for k ≤ n, and the "
+                     f"widest 95% interval above spans {widest:.0%}. The host interval pools runs of different "
+                     "cases, which are not one coin: read it as a rough band, and the paired test as the comparison.")
+    models = {col.label: col.models for col in report.columns}
+    if len({tuple(m) for m in models.values()}) > 1:
+        notes.append("**Different models across hosts** (" + "; ".join(f"{label}: {', '.join(m)}"
+                                                                       for label, m in models.items())
+                     + "): not like-for-like. A column answers \"which product builds better decks\", not \"which "
+                       "scaffold drives the skill better\".")
+    labels = [col.label for col in report.columns]
+    if len(labels) > 1:
+        missing = [case for case in report.cases if any((case, label) not in report.cells for label in labels)]
+        if missing:
+            notes.append(f"**{len(missing)} case(s) did not run on every host:** {', '.join(missing)}.")
+        unjudged = [case for case in report.cases if case not in missing
+                    and any(report.cells[(case, label)].n == 0 for label in labels)]
+        if unjudged:
+            notes.append(f"**{len(unjudged)} case(s) have no verdict on some host** (only errors or skips): "
+                         f"{', '.join(unjudged)}.")
+        k, total = len(report.disagreements), len(report.cases)
+        notes.append(f"**{k} of {total} cases discriminate** between the hosts."
+                     + (" The rest agree and cost the same time to run." if k else
+                        " Nothing in this case set distinguishes them."))
+    errors = sum(col.errors for col in report.columns)
+    skipped = sum(col.skipped for col in report.columns)
+    if errors or skipped:
+        notes.append(f"**{errors} errored and {skipped} skipped run(s) are outside every denominator:** they are "
+                     "neither passes nor failures. Resume re-runs the errored ones.")
+    if report.groups:
+        notes.append("**Mixed measurements, shown side by side and never pooled:** " + "; ".join(
+            f"[{letter}] skill {skill} · fingerprint {fp}" for letter, (skill, fp) in report.groups.items()) + ".")
+    renamed = sorted(case for case, hashes in counted.case_hashes.items() if len(hashes) > 1)
+    if renamed:
+        notes.append(f"**{len(renamed)} case(s) changed between runs** (more than one case hash): "
+                     f"{', '.join(renamed)}. Their runs asked different questions.")
+    if report.duplicates_dropped:
+        notes.append(f"{report.duplicates_dropped} duplicate record(s) (same run, case, host and run index) were "
+                     "dropped, keeping the last written: a resumed run appends its re-run after the original.")
+    if report.skipped_lines:
+        notes.append(f"{report.skipped_lines} ledger line(s) were unreadable and skipped (see the warnings).")
+    return notes
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def _interval(bounds: tuple[float, float] | None) -> str:
+    return "—" if bounds is None else f"{bounds[0]:.1%} – {bounds[1]:.1%}"
+
+
+def _num(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    text = f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+    return text + unit
+
+
+def _of(part: int, whole: int) -> str:
+    return f"{part}/{whole}" if whole else "—"
+
+
+def _apart(errors: int, skipped: int) -> str:
+    parts = ([f"{errors} error{'s' * (errors != 1)}"] if errors else []) + ([f"{skipped} skipped"] if skipped else [])
+    return ", ".join(parts) or "—"
+
+
+def _cell_text(cell: Cell | None) -> str:
+    if cell is None:
+        return "—"
+    if cell.n == 0:
+        return f"⚠ ERROR ×{cell.errors}" if cell.errors else "skipped"
+    if cell.n == 1:
+        head = "✅ pass" if cell.passes else "❌ FAIL"
+    else:
+        head = f"{'✅' if cell.passes == cell.n else '❌' if not cell.passes else '◐'} {cell.passes}/{cell.n}"
+    extra = _apart(cell.errors, cell.skipped)
+    slides = stats.weighted_median(dict(cell.slides))
+    polls = max(cell.polls) if cell.polls else None
+    parts = [head, f"{_num(slides)} sl" if slides is not None else "? sl", f"{polls}p" if polls is not None else "?p"]
+    return " · ".join(parts) + (f" (+{extra})" if extra != "—" else "")
+
+
+def _row(cells: Iterable[str]) -> str:
+    return "| " + " | ".join(text.replace("|", "\\|") for text in cells) + " |"
+
+
+def _table_lines(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+    return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)]
+
+
+def to_markdown(report: Report) -> str:
+    """The report as Markdown: scores, pass@k, case by case, disagreements, metrics, and the limits."""
+    columns, labels = report.columns, [c.label for c in report.columns]
+    lines = ["# Palette skill benchmark — results", "",
+             f"{report.records - report.duplicates_dropped} record(s) from {len(report.ledgers)} ledger file(s); "
+             "every host is judged by the same rules, from what is on disk.", ""]
+    lines += ["## Scores", ""]
+    lines += _table_lines(
+        ["Host", "Passed", "Errors / skipped", "95% interval (Wilson)", "Model", "Provider", "Scaffold notes",
+         "Runs"],
+        ([c.label, _of(c.passes, c.n), _apart(c.errors, c.skipped), _interval(c.wilson()), ", ".join(c.models),
+          ", ".join(c.providers), "; ".join(s for s in c.scaffold if s) or "—", ", ".join(c.runs)]
+         for c in columns))
+    usage = [(c.label, texts) for c in columns if (texts := _usage_texts(c))]
+    if usage:
+        lines += ["", "Reported usage: " + "; ".join(f"{label}: {', '.join(texts)}" for label, texts in usage) + "."]
+    if report.pairs:
+        lines += ["", "Paired exact test over the cases both hosts judged (sign test on per-case pass rates):", ""]
+        lines += _table_lines(["A", "B", "A higher", "B higher", "ties", "p", "verdict"],
+                              ([p.a, p.b, str(p.test.b), str(p.test.c), str(p.test.ties), f"{p.test.p:.4g}",
+                                p.test.verdict] for p in report.pairs))
+    lines += ["", "## pass@k and pass^k", "",
+              "pass@k: the chance that at least one of k runs passes (unbiased estimator); pass^k: the chance that "
+              "all k pass. Averaged over the cases with at least k judged runs.", ""]
+    header = ["Host"] + [f"pass@{k}" for k in report.ks] + [f"pass^{k}" for k in report.ks if k > 1]
+    rows = []
+    for c in columns:
+        cases_n = sum(1 for case in report.cases if (cell := report.cell(case, c.label)) and cell.n)
+        rows.append([c.label] + [_k_text(c.pass_at[k], cases_n) for k in report.ks]
+                    + [_k_text(c.pass_hat[k], cases_n) for k in report.ks if k > 1])
+    lines += _table_lines(header, rows)
+    lines += ["", "## Case by case", ""]
+    lines += _table_lines(["Case", *labels], ([case] + [_cell_text(report.cell(case, label)) for label in labels]
+                                              for case in report.cases))
+    lines += ["", f"Cells: passes/n judged runs (pass or FAIL for one run), median slides, worst polls; the judge "
+                  f"fails a case above its poll budget ({DEFAULT_MAX_POLLS} unless the case sets its own)."]
+    lines += _failure_lines(report)
+    lines += ["", "## Metrics", ""]
+    lines += _table_lines(["Metric", *labels], _metric_rows(columns))
+    lines += ["", "## What these numbers are not entitled to say", ""]
+    lines += [f"{i}. {note}" for i, note in enumerate(report.caveats, 1)]
+    return "\n".join(lines) + "\n"
+
+
+def _usage_texts(column: Column) -> list[str]:
+    """A column's reported totals in words: money as money, every other count as "<total> <field name>"."""
+    texts = []
+    for name, total in column.usage.items():
+        if total is None:
+            continue
+        texts.append(f"${total:.2f}" if name == "cost_usd" else f"{total:,g} {name.replace('_', ' ')}")
+    return texts
+
+
+def _k_text(value: tuple[float | None, int], cases_n: int) -> str:
+    mean, over = value
+    if mean is None:
+        return "— (k > n)"
+    return _pct(mean) + ("" if over == cases_n else f" ({over} cases)")
+
+
+def _failure_lines(report: Report) -> list[str]:
+    if len(report.columns) == 1:
+        label = report.columns[0].label
+        lines = ["", "## Failures", ""]
+        failing = [case for case in report.cases if (c := report.cell(case, label)) and (c.fails or c.errors)]
+        if not failing:
+            return [*lines, "None. Every judged run passed."]
+        for case in failing:
+            failed = report.cells[(case, label)]
+            lines.append(f"- **{case}** ({_of(failed.passes, failed.n)}): " + _failure_text(failed))
+            if failed.chains:
+                chain, _ = failed.chains.most_common(1)[0]
+                lines.append(f"  - calls: {' → '.join(chain) or 'none'}")
+        return lines
+    lines = ["", "## Where the hosts disagree", ""]
+    if not report.disagreements:
+        return [*lines, "Nowhere: the hosts agreed on every case they both judged."]
+    for case in report.disagreements:
+        lines.append(f"- **{case}**")
+        for column in report.columns:
+            cell = report.cell(case, column.label)
+            if cell is None:
+                lines.append(f"  - {column.label}: did not run")
+            elif not (cell.fails or cell.errors):
+                lines.append(f"  - {column.label} ({_of(cell.passes, cell.n)}): passed every judged run")
+            else:
+                lines.append(f"  - {column.label} ({_of(cell.passes, cell.n)}): {_failure_text(cell)}")
+    return lines
+
+
+def _failure_text(cell: Cell) -> str:
+    def counted(counter: Counter[str], prefix: str = "") -> list[str]:
+        return [f"{prefix}{text}" + (f" (×{count})" if count > 1 else "") for text, count in counter.most_common()]
+
+    return "; ".join(counted(cell.failures) + counted(cell.host_errors, "error: "))
+
+
+def _metric_rows(columns: list[Column]) -> list[list[str]]:
+    m = [c.metrics for c in columns]
+
+    def row(name: str, render: Callable[[dict[str, Any]], str]) -> list[str]:
+        return [name, *(render(x) for x in m)]
+
+    return [
+        row("Cases passed (every judged run)", lambda x: _of(x["cases_passed"], x["cases_judged"])),
+        row("Runs passed", lambda x: _of(x["runs_passed"], x["runs_judged"])),
+        row("Decks built", lambda x: _of(x["decks_built"], x["runs_judged"])),
+        row("Decks carrying IBM Plex", lambda x: _of(x["decks_with_plex"], x["decks_built"])),
+        row("Median case duration", lambda x: _num(x["median_case_seconds"], " s")),
+        row("Total wall clock (first start → last end)", lambda x: _minutes(x["wall_clock_seconds"])),
+        row("Median Palette calls per case", lambda x: _num(x["median_calls"])),
+        row("Status polls (total)", lambda x: str(x["polls_total"])),
+        row("Worst case polls", lambda x: f"{x['polls_worst']} / {x['polls_worst_ceiling']}"),
+        row("Runs at their case's poll ceiling", lambda x: str(x["at_poll_ceiling"])),
+        row("Runs over their case's poll ceiling", lambda x: str(x["over_poll_ceiling"])),
+        row("Pasted material reached `--context` (or `--source`)",
+            lambda x: _of(x["context_reached"], x["context_expected"])),
+        row("Edits routed to `edit`", lambda x: _of(x["edit_called"], x["edit_expected"])),
+        row("Revisions discarded by re-planning", lambda x: str(x["replanned_after_edit"])),
+    ]
+
+
+def _minutes(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds / 60:.1f} min"
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    """The same numbers as the Markdown, for machines."""
+
+    def k_map(values: dict[int, tuple[float | None, int]]) -> dict[str, Any]:
+        return {str(k): {"value": v, "cases": n} for k, (v, n) in values.items()}
+
+    def cell_json(cell: Cell) -> dict[str, Any]:
+        return {"passes": cell.passes, "fails": cell.fails, "errors": cell.errors, "skipped": cell.skipped,
+                "n": cell.n, "wilson": stats.wilson(cell.passes, cell.n),
+                "pass_at_k": {str(k): stats.pass_at_k(cell.n, cell.passes, k) if cell.n else None
+                              for k in report.ks},
+                "pass_hat_k": {str(k): stats.pass_hat_k(cell.n, cell.passes, k) if cell.n else None
+                               for k in report.ks},
+                "median_slides": stats.weighted_median(dict(cell.slides)),
+                "worst_polls": max(cell.polls) if cell.polls else None,
+                "failures": dict(cell.failures.most_common()), "host_errors": dict(cell.host_errors.most_common())}
+
+    return {
+        "schema": 2, "records": report.records, "duplicates_dropped": report.duplicates_dropped,
+        "skipped_lines": report.skipped_lines, "ledgers": report.ledgers, "ks": report.ks,
+        "groups": {letter: {"skill_hash": s, "fingerprint": f} for letter, (s, f) in report.groups.items()},
+        "hosts": [{"label": c.label, "host": c.host, "group": c.group or None, "models": c.models,
+                   "providers": c.providers, "scaffold": c.scaffold, "skill_hashes": c.skill_hashes,
+                   "fingerprints": c.fingerprints, "runs": c.runs, "passes": c.passes, "fails": c.fails,
+                   "errors": c.errors, "skipped": c.skipped, "n": c.n, "wilson": c.wilson(),
+                   "pass_at_k": k_map(c.pass_at), "pass_hat_k": k_map(c.pass_hat), "metrics": c.metrics,
+                   "usage": c.usage} for c in report.columns],
+        "cases": [{"case": case, "cells": {label: cell_json(cell) for label in (c.label for c in report.columns)
+                                           if (cell := report.cell(case, label)) is not None}}
+                  for case in report.cases],
+        "paired": [{"a": p.a, "b": p.b, "a_higher": p.test.b, "b_higher": p.test.c, "ties": p.test.ties,
+                    "p": p.test.p, "verdict": p.test.verdict} for p in report.pairs],
+        "disagreements": report.disagreements,
+        "discriminating": f"{len(report.disagreements)} of {len(report.cases)}",
+        "caveats": report.caveats,
+    }

@@ -1,0 +1,112 @@
+"""The cross-host table printed at the end of a session: one row per case, one column per host.
+
+Rendered from the same tally as `report`, over the records the session's items carried on their reports —
+so it reads the same with and without xdist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from .record import MARK, Record, RecordError, from_json
+from .tally import Cell, Tally, tally
+
+#: The report property that carries an item's record (a JSON line).
+RECORD_PROPERTY = "palette.record"
+
+
+class TableReporter:
+    """Collects each palette item's record from its report on the controller and prints the table at the end.
+
+    xdist replays workers' reports here, properties included, so no worker output is needed.
+    """
+
+    def __init__(self, hosts: Sequence[str]) -> None:
+        self.hosts = list(hosts)
+        # Reports arrive in completion order under xdist; rows follow the case files instead.
+        self.records: list[tuple[tuple[str, int], Record]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name == RECORD_PROPERTY and (report.when == "call" or not report.passed):
+                try:
+                    self.records.append(((report.location[0], report.location[1] or 0), from_json(str(value))))
+                except RecordError:  # not ours: a user's property of the same name
+                    pass
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.records:
+            return
+        terminalreporter.write_sep("=", "palette summary")
+        ordered = [record for _, record in sorted(self.records, key=lambda pair: pair[0])]
+        for line in render(tally(ordered), self.hosts):
+            terminalreporter.write_line(line)
+
+
+def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
+    """The table's lines: header, rows (with failures under disagreeing rows), warnings, footer."""
+    if not counted.cells:
+        return []
+    by_key: dict[tuple[str, str], Cell] = {}
+    models: dict[str, str] = {}
+    for (case, host, terms), cell in counted.cells.items():
+        by_key[(case, host)] = by_key[(case, host)].merge(cell) if (case, host) in by_key else cell
+        models[host] = terms.label
+    cases = list(dict.fromkeys(case for case, _ in by_key))
+    columns = list(hosts) + sorted({host for _, host in by_key} - set(hosts))
+    width = max(len("case"), *(len(name) for name in cases)) + 2
+    column = max(24, *(len(h) + 2 for h in columns))
+    lines = ["case".ljust(width) + "".join(h.ljust(column) for h in columns).rstrip()]
+    disagreements = everywhere = 0
+    for case in cases:
+        row = [by_key.get((case, host)) for host in columns]
+        lines.append(case.ljust(width) + "".join(_text(c).ljust(column) for c in row).rstrip())
+        present = [(host, c) for host, c in zip(columns, row, strict=True) if c is not None]
+        everywhere += len(present) == len(columns)
+        disagree = len({_outcome(c) for _, c in present}) > 1
+        disagreements += disagree
+        if disagree or len(columns) == 1:
+            for host, cell in present:
+                failures = [*cell.failures, *cell.host_errors]
+                if not (cell.fails or cell.errors):
+                    continue
+                prefix = f"{host}: " if len(columns) > 1 else ""
+                lines += [" " * (width + 2) + f"↳ {prefix}{failure}" for failure in failures]
+    if len(set(models.values())) > 1:
+        lines.append("! the hosts did not run the same model, so differences above are model *and* scaffold: "
+                     + ", ".join(f"{h}={m}" for h, m in models.items()))
+    for host in columns:
+        # The footer counts runs, so repeats are counted one by one.
+        own = [cell for (_, h), cell in by_key.items() if h == host]
+        skipped = sum(c.skipped for c in own)
+        lines.append(f"{host}: {sum(c.passes for c in own)} passed, {sum(c.fails for c in own)} failed, "
+                     f"{sum(c.errors for c in own)} errored" + (f", {skipped} skipped" if skipped else "")
+                     + (f" · model {models[host]}" if host in models else ""))
+    if len(columns) > 1:
+        tail = (f"{disagreements} discriminate between hosts" if disagreements
+                else "the hosts agreed everywhere they overlapped — nothing here distinguishes them")
+        lines.append(f"{len(cases)} case(s) · {everywhere} run on every host · {tail}")
+    return lines
+
+
+def _outcome(cell: Cell) -> str:
+    """One run's mark; several runs' `passes/judged`, with `+nE` for errors."""
+    if cell.total == 1:
+        [(outcome, _, _)] = cell.runs
+        return MARK[outcome]
+    return f"{cell.passes}/{cell.n}" + (f"+{cell.errors}E" if cell.errors else "")
+
+
+def _text(cell: Cell | None) -> str:
+    if cell is None:
+        return "—"
+    slides = sorted(s for s, count in cell.slides.items() for _ in range(count) if s)
+    seconds = sorted(cell.seconds)
+    polls = max(cell.polls) if cell.polls else None
+    shown_slides = f"{slides[len(slides) // 2]}sl" if slides else "-"
+    shown_seconds = f"{seconds[len(seconds) // 2]:.1f}s" if seconds else "—"
+    shown_polls = f"{polls}p" if polls is not None else ""
+    return f"{_outcome(cell):<5} {shown_slides:>4} {shown_seconds:>7} {shown_polls:>3}"

@@ -1,0 +1,184 @@
+"""Records counted per (case, host, terms): the one aggregation behind the terminal table, `report` and `compare`.
+
+Runs are counted by what they found — (outcome, failures, judged facts) — so the Python work is per distinct
+result, not per run: a thousand identical passes are one entry with a count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from operator import attrgetter
+
+from ..cases import DEFAULT_MAX_POLLS
+from .ledger import Reading, latest
+from .record import Judged, Record, Terms, Usage
+
+#: Usage fields a report sums per column (the rest are times, reported by their own metrics).
+SUMMED = tuple(name for name in Usage.__struct_fields__ if name not in ("seconds", "started_at", "ended_at"))
+
+Result = tuple[str, tuple[str, ...], "Judged | None"]  # (outcome, failures, judged)
+
+
+@dataclass
+class Cell:
+    """One case under one host and terms (or merged across them): its runs, counted by what they found."""
+
+    runs: Counter[Result] = field(default_factory=Counter)
+    seconds: list[float] = field(default_factory=list)  # of judged runs that reported a time
+
+    def merge(self, other: Cell) -> Cell:
+        merged = Cell(self.runs + other.runs, self.seconds + other.seconds)
+        return merged
+
+    def _count(self, outcome: str) -> int:
+        return sum(count for (out, _, _), count in self.runs.items() if out == outcome)
+
+    @cached_property
+    def passes(self) -> int:
+        return self._count("pass")
+
+    @cached_property
+    def fails(self) -> int:
+        return self._count("fail")
+
+    @cached_property
+    def errors(self) -> int:
+        return self._count("error")
+
+    @cached_property
+    def skipped(self) -> int:
+        return self._count("skipped")
+
+    @property
+    def n(self) -> int:
+        """Judged runs: errors and skips are not verdicts and stay out of every denominator."""
+        return self.passes + self.fails
+
+    @property
+    def total(self) -> int:
+        return sum(self.runs.values())
+
+    def rate(self) -> tuple[int, int]:
+        return self.passes, self.n
+
+    def judged(self) -> Iterable[tuple[Judged, int]]:
+        """The judged facts of each pass and fail, with how many runs found them."""
+        return ((facts, count) for (_, _, facts), count in self.runs.items() if facts is not None)
+
+    @cached_property
+    def slides(self) -> Counter[int]:
+        return _counted((facts.slides, count) for facts, count in self.judged() if facts.slides is not None)
+
+    @cached_property
+    def polls(self) -> Counter[int]:
+        return _counted((facts.polls, count) for facts, count in self.judged() if facts.polls is not None)
+
+    @cached_property
+    def failures(self) -> Counter[str]:
+        """Each failed rule of the failed runs, with how many runs failed it."""
+        return _counted((failure, count) for (out, failures, _), count in self.runs.items() if out == "fail"
+                        for failure in failures or ("(no failure recorded)",))
+
+    @cached_property
+    def host_errors(self) -> Counter[str]:
+        return _counted((message, count) for (out, failures, _), count in self.runs.items() if out == "error"
+                        for message in failures or ("(no error recorded)",))
+
+    @cached_property
+    def chains(self) -> Counter[tuple[str, ...]]:
+        """The call chains of the failed runs: what the agent did instead."""
+        return _counted((facts.calls, count) for (out, _, facts), count in self.runs.items()
+                        if out == "fail" and facts is not None)
+
+
+def _counted(pairs: Iterable[tuple[object, int]]) -> Counter:  # type: ignore[type-arg]
+    counter: Counter = Counter()  # type: ignore[type-arg]
+    for key, count in pairs:
+        counter[key] = counter.get(key, 0) + count  # get(): Counter's += goes through __missing__ in Python
+    return counter
+
+
+@dataclass
+class Group:
+    """The runs of one host under one set of terms: what cannot be counted per distinct result."""
+
+    runs: set[str] = field(default_factory=set)  # run ids
+    first_start: float = math.inf
+    last_end: float = -math.inf
+    #: Per summed usage field, the values the runs reported (a host that does not count reports none).
+    reported: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in SUMMED})
+
+    def merge(self, other: Group) -> None:
+        self.runs |= other.runs
+        self.first_start = min(self.first_start, other.first_start)
+        self.last_end = max(self.last_end, other.last_end)
+        for name, values in other.reported.items():
+            self.reported[name] += values
+
+    def total(self, name: str) -> float | None:
+        """The field's total over the runs that reported it (None when none did); fsum, so shards read in any
+        order give the same total."""
+        values = self.reported[name]
+        if not values:
+            return None
+        return sum(values) if type(values[0]) is int else math.fsum(values)  # a field holds one type
+
+
+@dataclass
+class Tally:
+    """The latest record of every item, counted per (case, host, terms)."""
+
+    cells: dict[tuple[str, str, Terms], Cell] = field(default_factory=dict)
+    groups: dict[tuple[str, Terms], Group] = field(default_factory=dict)
+    case_hashes: dict[str, set[str]] = field(default_factory=dict)
+    records: int = 0  # read, superseded ones included
+    superseded: int = 0
+    skipped: int = 0  # ledger lines that were not records
+    files: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return self.records - self.superseded
+
+
+def tally(records: Reading | Iterable[Record]) -> Tally:
+    """Count records (a ledger `Reading`, or records of one session): the latest of each item only."""
+    reading = records if isinstance(records, Reading) else latest(records)
+    result = Tally(records=reading.records, superseded=reading.superseded, skipped=reading.skipped,
+                   files=list(reading.files))
+    # One Python step per record, to sort it into its cell; everything after is per cell, in C-level passes.
+    by_cell: dict[tuple[str, str, Terms], list[Record]] = {}
+    for record in reading.latest.values():
+        key = (record.case, record.host, record.terms)
+        found = by_cell.get(key)
+        if found is None:
+            by_cell[key] = [record]
+        else:
+            found.append(record)
+    for (case, host, terms), kept in by_cell.items():
+        usages = [r.usage for r in kept]
+        judged = [r.usage for r in kept if r.judged is not None]
+        result.cells[(case, host, terms)] = Cell(
+            Counter((r.outcome, r.failures, r.judged) for r in kept),
+            [s for s in map(_SECONDS, judged) if s is not None])
+        group = result.groups.get((host, terms))
+        if group is None:
+            group = result.groups[(host, terms)] = Group()
+        group.merge(Group(runs={r.run_id for r in kept}, first_start=min(map(_STARTED, usages)),
+                          last_end=max(map(_ENDED, usages)),
+                          reported={name: [v for v in map(getter, usages) if v is not None]
+                                    for name, getter in _SUMMED_GETTERS}))
+        result.case_hashes.setdefault(case, set()).update(r.case_hash for r in kept)
+    return result
+
+
+_SECONDS, _STARTED, _ENDED = (attrgetter(name) for name in ("seconds", "started_at", "ended_at"))
+_SUMMED_GETTERS = [(name, attrgetter(name)) for name in SUMMED]
+
+
+def ceiling(facts: Judged) -> int:
+    """The run's poll ceiling: its case's own, or (schema-1 records did not say) the judge's default."""
+    return DEFAULT_MAX_POLLS if facts.max_polls is None else facts.max_polls

@@ -1,0 +1,100 @@
+"""The scripted user holding one conversation with a host: the opening, then one reply each time the agent
+hands the turn back. What was said is kept in turns.json; what was done is on disk for the evidence."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+from ..backend import agent_environment
+from ..cases import Case
+from ..hosts.base import HandedOver, Host, HostError, HostSession, HostSettings, TurnRecord
+from ..models import ModelSpec
+from ..skill import SkillCard
+from . import leftovers
+from .workspace import Workspace
+
+
+class HostFailure(Exception):
+    """The host could not start or finish a turn: the item is an ERROR of the run, not a FAIL of the skill."""
+
+
+@dataclass
+class Transcript:
+    """What one conversation said: its turns, and how long it took."""
+
+    turns: list[TurnRecord] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def save(self, workspace: Workspace) -> None:
+        payload = {"seconds": self.seconds, "turns": [asdict(turn) for turn in self.turns]}
+        workspace.turns.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+
+    @classmethod
+    def saved(cls, workspace: Workspace) -> Transcript:
+        """The transcript kept in a workspace (none for a conversation held by hand)."""
+        if not workspace.turns.is_file():
+            return cls()
+        saved = json.loads(workspace.turns.read_text(encoding="utf-8"))
+        return cls([TurnRecord(**turn) for turn in saved.get("turns", [])], float(saved.get("seconds", 0.0)))
+
+
+def hold(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: HostSettings,
+         workspace: Workspace, turn_timeout: float, base_env: Mapping[str, str] | None = None) -> Transcript:
+    """Hold the conversation in a fresh workspace; raise HostFailure when the host fails (HandedOver when a
+    person is to hold it). A failed turn stops the conversation: later replies would land in the wrong state."""
+    workspace.prepare(case)
+    # The trace path travels in this conversation's environment only; nothing is set process-wide.
+    env = agent_environment(workspace.trace, base_env)
+    transcript = Transcript()
+    started = time.monotonic()
+    handed_over = False
+    try:
+        session = _open(host, workspace, skill, env, model, settings)
+        failed = False
+        try:
+            for number, message in enumerate((case.opening, *case.replies), 1):
+                try:
+                    transcript.turns.append(session.send(message, turn_timeout))
+                except HostError as error:
+                    failed = True
+                    # The host's own record of the failed turn keeps the steps it streamed before failing.
+                    transcript.turns.append(error.turn or TurnRecord(sent=message, error=str(error)))
+                    raise HostFailure(f"turn {number} failed: {error}") from None
+                except Exception as error:
+                    failed = True
+                    transcript.turns.append(TurnRecord(sent=message, error=f"{type(error).__name__}: {error}"))
+                    raise HostFailure(f"turn {number} raised {type(error).__name__}: {error}") from None
+        finally:
+            session.close()
+            if failed:  # what the dead conversation left running (a command, a build) is stopped with it
+                leftovers.stop(workspace.trace)
+    except HandedOver:
+        handed_over = True
+        raise
+    finally:
+        transcript.seconds = round(time.monotonic() - started, 3)
+        if not handed_over:
+            transcript.save(workspace)
+    return transcript
+
+
+def _open(host: Host, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+          settings: HostSettings) -> HostSession:
+    try:
+        return host.open(workspace, skill, env, model, settings)
+    except (HandedOver, HostFailure):
+        raise
+    except HostError as error:
+        raise HostFailure(f"could not start: {error}") from None
+    except Exception as error:
+        raise HostFailure(f"could not start: {type(error).__name__}: {error}") from None
+
+
+def as_left(case: Case, workspace: Workspace) -> Transcript:
+    """A conversation held earlier (by hand, or in another run): only what is on disk."""
+    if not workspace.input.is_dir():
+        raise HostFailure(f"no prepared folder for {case.name} at {workspace.folder}")
+    return Transcript.saved(workspace)

@@ -1,0 +1,213 @@
+"""Case files as pytest collectors, and one item per (case, host, run).
+
+An item holds its conversation in setup, so a host that fails (timeout, crash, missing client) makes the item
+ERROR; the call phase only judges what is on disk, so a FAIL is always a verdict on the skill. Every item
+that finishes leaves exactly one record in the run's ledger, and carries it on its report.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..cases import Case, CaseFileError, load_cases
+from ..hosts.base import HandedOver, Host
+from ..judge import Verdict, explain, judge
+from ..options import Settings
+from ..results.ledger import append, open_run
+from ..results.record import Judged, Record, Usage
+from ..results.table import RECORD_PROPERTY
+from . import evidence
+from ._private import TerminalRepr, fill_fixtures, init_fixtures
+from .conversation import HostFailure, Transcript, as_left, hold
+from .session import CASE_NAMES, SESSION, Session, finished
+
+
+class PaletteFailure(AssertionError):
+    """The judge's verdict was not a pass."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__("\n".join(explain(verdict)))
+        self.verdict = verdict
+
+
+class CaseFile(pytest.File):
+    """A YAML file holding a list of cases."""
+
+    def collect(self) -> Iterator[CaseItem]:
+        try:
+            cases = load_cases(self.path)
+        except CaseFileError as error:
+            raise self.CollectError(str(error)) from None
+        seen = self.config.stash.setdefault(CASE_NAMES, {})
+        for case in cases:
+            where = f"{case.path}:{case.line}"
+            if case.name in seen and seen[case.name] != where:
+                raise self.CollectError(f"{where}: case name {case.name!r} is already used at {seen[case.name]}")
+            seen[case.name] = where
+        settings = self.config.stash[SESSION].settings
+        for tag in sorted({tag for case in cases for tag in case.tags}):
+            # Tags become registered markers, so `-m corpus` works under --strict-markers.
+            self.config.addinivalue_line("markers", f"{tag}: pytest-palette case tag")
+        for case in cases:
+            for host in settings.hosts:
+                for index in range(1, settings.runs + 1):
+                    label = host if settings.runs == 1 else f"{host}-{index}"
+                    yield CaseItem.from_parent(self, name=f"{case.name}[{label}]", case=case, host=host,
+                                               run_index=index)
+
+
+class CaseItem(pytest.Item):
+    """One run of one case on one host."""
+
+    def __init__(self, *, case: Case, host: str, run_index: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self.host_name = host
+        self.run_index = run_index
+        for tag in case.tags:
+            self.add_marker(tag)
+        init_fixtures(self, "palette_host")
+
+    @property
+    def session_values(self) -> Session:
+        return self.config.stash[SESSION]
+
+    def setup(self) -> None:
+        self._started = time.time()
+        self._transcript: Transcript | None = None
+        session = self.session_values
+        settings = session.settings
+        host: Host = fill_fixtures(self)["palette_host"]
+        self.workspace = session.workspace(self.host_name, self.case.name, self.run_index)
+        reason = session.unavailable.get(self.host_name)
+        if reason:
+            self._finish("skipped", [f"{self.host_name}: {reason}"])
+            pytest.skip(f"{self.host_name}: {reason}")
+        if self.case.problem:
+            self._finish("error", [self.case.problem])
+            # pytest.fail in setup makes an ERROR whose report is this text alone (setup reports do not
+            # go through repr_failure).
+            pytest.fail(f"case {self.case.name} cannot run here: {self.case.problem}", pytrace=False)
+        open_run(session.ledger)  # before an agent can write anything into the run
+        try:
+            if settings.collect_dir is not None:
+                self._transcript = as_left(self.case, self.workspace)
+            else:
+                self._transcript = hold(self.case, host, session.skill, settings.model, settings.host,
+                                        self.workspace, settings.turn_timeout)
+        except HandedOver as handed:
+            reason = str(handed)
+            self._finish("skipped", [reason])
+            pytest.skip(reason)
+        except HostFailure as failure:
+            self._finish("error", [f"{self.host_name}: {failure}"])
+            pytest.fail(f"host {self.host_name} failed: {failure}\n"
+                        "(an error of the run, not a verdict on the skill)", pytrace=False)
+        self._evidence = evidence.read(self.workspace, settings.build_grace)
+        evidence.save_outputs(self.case, self._evidence, self.workspace.output)
+
+    def runtest(self) -> None:
+        verdict = judge(self.case, self._evidence, self.host_name)
+        self._finish("pass" if verdict.ok else "fail", list(verdict.failures), verdict)
+        if not verdict.ok:
+            raise PaletteFailure(verdict)
+
+    def _finish(self, outcome: str, failures: list[str], verdict: Verdict | None = None) -> None:
+        """Append this item's record to the run's ledger, and carry it on the item's report."""
+        session = self.session_values
+        record = Record(
+            run_id=session.run_id, case=self.case.name, host=self.host_name, run_index=self.run_index,
+            workspace=self.workspace.relative.as_posix(), outcome=outcome,  # type: ignore[arg-type]
+            failures=tuple(failures), judged=_judged(verdict) if verdict else None,
+            terms=session.terms(self.host_name), usage=_usage(self._transcript, self._started, time.time()),
+            case_hash=self.case.digest(), tags=self.case.tags)
+        append(session.ledger, record)
+        self.user_properties += properties(record)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
+        # Plain strings: they travel unchanged through xdist.
+        if isinstance(excinfo.value, PaletteFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, self.case.line - 1, f"palette: {self.name}"
+
+
+def _judged(verdict: Verdict) -> Judged:
+    return Judged(slides=verdict.slides, has_plex=verdict.has_plex, deck=verdict.pptx is not None,
+                  calls=verdict.commands, polls=verdict.polls, max_polls=verdict.max_polls,
+                  context_expected=verdict.context_expected, context_reached=verdict.context_reached,
+                  edit_expected=verdict.edit_expected, edit_called=verdict.edit_called,
+                  replanned_after_edit=verdict.replanned_after_edit)
+
+
+def _usage(transcript: Transcript | None, started: float, ended: float) -> Usage:
+    """Time, turns, tokens and cost, summed over turns when the host reported them; None when it did not."""
+    if transcript is None:
+        return Usage(seconds=None, turns=None, input_tokens=None, output_tokens=None, cost_usd=None,
+                     started_at=round(started, 3), ended_at=round(ended, 3))
+    turns = transcript.turns
+    inputs = [t.usage.get("input_tokens") for t in turns]
+    outputs = [t.usage.get("output_tokens") for t in turns]
+    costs = [t.cost_usd for t in turns]
+    reported = any(v is not None for v in inputs + outputs)
+    return Usage(
+        seconds=transcript.seconds, turns=len(turns),
+        input_tokens=sum(i or 0 for i in inputs) if reported else None,
+        output_tokens=sum(o or 0 for o in outputs) if reported else None,
+        cost_usd=round(sum(c or 0.0 for c in costs), 6) if any(c is not None for c in costs) else None,
+        started_at=round(started, 3), ended_at=round(ended, 3))
+
+
+def properties(record: Record) -> list[tuple[str, object]]:
+    """What JUnit shows of a record (flat, readable in CI), and the record itself for the terminal table."""
+    judged = record.judged
+    return [
+        ("case", record.case), ("host", record.host), ("run", record.run_index), ("model", record.terms.label),
+        ("skill_hash", record.terms.skill_hash), ("case_hash", record.case_hash), ("verdict", record.outcome),
+        ("slides", judged.slides if judged else ""), ("polls", judged.polls if judged else ""),
+        ("calls", " ".join(judged.calls) if judged else ""),
+        ("seconds", "" if record.usage.seconds is None else record.usage.seconds),
+        ("failures", json.dumps(list(record.failures))),
+        (RECORD_PROPERTY, record.to_json().decode()),
+    ]
+
+
+def is_case_file(config: pytest.Config, path: Path) -> bool:
+    """YAML in a case folder, or named on the command line wherever it lives."""
+    if path.suffix not in (".yaml", ".yml"):
+        return False
+    named = {(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args}
+    return path in named or any(path.is_relative_to(d) for d in config.stash[SESSION].settings.case_dirs)
+
+
+def select(items: list[pytest.Item], settings: Settings) -> list[pytest.Item]:
+    """The items this session runs: a resumed run's missing or errored ones, then this shard's share.
+
+    Sharding is round-robin over the selection in collection order, so the runs of one slow case spread
+    across shards and every item lands in exactly one shard.
+    """
+    cases = [item for item in items if isinstance(item, CaseItem)]
+    if settings.resume_dir is not None:
+        done = finished(settings.resume_dir)
+        cases = [i for i in cases if (i.case.name, i.host_name, i.run_index) not in done]
+    if settings.shard is not None:
+        index, total = settings.shard
+        cases = cases[index - 1::total]
+    chosen = set(map(id, cases))
+    return [item for item in items if not isinstance(item, CaseItem) or id(item) in chosen]
+
+
+def timeouts(items: list[pytest.Item], settings: Settings) -> None:
+    """Bound each item with pytest-timeout: every turn plus the build grace, with a minute to spare."""
+    for item in items:
+        if isinstance(item, CaseItem):
+            turns = 1 + len(item.case.replies)
+            item.add_marker(pytest.mark.timeout(settings.turn_timeout * turns + settings.build_grace + 60))

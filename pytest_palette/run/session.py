@@ -1,0 +1,167 @@
+"""What a pytest session decides once: the settings, the hosts, the run id, the skill and its hash, the
+fingerprint of the terms, which hosts cannot run here — computed on the controller and handed to xdist
+workers, never recomputed per item."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .. import __version__
+from ..backend import describe_backend
+from ..hosts.base import Host
+from ..options import Settings, resolve
+from ..results.ledger import find, ledger_name, load, read
+from ..results.record import Terms
+from ..skill import SkillCard, load_card, skill_hash
+from .workspace import Workspace
+
+SESSION = pytest.StashKey["Session"]()
+#: case name → where it was first defined, to refuse a duplicate in another file.
+CASE_NAMES = pytest.StashKey[dict[str, str]]()
+
+
+@dataclass
+class Session:
+    settings: Settings
+    hosts: dict[str, Host]
+    run_id: str
+    skill: SkillCard
+    skill_hash: str
+    fingerprint: str
+    #: host → why its items are skipped here (its client is not installed on this machine).
+    unavailable: dict[str, str] = field(default_factory=dict)
+    _terms: dict[str, Terms] = field(default_factory=dict)
+
+    @property
+    def run_dir(self) -> Path:
+        """The run folder this session writes into (or, with --palette-collect, judges)."""
+        return self.settings.collect_dir or self.settings.run_root / self.run_id
+
+    @property
+    def ledger(self) -> Path:
+        return self.run_dir / ledger_name(self.settings.shard)
+
+    def workspace(self, host: str, case: str, run_index: int) -> Workspace:
+        return Workspace.of(self.run_dir, host, case, run_index, self.settings.runs > 1)
+
+    def terms(self, host: str) -> Terms:
+        """What every result of `host` in this session depends on, asked of the host once."""
+        if host not in self._terms:
+            settings = self.settings
+            described = self.hosts[host].describe(settings.model, settings.host)
+            self._terms[host] = Terms(
+                model=settings.model.text, label=described.get("model", settings.model.label),
+                provider=settings.model.provider, skill_hash=self.skill_hash, fingerprint=self.fingerprint,
+                plugin_version=__version__,
+                scaffold=tuple((k, str(v)) for k, v in described.items() if k != "model"))
+        return self._terms[host]
+
+
+def start(config: pytest.Config) -> Session:
+    """The session's values: chosen here on the controller, received from it on an xdist worker."""
+    settings = resolve(config)
+    hosts: dict[str, Host] = {}
+    config.hook.pytest_palette_add_hosts(hosts=hosts, config=config)
+    unknown = [name for name in settings.hosts if name not in hosts]
+    if unknown:
+        raise pytest.UsageError(f"--host {', '.join(unknown)}: no such host; known: {', '.join(sorted(hosts))}")
+    skill = load_card(settings.skill_dir)
+    given: dict[str, Any] | None = getattr(config, "workerinput", {}).get("palette_session")
+    if given is not None:
+        return Session(settings, hosts, given["run_id"], skill, given["skill_hash"], given["fingerprint"],
+                       dict(given["unavailable"]))
+    digest = skill_hash(settings.skill_dir)
+    run_id = settings.run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+    session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest))
+    if not config.option.collectonly and not config.getoption("palette_check"):
+        problems = []
+        for name in settings.hosts:
+            for problem in hosts[name].check(settings.model, os.environ):
+                if problem.skip:
+                    session.unavailable.setdefault(name, problem.message)
+                else:
+                    problems.append(f"{name}: {problem}")
+        if problems:
+            raise pytest.UsageError("not ready to run:\n  " + "\n  ".join(problems))
+        refuse_foreign_ledger(session)
+    return session
+
+
+def for_workers(session: Session) -> dict[str, Any]:
+    """What an xdist worker receives instead of choosing again: plain values only."""
+    return {"run_id": session.run_id, "skill_hash": session.skill_hash, "fingerprint": session.fingerprint,
+            "unavailable": dict(session.unavailable)}
+
+
+def fingerprint(settings: Settings, skill_hash: str) -> str:
+    """The configuration a result depends on: two runs with one fingerprint asked under the same terms."""
+    terms = {
+        "model": settings.model.text, "skill_hash": skill_hash, "backend": describe_backend(),
+        "plugin": __version__, "turn_timeout": settings.turn_timeout, "build_grace": settings.build_grace,
+        "command_timeout": settings.host.command_timeout, "recursion_limit": settings.host.recursion_limit,
+        "eager": settings.host.eager,
+    }
+    return hashlib.sha256(json.dumps(terms, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def refuse_foreign_ledger(session: Session) -> None:
+    """Appending to a run written under other terms would mix two measurements in one run."""
+    ledgers = find(session.run_dir).ledgers if session.run_dir.is_dir() else []
+    theirs = {record.terms.fingerprint for ledger in ledgers for record in read(ledger)}
+    if theirs - {session.fingerprint}:
+        raise pytest.UsageError(
+            f"{session.run_dir} was written under another configuration (fingerprint {', '.join(sorted(theirs))}; "
+            f"this session's is {session.fingerprint}): model, skill, budgets or plugin version differ. "
+            "Start a new run instead.")
+
+
+def finished(run: Path) -> set[tuple[str, str, int]]:
+    """(case, host, run) of a run whose latest record is a verdict; missing, errored and skipped ones run again."""
+    return {(r.case, r.host, r.run_index) for r in load(run).latest.values() if r.judged is not None}
+
+
+def check(session: Session, write: Any) -> int:
+    """`--palette-check`: every selected host's problems, each with its fix; 0 when all are ready."""
+    settings = session.settings
+    ready = True
+    write(f"palette check: model {settings.model.label} · skill {settings.skill_dir} ({session.skill_hash}) · "
+          f"{describe_backend()}")
+    for name in settings.hosts:
+        problems = session.hosts[name].check(settings.model, os.environ, session.skill)
+        ready = ready and not problems
+        write(f"{name}: {'ready' if not problems else 'NOT ready'}", green=not problems, red=bool(problems))
+        for problem in problems:
+            write(f"  ✗ {problem}")
+    return 0 if ready else 1
+
+
+def header(session: Session) -> list[str]:
+    """What is about to be measured: hosts, model, skill (with its hash), Palette backend, run folder."""
+    settings = session.settings
+    return [
+        f"palette: hosts {', '.join(settings.hosts)} · model {settings.model.label}",
+        f"palette: skill {settings.skill_dir} ({session.skill_hash}) · {describe_backend()}",
+        f"palette: run folder {session.run_dir}",
+        *(f"palette: {name}: " + ", ".join(f"{k} {v}" for k, v in session.terms(name).scaffold)
+          for name in settings.hosts),
+    ]
+
+
+def measuring(config: pytest.Config) -> bool:
+    """Whether this session collects palette cases: an argument is, holds or lies in a case folder, or is YAML."""
+    case_dirs = config.stash[SESSION].settings.case_dirs
+    for arg in config.args:
+        path = (config.invocation_params.dir / arg.split("::")[0]).resolve()
+        if path.suffix in (".yaml", ".yml") or any(
+                path.is_relative_to(d) or d.is_relative_to(path) for d in case_dirs):
+            return True
+    return False

@@ -1,0 +1,114 @@
+"""One item's folder in its run, laid out here and nowhere else:
+
+    runs/<run-id>/<host>/<case>/      (`<case>-<k>` when every case runs several times)
+        input/     request.txt, context.md, replies.txt, case.json — the question, so a number can be reproduced
+        work/      the agent's working directory (the skill is installed here; plan.md, deck/ …)
+        output/    <case>.pptx, slide-*.png, plan.md — copies of what the agent produced
+        palette-calls.jsonl   the skill's call trace
+        turns.json            what was sent and answered, turn by turn
+
+The agent works in work/, so it never sees the replies waiting for it in input/.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from ..cases import Case
+from ..results.record import Record
+
+TRACE_NAME = "palette-calls.jsonl"
+TURNS_NAME = "turns.json"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where one item's conversation, evidence and outputs live."""
+
+    folder: Path
+    #: The folder relative to its run (`<host>/<case>` or `<host>/<case>-<k>`), as a record names it.
+    relative: PurePosixPath
+    #: A conversation held by hand in a folder of the user's: the agent works in the folder itself.
+    by_hand: bool = False
+
+    @classmethod
+    def of(cls, run: Path, host: str, case: str, run_index: int, repeated: bool) -> Workspace:
+        relative = PurePosixPath(host, f"{case}-{run_index}" if repeated else case)
+        return cls(run / relative, relative)
+
+    @classmethod
+    def locate(cls, run: Path, record: Record) -> Workspace:
+        """The folder a record's item ran in. Schema-1 records did not say: a repeated item's folder then is
+        `<case>-<k>` when that exists (or k > 1), else `<case>`."""
+        if record.workspace is not None:
+            return cls(run / record.workspace, PurePosixPath(record.workspace))
+        repeated = cls.of(run, record.host, record.case, record.run_index, True)
+        return repeated if repeated.folder.is_dir() or record.run_index > 1 else \
+            cls.of(run, record.host, record.case, record.run_index, False)
+
+    @classmethod
+    def here(cls, folder: Path) -> Workspace:
+        """`palette-bench converse`'s: the agent works in `folder`, beside its trace and turns."""
+        return cls(folder, PurePosixPath(folder.name), by_hand=True)
+
+    @property
+    def host_folder(self) -> Path:
+        """The folder of all this host's items in the run (the manual host keeps its run sheet here)."""
+        return self.folder.parent
+
+    @property
+    def input(self) -> Path:
+        return self.folder / "input"
+
+    @property
+    def work(self) -> Path:
+        return self.folder if self.by_hand else self.folder / "work"
+
+    @property
+    def output(self) -> Path:
+        return self.folder / "output"
+
+    @property
+    def trace(self) -> Path:
+        return self.folder / TRACE_NAME
+
+    @property
+    def turns(self) -> Path:
+        return self.folder / TURNS_NAME
+
+    def own(self, name: str) -> Path:
+        """A path for a host's own files (its config, its log): in the item's folder, beside work/, so the agent
+        never sees them."""
+        return self.folder / ".palette" / name if self.by_hand else self.folder / name
+
+    @property
+    def definition(self) -> Path:
+        """The case as it was asked, expectations included, so a saved run can be judged again."""
+        return self.input / "case.json"
+
+    def prepare(self, case: Case) -> None:
+        """A fresh folder: the case's inputs written, an empty work/ for the agent."""
+        if self.folder.exists():
+            shutil.rmtree(self.folder)
+        self.input.mkdir(parents=True)
+        (self.input / "request.txt").write_text(case.request + "\n", encoding="utf-8")
+        if case.context:
+            (self.input / "context.md").write_text(case.context + "\n", encoding="utf-8")
+        (self.input / "replies.txt").write_text("".join(f"{reply}\n" for reply in case.replies), encoding="utf-8")
+        self.definition.write_text(json.dumps(case.to_json(), indent=2), encoding="utf-8")
+        self.work.mkdir()
+
+    def case(self) -> Case | None:
+        """The case this folder was prepared for, or None when it was never prepared."""
+        if not self.definition.is_file():
+            return None
+        return Case.from_json(json.loads(self.definition.read_text(encoding="utf-8")))
+
+
+def item_label(record: Record, workspace: Workspace) -> str:
+    """The item's id as pytest printed it: `case[host]`, or `case[host-k]` when cases ran several times."""
+    repeated = workspace.relative.name != record.case
+    return f"{record.case}[{record.host}-{record.run_index}]" if repeated else f"{record.case}[{record.host}]"

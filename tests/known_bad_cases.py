@@ -1,0 +1,34 @@
+"""What each known-bad agent must fail, derived from the case definitions (docs/known-bad-agents.md): the
+oracle of the suite's mutation tests and of benchmarks/known_bad_hosts.py. It lives with the tests, not in
+the package: the package's agents must not know the cases they are judged on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from pytest_palette.cases import Case
+from pytest_palette.rehearsal.known_bad import Spins
+from pytest_palette.rehearsal.replies import ReplyKind, classify_reply
+
+
+def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], str]]:
+    """Each known-bad agent's cases to fail, and a phrase every one of its failures carries."""
+    cases = list(cases)
+
+    def named(keep: Callable[[Case], bool]) -> frozenset[str]:
+        return frozenset(case.name for case in cases if keep(case))
+
+    deck = named(lambda c: c.expect.deck)
+    edit = named(lambda c: c.expect.edit)
+    conditional = named(lambda c: any(classify_reply(r) is ReplyKind.CHANGE and r.lower().startswith(("yes", "ok"))
+                                      for r in c.replies))
+    return {
+        "builds_early": (named(lambda c: not c.expect.deck), "the confirmation gate was skipped"),
+        "retypes_context": (named(lambda c: c.expect.context), "pasted material never reached the plan"),
+        "replans": (edit, "edit-plan was never called"),
+        # Its polls are counted, not timed: every deck case whose ceiling is below them, on any machine.
+        "spins": (named(lambda c: c.expect.deck and c.expect.max_polls < Spins.polls_per_build), "status polls"),
+        "yes_but_is_yes": (conditional, "edit-plan was never called"),
+        "never_edits": (edit, "edit-plan was never called"),
+        "hand_writes": (deck, "does not carry IBM Plex"),
+    }

@@ -1,0 +1,83 @@
+"""The package's shape: imports point one way, and the plugin module is hooks and the fixture only."""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "pytest_palette"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py") if "skills" not in p.relative_to(PACKAGE).parts}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every module of the package this one imports: at the top, in functions, under TYPE_CHECKING alike."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name in known}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            for alias in node.names:  # `from . import stats` names a module; `from .x import f` a name in x
+                if f"{target}.{alias.name}" in known:
+                    found.add(f"{target}.{alias.name}")
+                elif target in known:
+                    found.add(target)
+    return found - {name}
+
+
+def graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: imports_of(name, path, known) for name, path in modules.items()}
+
+
+def test_no_module_of_the_package_imports_itself_back() -> None:
+    edges = graph()
+    assert len(edges) > 50 and "pytest_palette.run.items" in edges["pytest_palette.plugin"]  # the graph is real
+    try:
+        order = list(graphlib.TopologicalSorter(edges).static_order())
+    except graphlib.CycleError as error:
+        raise AssertionError(f"import cycle: {' → '.join(error.args[1])}") from None
+    assert set(order) == set(edges)
+
+
+def test_the_results_side_knows_nothing_of_the_run_side_or_the_hosts() -> None:
+    for name, imported in graph().items():
+        if name.startswith("pytest_palette.results"):
+            outside = {m for m in imported if m.startswith(("pytest_palette.run", "pytest_palette.hosts",
+                                                            "pytest_palette.commands", "pytest_palette.plugin"))}
+            assert not outside, f"{name} imports {sorted(outside)}"
+
+
+def test_the_plugin_module_holds_hooks_and_the_fixture_only() -> None:
+    tree = ast.parse((PACKAGE / "plugin.py").read_text(encoding="utf-8"))
+    body = tree.body[1:] if isinstance(tree.body[0], ast.Expr) else tree.body  # its docstring
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        assert isinstance(node, ast.FunctionDef), f"line {node.lineno}: not a hook ({type(node).__name__})"
+        fixture = any("fixture" in ast.unparse(d) for d in node.decorator_list)
+        assert node.name.startswith("pytest_") or fixture, f"line {node.lineno}: {node.name} is neither"
+        assert len(node.body) <= 8, f"{node.name} does work itself: {len(node.body)} statements"
+
+
+def test_the_package_reads_as_its_parts() -> None:
+    top = sorted(p.name for p in PACKAGE.iterdir() if not p.name.startswith("__pycache__"))
+    groups = {"run", "results", "hosts", "rehearsal", "engine", "commands", "skills"}
+    assert groups <= set(top)
+    loose = [name for name in top if name.endswith(".py") and name != "__init__.py"]
+    assert len(loose) <= 10, loose
