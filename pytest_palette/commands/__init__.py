@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -46,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line  # what was read past, said in one line on stderr
     try:
         return int(args.handler(args))
+    except BrokenPipeError:  # `palette-bench show RUN | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     finally:
         warnings.formatwarning = formatting
 

@@ -14,7 +14,7 @@ from typing import Any
 from ..cases import DEFAULT_MAX_POLLS
 from . import stats
 from .ledger import Reading
-from .record import Record, Terms
+from .record import MARK, Record, Terms
 from .tally import SUMMED, Cell, Group, Tally, ceiling, tally
 
 
@@ -350,9 +350,9 @@ def _cell_text(cell: Cell | None) -> str:
     if cell is None:
         return "—"
     if cell.n == 0:
-        return f"⚠ ERROR ×{cell.errors}" if cell.errors else "skipped"
+        return f"⚠ {MARK['error']} ×{cell.errors}" if cell.errors else MARK["skipped"]
     if cell.n == 1:
-        head = "✅ pass" if cell.passes else "❌ FAIL"
+        head = f"✅ {MARK['pass']}" if cell.passes else f"❌ {MARK['fail']}"
     else:
         head = f"{'✅' if cell.passes == cell.n else '❌' if not cell.passes else '◐'} {cell.passes}/{cell.n}"
     extra = _apart(cell.errors, cell.skipped)
@@ -420,7 +420,8 @@ def _usage_texts(column: Column) -> list[str]:
     for name, total in column.usage.items():
         if total is None:
             continue
-        texts.append(f"${total:.2f}" if name == "cost_usd" else f"{total:,g} {name.replace('_', ' ')}")
+        amount = f"${total:.2f}" if name == "cost_usd" else f"{total:,}" if isinstance(total, int) else f"{total:,.2f}"
+        texts.append(amount if name == "cost_usd" else f"{amount} {name.replace('_', ' ')}")
     return texts
 
 
