@@ -1,7 +1,7 @@
 """Records counted per (case, host, terms): the one aggregation behind the terminal table, `report` and `compare`.
 
-Runs are counted by what they found — (outcome, failures, judged facts) — so the Python work is per distinct
-result, not per run: a thousand identical passes are one entry with a count.
+Within a cell, runs are counted by what they found — (outcome, failures, judged facts) — so what reads a cell
+works once per distinct result, not once per run: a thousand identical passes are one entry with a count.
 """
 
 from __future__ import annotations
@@ -31,27 +31,28 @@ class Cell:
     seconds: list[float] = field(default_factory=list)  # of judged runs that reported a time
 
     def merge(self, other: Cell) -> Cell:
-        merged = Cell(self.runs + other.runs, self.seconds + other.seconds)
-        return merged
-
-    def _count(self, outcome: str) -> int:
-        return sum(count for (out, _, _), count in self.runs.items() if out == outcome)
+        return Cell(self.runs + other.runs, self.seconds + other.seconds)
 
     @cached_property
+    def outcomes(self) -> Counter[str]:
+        """Runs per outcome."""
+        return _counted((outcome, count) for (outcome, _, _), count in self.runs.items())
+
+    @property
     def passes(self) -> int:
-        return self._count("pass")
+        return self.outcomes["pass"]
 
-    @cached_property
+    @property
     def fails(self) -> int:
-        return self._count("fail")
+        return self.outcomes["fail"]
 
-    @cached_property
+    @property
     def errors(self) -> int:
-        return self._count("error")
+        return self.outcomes["error"]
 
-    @cached_property
+    @property
     def skipped(self) -> int:
-        return self._count("skipped")
+        return self.outcomes["skipped"]
 
     @property
     def n(self) -> int:

@@ -20,7 +20,7 @@ from ..hosts.base import HandedOver, Host
 from ..judge import Verdict, explain, judge
 from ..options import Settings
 from ..results.ledger import append, open_run
-from ..results.record import Judged, Record, Usage
+from ..results.record import Judged, Outcome, Record, Usage
 from ..results.table import RECORD_PROPERTY
 from . import evidence
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
@@ -75,13 +75,13 @@ class CaseItem(pytest.Item):
         init_fixtures(self, "palette_host")
 
     @property
-    def session_values(self) -> Session:
+    def palette_session(self) -> Session:
         return self.config.stash[SESSION]
 
     def setup(self) -> None:
         self._started = time.time()
         self._transcript: Transcript | None = None
-        session = self.session_values
+        session = self.palette_session
         settings = session.settings
         host: Host = fill_fixtures(self)["palette_host"]
         self.workspace = session.workspace(self.host_name, self.case.name, self.run_index)
@@ -118,12 +118,12 @@ class CaseItem(pytest.Item):
         if not verdict.ok:
             raise PaletteFailure(verdict)
 
-    def _finish(self, outcome: str, failures: list[str], verdict: Verdict | None = None) -> None:
+    def _finish(self, outcome: Outcome, failures: list[str], verdict: Verdict | None = None) -> None:
         """Append this item's record to the run's ledger, and carry it on the item's report."""
-        session = self.session_values
+        session = self.palette_session
         record = Record(
             run_id=session.run_id, case=self.case.name, host=self.host_name, run_index=self.run_index,
-            workspace=self.workspace.relative.as_posix(), outcome=outcome,  # type: ignore[arg-type]
+            workspace=self.workspace.relative.as_posix(), outcome=outcome,
             failures=tuple(failures), judged=_judged(verdict) if verdict else None,
             terms=session.terms(self.host_name), usage=_usage(self._transcript, self._started, time.time()),
             case_hash=self.case.digest(), tags=self.case.tags)
