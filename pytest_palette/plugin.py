@@ -14,7 +14,7 @@ from .judge import PASSED, Verdict, explain
 from .options import add_options
 from .results.table import TableReporter
 from .run import session as palette_session
-from .run._private import configured
+from .run._private import configured, settle_rootdir
 from .run.items import CaseFile, CaseItem, is_case_file, select, timeouts
 from .run.session import SESSION
 
@@ -25,6 +25,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
+    """`--palette-skill DIR` reads as `--palette-skill=DIR`: pytest chose its rootdir before it knew our options."""
+    settle_rootdir(early_config, args)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -313,3 +313,32 @@ def test_a_project_replaces_a_host_of_the_same_name(pytester: pytest.Pytester, c
     result = pytester.runpytest("-k", "held_off", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["palette: react: scaffold my own react"])
+
+
+def test_path_options_work_with_a_space_as_with_an_equals_sign_wherever_the_path_is(
+        pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory) -> None:
+    import shutil
+
+    from pytest_palette.skill import PACKAGED_SKILLS
+
+    pytester.makeini("[pytest]\ntestpaths = cases\naddopts = -p no:cacheprovider\n")
+    pytester.mkdir("cases")
+    (pytester.path / "cases" / "cases.yaml").write_text(TWO_CASES)
+    pytester.makepyfile(test_stray="def test_not_a_case():\n    pass\n")  # collected only if rootdir is lost
+    outside = tmp_path_factory.mktemp("elsewhere")
+    skill = outside / "my-skill"
+    shutil.copytree(PACKAGED_SKILLS / "palette", skill)
+    for form in (["--palette-skill", str(skill)], [f"--palette-skill={skill}"]):
+        listed = pytester.runpytest("--co", "-q", *form)
+        listed.stdout.fnmatch_lines(["cases/cases.yaml::three_slides[[]react[]]", "2 tests collected*"])
+        assert "test_stray" not in listed.stdout.str()
+    ran = pytester.runpytest("--palette-skill", str(skill), "--palette-run-dir", str(outside / "runs"),
+                             "--palette-run-id", "spaced", "--palette-cases", str(pytester.path / "cases"))
+    ran.assert_outcomes(passed=2)
+    run = outside / "runs" / "spaced"
+    assert (run / "results.jsonl").is_file() and "test_stray" not in ran.stdout.str()
+    judged = pytester.runpytest("--palette-collect", str(run), "-k", "held_off")
+    judged.assert_outcomes(passed=1)
+    resumed = pytester.runpytest("--palette-resume", str(run), "--palette-skill", str(skill))
+    resumed.assert_outcomes()  # every item already has its verdict: nothing is left to run
+    assert "test_stray" not in resumed.stdout.str() + judged.stdout.str()
