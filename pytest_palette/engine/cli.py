@@ -3,6 +3,7 @@
     python -m pytest_palette.engine build-plan REQUEST --out PATH [--context TEXT] [--source PATH ...]
     python -m pytest_palette.engine edit-plan INSTRUCTION --plan PATH --out PATH
     python -m pytest_palette.engine build-deck --plan PATH --out-dir DIR [--json] [--palette-family NAME]
+    python -m pytest_palette.engine --home      the folder to set PALETTE_HOME to (it holds a palette.py)
 
 Exit 0 on success; otherwise one ``error: ...`` line on stderr (always the last line) and exit 1.
 """
@@ -37,8 +38,21 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(1)
 
 
+#: A folder shaped like a Palette checkout: its palette.py runs this engine.
+HOME = Path(__file__).parent / "home"
+
+
+class _PrintHome(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> NoReturn:
+        print(HOME)
+        raise SystemExit(0)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m pytest_palette.engine", description=DESCRIPTION)
+    parser.add_argument("--home", action=_PrintHome, nargs=0,
+                        help="print the folder to set PALETTE_HOME to: its palette.py runs this engine, so a "
+                             "deck.py written for the real Palette runs against it")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     plan = sub.add_parser("build-plan", help="draft a plan from a request (and pasted material)")
     plan.add_argument("request")

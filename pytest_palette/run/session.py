@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from .. import __version__
-from ..backend import describe_backend
+from ..backend import describe_backend, round_trip
 from ..hosts.base import Host
 from ..options import Settings, resolve
 from ..results.ledger import find, ledger_name, load, read
@@ -132,9 +132,13 @@ def finished(run: Path) -> set[tuple[str, str, int]]:
 def check(session: Session, write: Any) -> int:
     """`--palette-check`: every selected host's problems, each with its fix; 0 when all are ready."""
     settings = session.settings
-    ready = True
-    write(f"palette check: model {settings.model.label} · skill {settings.skill_dir} ({session.skill_hash}) · "
-          f"{describe_backend()}")
+    write(f"palette check: model {settings.model.label} · skill {settings.skill_dir} ({session.skill_hash})")
+    # "Ready" means what a case needs: a plan came back from the backend the skill will actually use.
+    missing, said = round_trip(session.skill)
+    ready = missing is None
+    write(f"backend: {describe_backend()}: {'ready' if ready else 'NOT ready'} ({said})", green=ready, red=not ready)
+    if missing:
+        write(f"  ✗ {missing}")
     for name in settings.hosts:
         problems = session.hosts[name].check(settings.model, os.environ, session.skill)
         ready = ready and not problems
