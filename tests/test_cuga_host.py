@@ -426,3 +426,32 @@ def test_one_process_cannot_switch_cugas_models_file(host: CugaHost) -> None:
     host.describe(REHEARSAL, HostSettings())  # CUGA is loaded for the OpenAI-compatible file by now
     with pytest.raises(HostError, match=r"cannot switch to settings\.watsonx\.toml"):
         cuga_module.load_cuga("settings.watsonx.toml")
+
+
+FENCED = """Release notes, as our engineers wrote them
+
+## What changed
+- The client retries with `backoff()` now:
+
+```python
+for attempt in range(3):
+    print(f'''try {attempt}''')  # "quotes" and \\ backslashes
+```
+
+## What is next
+- [[3 slides]] for the review; naïve café numbers: 4.2 → 5.1
+"""
+
+
+@needs_cuga
+def test_pasted_material_with_code_fences_reaches_the_plan_whole(host: CugaHost, tmp_path: Path) -> None:
+    session, trace = _open(host, tmp_path)
+    try:
+        answers = _talk(session, f"Turn these notes into a deck\n\n{FENCED}", "yes")
+    finally:
+        session.close()
+    assert "Reply **yes**" in answers[0] and answers[1].startswith("Your deck is ready:")
+    [plan] = [call for call in read_trace(trace) if call["command"] == "plan"]
+    assert plan["args"]["context"] == FENCED.strip() and plan["args"]["request"] == "Turn these notes into a deck"
+    deck = newest_deck(tmp_path / "work")
+    assert deck is not None and inspect_deck(deck).has_plex

@@ -149,8 +149,12 @@ def to_conversation(request: Json) -> Conversation:
 
 
 def _read_user(events: list[Event], text: str, pending: list[str]) -> None:
-    """A user message: CUGA reporting what the last code block printed, or the user speaking."""
-    if pending and text.lstrip().startswith(EXECUTION_PREFIXES):
+    """A user message: CUGA's answer to the last code block, or the user speaking.
+
+    After a code block the client always answers before the user's next turn — with the output, an error, or
+    a note that the code was not run — so whatever it says then is the code's result, never the user's words.
+    """
+    if pending:
         events += [ToolResult(call_id, execution_output(text.lstrip())) for call_id in pending]
     else:
         events.append(UserSaid(text))
@@ -177,7 +181,10 @@ def _read_assistant(events: list[Event], message: Json, text: str, roles: dict[s
     if text.strip() and not code:
         events.append(AgentSaid(text))
     events += calls + code
-    return [event.call_id for event in code if isinstance(event, (LoadSkill, RunCommand))]
+    pending = [event.call_id for event in code if isinstance(event, (LoadSkill, RunCommand))]
+    if call_id and not pending and _CODE_BLOCK.search(text):
+        pending = [f"{call_id}.code"]  # code the client will run all the same: its answer is no user's word
+    return pending
 
 
 # -- writing a response --------------------------------------------------------------------------
@@ -188,9 +195,19 @@ def codeact_text(action: Action) -> str:
     if isinstance(action, LoadSkill):
         return f"```python\nr = await load_skill({json.dumps(action.name)})\nprint(r)\n```"
     if isinstance(action, RunCommand):
-        # repr() is a Python string literal for any command: quotes, newlines and non-ASCII alike.
-        return f"```python\nprint(await run_command({action.command!r}))\n```"
-    return action.text
+        # repr() is a Python string literal for any command: quotes, newlines and non-ASCII alike. Backticks
+        # are written as \x60 escapes, so pasted material with a ``` fence cannot end the code block early.
+        return f"```python\nprint(await run_command({_literal(action.command)}))\n```"
+    # Plain words hand the turn back; a ``` fence in them (a plan that quotes pasted code) would be run as code.
+    return _FENCE.sub(lambda run: "\u200b".join(run.group(0)), action.text)
+
+
+_FENCE = re.compile(r"`{3,}")
+
+
+def _literal(text: str) -> str:
+    """A Python string literal for `text` with no backtick in it."""
+    return repr(text).replace("`", "\\x60")  # inside a literal a backtick is never part of an escape
 
 
 def assistant_message(action: Action, roles: dict[str, str], call_id: str, codeact: bool) -> Json:
