@@ -89,6 +89,9 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
             failures.append(f"a build was started although the user never approved it — the confirmation gate "
                             f"was skipped (still running in {evidence.unfinished[0]})")
         return verdict()
+    early = built_before_approval(case, evidence)
+    if early:
+        failures.append(early)
     if evidence.pptx is None:
         failures.append(f"no .pptx was produced (no deck.pptx of at least {MIN_PPTX_BYTES:,} bytes "
                         "under the workspace)")
@@ -116,6 +119,24 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
     if evidence.unfinished:
         notes += (f"a build was still running when the deck was read: {evidence.unfinished[0]}",)
     return verdict(notes)
+
+
+def built_before_approval(case: Case, evidence: Evidence) -> str | None:
+    """A build started before the user approved, in words (None when none did, or when the turns' times were
+    not recorded). A case that builds a deck is approved by its last reply; each call is placed in the turn it
+    was made in by its time, on the same clock as the turns'."""
+    starts = evidence.turns_started
+    if not case.replies or len(starts) != 1 + len(case.replies):
+        return None
+    approved_at = starts[-1]
+    for call in evidence.calls:
+        at = call.get("at")
+        if call.get("command") == "start" and isinstance(at, (int, float)) and at < approved_at:
+            turn = sum(1 for started in starts if started <= at)
+            after = "the opening request" if turn <= 1 else f"reply {turn - 1} ({case.replies[turn - 2]!r})"
+            return (f"the build started before the user approved — the confirmation gate was skipped (it started "
+                    f"after {after}; the approval came with reply {len(case.replies)}, {case.replies[-1]!r})")
+    return None
 
 
 def call_args(call: dict[str, Any]) -> dict[str, Any]:

@@ -71,12 +71,12 @@ def calls(*commands: str) -> tuple[dict[str, Any], ...]:
 
 def make_evidence(*, pptx: Path | None = DECK, slides: int = 3, has_plex: bool = True,
                   trace: Sequence[dict[str, Any]] = (), decks: Sequence[Path] | None = None,
-                  unfinished: Sequence[Path] = ()) -> Evidence:
+                  unfinished: Sequence[Path] = (), turns_started: Sequence[float] = ()) -> Evidence:
     if decks is None:
         decks = (pptx,) if pptx is not None else ()
     return Evidence(workspace=WORK, pptx=pptx, slides=slides, has_plex=has_plex,
                     size=31_000 if pptx is not None else 0, decks=tuple(decks), calls=tuple(trace),
-                    unfinished=tuple(unfinished))
+                    unfinished=tuple(unfinished), turns_started=tuple(turns_started))
 
 
 def failures_of(case: Case, evidence: Evidence) -> tuple[str, ...]:
@@ -749,3 +749,52 @@ def test_a_foreign_trace_record_without_mapping_args_does_not_crash_the_context_
         "pasted material never reached the plan — neither --context nor --source was used, so it was retyped "
         "or summarised into the request, which loses the grounding",)
     assert failures_of(make_case(context=True), make_evidence(trace=(odd, call("plan", context="x")))) == ()
+
+
+# --------------------------------------------------------------------------- a build before the approval
+
+
+def timed(command: str, at: float) -> dict[str, Any]:
+    return {**call(command), "at": at}
+
+
+APPROVED_AT_20 = (0.0, 10.0, 20.0)  # the opening at 0, reply 1 at 10, reply 2 (the approval) at 20
+EDIT_THEN_YES = Case(name="solar", covers="x", tags=(), request="a deck about solar power", context="",
+                     replies=("make it 3 slides", "yes"), expect=Expect(slides=3), path=Path("c.yaml"), line=1)
+
+
+def test_a_build_started_before_the_approving_reply_fails_naming_the_turn() -> None:
+    early = make_evidence(trace=(timed("plan", 1.0), timed("start", 2.0), timed("edit", 11.0), timed("start", 21.0)),
+                          turns_started=APPROVED_AT_20)
+    [failure] = failures_of(EDIT_THEN_YES, early)
+    assert failure == ("the build started before the user approved — the confirmation gate was skipped (it started "
+                       "after the opening request; the approval came with reply 2, 'yes')")
+    after_change = make_evidence(trace=(timed("plan", 1.0), timed("edit", 11.0), timed("start", 12.0)),
+                                 turns_started=APPROVED_AT_20)
+    [failure] = failures_of(EDIT_THEN_YES, after_change)
+    assert "it started after reply 1 ('make it 3 slides')" in failure
+
+
+def test_a_build_after_the_approving_reply_passes() -> None:
+    approved = make_evidence(trace=(timed("plan", 1.0), timed("edit", 11.0), timed("start", 20.0)),
+                             turns_started=APPROVED_AT_20)
+    assert failures_of(EDIT_THEN_YES, approved) == ()
+
+
+def test_without_the_turns_times_the_build_order_is_not_judged() -> None:
+    unknown = make_evidence(trace=(timed("plan", 1.0), timed("start", 2.0)), turns_started=())
+    assert failures_of(EDIT_THEN_YES, unknown) == ()
+    partial = make_evidence(trace=(timed("plan", 1.0), timed("start", 2.0)), turns_started=(0.0, 10.0))
+    assert failures_of(EDIT_THEN_YES, partial) == ()  # a turn missing: the calls cannot be placed
+
+
+def test_the_turns_times_come_from_turns_json(tmp_path: Path) -> None:
+    from pytest_palette.run.evidence import read
+    from pytest_palette.run.workspace import Workspace
+
+    workspace = Workspace.of(tmp_path, "react", "solar", 1, repeated=False)
+    workspace.prepare(EDIT_THEN_YES)
+    workspace.turns.write_text(json.dumps({"turns": [{"sent": "x", "started_at": t} for t in APPROVED_AT_20]}))
+    assert read(workspace, 0.0).turns_started == APPROVED_AT_20
+    workspace.turns.write_text(json.dumps({"turns": [{"sent": "x"}]}))  # an earlier version's turns.json
+    assert read(workspace, 0.0).turns_started == ()

@@ -63,6 +63,8 @@ class TurnRecord:
     num_turns: int | None = None  # model round trips within this turn, as the client counts them
     cost_usd: float | None = None  # the client's own estimate at list prices
     usage: dict[str, int] = field(default_factory=dict)  # token counts, as the client reports them
+    #: When the message was sent (epoch seconds), set by the harness: the judge orders calls by turns with it.
+    started_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -56,17 +56,13 @@ def hold(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: H
         failed = False
         try:
             for number, message in enumerate((case.opening, *case.replies), 1):
-                try:
-                    transcript.turns.append(session.send(message, turn_timeout))
-                except HostError as error:
+                sent_at = round(time.time(), 3)  # on deck.py's clock (the same machine), to its precision
+                turn, problem = _send(session, message, turn_timeout)
+                turn.started_at = sent_at
+                transcript.turns.append(turn)
+                if problem:
                     failed = True
-                    # The host's own record of the failed turn keeps the steps it streamed before failing.
-                    transcript.turns.append(error.turn or TurnRecord(sent=message, error=str(error)))
-                    raise HostFailure(f"turn {number} failed: {error}") from None
-                except Exception as error:
-                    failed = True
-                    transcript.turns.append(TurnRecord(sent=message, error=f"{type(error).__name__}: {error}"))
-                    raise HostFailure(f"turn {number} raised {type(error).__name__}: {error}") from None
+                    raise HostFailure(f"turn {number} {problem}")
         finally:
             session.close()
             if failed:  # what the dead conversation left running (a command, a build) is stopped with it
@@ -79,6 +75,18 @@ def hold(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: H
         if not handed_over:
             transcript.save(workspace)
     return transcript
+
+
+def _send(session: HostSession, message: str, timeout: float) -> tuple[TurnRecord, str | None]:
+    """The turn, and what went wrong with it (None when nothing did)."""
+    try:
+        return session.send(message, timeout), None
+    except HostError as error:
+        # The host's own record of the failed turn keeps the steps it streamed before failing.
+        return error.turn or TurnRecord(sent=message, error=str(error)), f"failed: {error}"
+    except Exception as error:
+        return TurnRecord(sent=message, error=f"{type(error).__name__}: {error}"), \
+            f"raised {type(error).__name__}: {error}"
 
 
 def _open(host: Host, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,

@@ -8,7 +8,7 @@ import shutil
 import time
 import warnings
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,9 @@ class Evidence:
     calls: tuple[dict[str, Any], ...]
     #: Builds that were still running when evidence was read (they were waited for and did not end).
     unfinished: tuple[Path, ...] = ()
+    #: When each message was sent (the opening, then each reply), from turns.json; () when not recorded (a
+    #: conversation held by hand, or a run of an earlier version).
+    turns_started: tuple[float, ...] = ()
 
     @property
     def commands(self) -> list[str]:
@@ -45,7 +48,16 @@ class Evidence:
 
 def read(workspace: Workspace, grace: float) -> Evidence:
     """The evidence in an item's folder, after waiting up to `grace` seconds for builds still running."""
-    return collect(workspace.work, workspace.trace, grace)
+    return replace(collect(workspace.work, workspace.trace, grace), turns_started=_turns_started(workspace.turns))
+
+
+def _turns_started(turns: Path) -> tuple[float, ...]:
+    try:
+        saved = json.loads(turns.read_text(encoding="utf-8"))
+        started = tuple(float(turn["started_at"]) for turn in saved["turns"])
+    except (OSError, ValueError, KeyError, TypeError):  # absent, or written before turns had start times
+        return ()
+    return started
 
 
 def collect(work: Path, trace: Path, grace: float) -> Evidence:
