@@ -789,12 +789,16 @@ def test_without_the_turns_times_the_build_order_is_not_judged() -> None:
 
 
 def test_the_turns_times_come_from_turns_json(tmp_path: Path) -> None:
+    from pytest_palette.run.conversation import Transcript
     from pytest_palette.run.evidence import read
     from pytest_palette.run.workspace import Workspace
+
+    def read_back(workspace: Workspace) -> Evidence:
+        return read(workspace, 0.0, Transcript.saved(workspace).started)
 
     workspace = Workspace.of(tmp_path, "react", "solar", 1, repeated=False)
     workspace.prepare(EDIT_THEN_YES)
     workspace.turns.write_text(json.dumps({"turns": [{"sent": "x", "started_at": t} for t in APPROVED_AT_20]}))
-    assert read(workspace, 0.0).turns_started == APPROVED_AT_20
+    assert read_back(workspace).turns_started == APPROVED_AT_20
     workspace.turns.write_text(json.dumps({"turns": [{"sent": "x"}]}))  # an earlier version's turns.json
-    assert read(workspace, 0.0).turns_started == ()
+    assert read_back(workspace).turns_started == ()

@@ -15,6 +15,7 @@ from ..judge import judge
 from ..results.ledger import load
 from ..results.record import Record
 from ..run import evidence
+from ..run.conversation import Transcript
 from ..run.workspace import Workspace, item_label
 
 
@@ -40,8 +41,12 @@ def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, li
         if record.judged is None or case is None:
             unjudgeable.append(f"{label}: {record.outcome}, nothing on disk to judge")
             continue
+        try:
+            started = Transcript.saved(workspace).started
+        except (ValueError, TypeError):  # an unreadable turns.json: the calls cannot be placed in turns
+            started = ()
         # No grace: the run is over, and a build still running then was already noted when it ran.
-        verdict = judge(case, evidence.read(workspace, 0.0), record.host)
+        verdict = judge(case, evidence.read(workspace, 0.0, started), record.host)
         judged += 1
         after = "pass" if verdict.ok else "fail"
         if after != record.outcome or verdict.failures != record.failures:

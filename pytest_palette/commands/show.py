@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 from ..results.ledger import load
 from ..results.record import MARK, Record
+from ..run.conversation import Transcript
 from ..run.evidence import format_call, read_trace
 from ..run.workspace import Workspace, item_label
 
@@ -68,10 +68,10 @@ def conversation(workspace: Workspace) -> list[str]:
     if not workspace.turns.is_file():
         return ["   conversation: (not recorded)"]
     lines = ["   conversation:"]
-    for turn in json.loads(workspace.turns.read_text(encoding="utf-8")).get("turns", []):
-        lines.append(f"     user ▸ {turn['sent']}")
-        if turn.get("answer"):
-            lines.append(f"     agent ◂ {turn['answer']}")
-        if turn.get("error"):
-            lines.append(f"     error ! {turn['error']}")
+    for turn in Transcript.saved(workspace).turns:
+        lines.append(f"     user ▸ {turn.sent}")
+        if turn.answer:
+            lines.append(f"     agent ◂ {turn.answer}")
+        if turn.error:
+            lines.append(f"     error ! {turn.error}")
     return lines

@@ -63,8 +63,9 @@ def open_run(path: str | os.PathLike[str]) -> None:
     os.close(os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
 
 
-def append(path: str | os.PathLike[str], record: Record) -> None:
-    """Append the record to the ledger at `path` as one whole line (RecordError if it is not valid)."""
+def append(path: str | os.PathLike[str], record: Record) -> bytes:
+    """Append the record to the ledger at `path` as one whole line (RecordError if it is not valid); return
+    the line (without its newline)."""
     line = record.to_json() + b"\n"
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -83,6 +84,7 @@ def append(path: str | os.PathLike[str], record: Record) -> None:
         os.close(fd)  # closing releases the lock
     if written != len(data):
         raise LedgerError(f"{target}: short write ({written} of {len(data)} bytes; is the disk full?)")
+    return line[:-1]
 
 
 # ---------------------------------------------------------------------------------------------- finding
@@ -183,7 +185,8 @@ def latest(records: Iterable[Record], into: Reading | None = None) -> Reading:
     return reading
 
 
-_KEY = attrgetter("run_id", "case", "host", "run_index")  # Record.key, as one C-level call
+#: Which item a record is a result of: a later record of the same item supersedes it. (One C-level call.)
+_KEY = attrgetter("run_id", "case", "host", "run_index")
 
 
 def load(path: str | os.PathLike[str]) -> Reading:

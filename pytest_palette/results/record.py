@@ -104,11 +104,6 @@ class Record(Struct, tag_field="schema", tag=SCHEMA, **_STRUCT):
     case_hash: str
     tags: tuple[str, ...]
 
-    @property
-    def key(self) -> tuple[str, str, str, int]:
-        """Which item this is a result of: a later record of the same item supersedes this one."""
-        return self.run_id, self.case, self.host, self.run_index
-
     def to_json(self) -> bytes:
         """One compact line of JSON, without its newline; RecordError if it would not read back as itself."""
         try:

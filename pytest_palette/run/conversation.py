@@ -32,6 +32,12 @@ class Transcript:
         payload = {"seconds": self.seconds, "turns": [asdict(turn) for turn in self.turns]}
         workspace.turns.write_text(json.dumps(payload, indent=2), encoding="utf-8")
 
+    @property
+    def started(self) -> tuple[float, ...]:
+        """When each message was sent; () when any was not recorded (held by hand, or an earlier version's)."""
+        times = tuple(turn.started_at for turn in self.turns)
+        return () if None in times else times  # type: ignore[return-value]
+
     @classmethod
     def saved(cls, workspace: Workspace) -> Transcript:
         """The transcript kept in a workspace (none for a conversation held by hand)."""

@@ -46,18 +46,10 @@ class Evidence:
         return [str(call.get("command", "?")) for call in self.calls]
 
 
-def read(workspace: Workspace, grace: float) -> Evidence:
-    """The evidence in an item's folder, after waiting up to `grace` seconds for builds still running."""
-    return replace(collect(workspace.work, workspace.trace, grace), turns_started=_turns_started(workspace.turns))
-
-
-def _turns_started(turns: Path) -> tuple[float, ...]:
-    try:
-        saved = json.loads(turns.read_text(encoding="utf-8"))
-        started = tuple(float(turn["started_at"]) for turn in saved["turns"])
-    except (OSError, ValueError, KeyError, TypeError):  # absent, or written before turns had start times
-        return ()
-    return started
+def read(workspace: Workspace, grace: float, turns_started: tuple[float, ...] = ()) -> Evidence:
+    """The evidence in an item's folder, after waiting up to `grace` seconds for builds still running;
+    `turns_started` is the conversation's (`Transcript.started`)."""
+    return replace(collect(workspace.work, workspace.trace, grace), turns_started=turns_started)
 
 
 def collect(work: Path, trace: Path, grace: float) -> Evidence:

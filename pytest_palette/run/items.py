@@ -25,7 +25,7 @@ from ..results.table import RECORD_PROPERTY
 from . import evidence
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
 from .conversation import HostFailure, Transcript, as_left, hold
-from .session import CASE_NAMES, SESSION, Session, finished
+from .session import CASE_NAMES, SESSION, Session, arguments, finished
 
 
 class PaletteFailure(AssertionError):
@@ -109,7 +109,7 @@ class CaseItem(pytest.Item):
             self._finish("error", [f"{self.host_name}: {failure}"])
             pytest.fail(f"host {self.host_name} failed: {failure}\n"
                         "(an error of the run, not a verdict on the skill)", pytrace=False)
-        self._evidence = evidence.read(self.workspace, settings.build_grace)
+        self._evidence = evidence.read(self.workspace, settings.build_grace, self._transcript.started)
         evidence.save_outputs(self.case, self._evidence, self.workspace.output)
 
     def runtest(self) -> None:
@@ -127,8 +127,7 @@ class CaseItem(pytest.Item):
             failures=tuple(failures), judged=_judged(verdict) if verdict else None,
             terms=session.terms(self.host_name), usage=_usage(self._transcript, self._started, time.time()),
             case_hash=self.case.digest(), tags=self.case.tags)
-        append(session.ledger, record)
-        self.user_properties += properties(record)
+        self.user_properties += properties(record, append(session.ledger, record))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         # Plain strings: they travel unchanged through xdist.
@@ -166,8 +165,9 @@ def _usage(transcript: Transcript | None, started: float, ended: float) -> Usage
         started_at=round(started, 3), ended_at=round(ended, 3))
 
 
-def properties(record: Record) -> list[tuple[str, object]]:
-    """What JUnit shows of a record (flat, readable in CI), and the record itself for the terminal table."""
+def properties(record: Record, line: bytes) -> list[tuple[str, object]]:
+    """What JUnit shows of a record (flat, readable in CI), and the record itself (its ledger line) for the
+    terminal table."""
     judged = record.judged
     return [
         ("case", record.case), ("host", record.host), ("run", record.run_index), ("model", record.terms.label),
@@ -176,7 +176,7 @@ def properties(record: Record) -> list[tuple[str, object]]:
         ("calls", " ".join(judged.calls) if judged else ""),
         ("seconds", "" if record.usage.seconds is None else record.usage.seconds),
         ("failures", json.dumps(list(record.failures))),
-        (RECORD_PROPERTY, record.to_json().decode()),
+        (RECORD_PROPERTY, line.decode()),
     ]
 
 
@@ -184,8 +184,7 @@ def is_case_file(config: pytest.Config, path: Path) -> bool:
     """YAML in a case folder, or named on the command line wherever it lives."""
     if path.suffix not in (".yaml", ".yml"):
         return False
-    named = {(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args}
-    return path in named or any(path.is_relative_to(d) for d in config.stash[SESSION].settings.case_dirs)
+    return path in arguments(config) or any(path.is_relative_to(d) for d in config.stash[SESSION].settings.case_dirs)
 
 
 def select(items: list[pytest.Item], settings: Settings) -> list[pytest.Item]:

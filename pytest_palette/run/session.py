@@ -160,12 +160,13 @@ def header(session: Session) -> list[str]:
     ]
 
 
+def arguments(config: pytest.Config) -> list[Path]:
+    """The paths the command line names (a node id's file part), resolved."""
+    return [(config.invocation_params.dir / arg.split("::")[0]).resolve() for arg in config.args]
+
+
 def measuring(config: pytest.Config) -> bool:
     """Whether this session collects palette cases: an argument is, holds or lies in a case folder, or is YAML."""
     case_dirs = config.stash[SESSION].settings.case_dirs
-    for arg in config.args:
-        path = (config.invocation_params.dir / arg.split("::")[0]).resolve()
-        if path.suffix in (".yaml", ".yml") or any(
-                path.is_relative_to(d) or d.is_relative_to(path) for d in case_dirs):
-            return True
-    return False
+    return any(path.suffix in (".yaml", ".yml") or any(path.is_relative_to(d) or d.is_relative_to(path)
+                                                       for d in case_dirs) for path in arguments(config))
