@@ -5,7 +5,10 @@ failed cases is exactly the documented one (tests/known_bad_cases.py, derived fr
 same set the react host is held to by tests/test_benchmark_suite.py. Errors (host failures) are counted
 apart and make the script fail too: a host error is not a verdict.
 
-    python benchmarks/known_bad_hosts.py --host cuga --host claude [--flaw replans ...]
+    python benchmarks/known_bad_hosts.py --host cuga --host claude [--flaw replans ...] [--skill DIR]
+
+`--flaw good` runs the good rehearsal model, which must fail nothing. `--skill DIR` runs another copy of the
+skill (one whose tracer is switched off is judged from the hosts' own call record).
 """
 
 from __future__ import annotations
@@ -27,13 +30,15 @@ from known_bad_cases import expected_failures  # noqa: E402
 from pytest_palette.cases import load_cases  # noqa: E402
 
 
-def run(host: str, flaw: str, folder: Path) -> tuple[set[str], set[str], float]:
+def run(host: str, flaw: str, folder: Path, skill: str | None) -> tuple[set[str], set[str], float]:
     junit = folder / f"{host}-{flaw}.xml"
     env = dict(os.environ)
     started = time.perf_counter()
+    model = "rehearsal" if flaw == "good" else f"rehearsal:{flaw}"
     subprocess.run([sys.executable, "-m", "pytest", str(REPO / "cases"), f"--rootdir={REPO}", "-p", "no:cacheprovider",
-                    f"--host={host}", f"--model=rehearsal:{flaw}", "-n", "2", "-q",
-                    f"--palette-run-dir={folder / 'runs'}", f"--junitxml={junit}"],
+                    f"--host={host}", f"--model={model}", "-n", "2", "-q",
+                    f"--palette-run-dir={folder / 'runs'}", f"--junitxml={junit}",
+                    *([f"--palette-skill={skill}"] if skill else [])],
                    cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
     failed, errored = set(), set()
     for testcase in ET.parse(junit).getroot().iter("testcase"):
@@ -49,14 +54,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", action="append", default=[])
     parser.add_argument("--flaw", action="append", default=[])
+    parser.add_argument("--skill", help="the skill folder to run instead of the reference one")
     args = parser.parse_args()
     cases = [case for path in sorted((REPO / "cases").glob("*.yaml")) for case in load_cases(path)]
-    expected = expected_failures(cases)
+    expected = {"good": (frozenset[str](), ""), **expected_failures(cases)}
     ok = True
     with tempfile.TemporaryDirectory() as scratch:
         for host in args.host or ["cuga", "claude"]:
             for flaw in args.flaw or sorted(expected):
-                failed, errored, seconds = run(host, flaw, Path(scratch))
+                failed, errored, seconds = run(host, flaw, Path(scratch), args.skill)
                 want = set(expected[flaw][0])
                 same = failed == want and not errored
                 ok = ok and same

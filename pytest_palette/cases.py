@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from .replies import asks_for_change
+
 NAME = re.compile(r"^[a-z0-9_]+$")
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_MAX_POLLS = 12
@@ -215,7 +217,7 @@ class _Reader:
             return "", str(path), f"{self.path}: context_file {raw!r}: no file at {path}"
         return path.read_text(encoding="utf-8").strip(), str(path), None
 
-    def expect(self, fields: dict[str, tuple[yaml.Node, Any]], tags: tuple[str, ...], has_context: bool,
+    def expect(self, fields: dict[str, tuple[yaml.Node, Any]], common: dict[str, Any], has_context: bool,
                label: str) -> Expect:
         given = self.fields(fields["expect"][0], EXPECT_KEYS, f"'expect' of {label}") if "expect" in fields else {}
         what = f"'expect' of {label}:"
@@ -228,7 +230,9 @@ class _Reader:
         return Expect(
             deck=self.typed(given, "deck", bool, what, True),
             slides=slides,
-            edit=self.typed(given, "edit", bool, what, "edit" in tags),
+            # A reply that asks for a change expects an edit, whatever the tags say; `edit: false` overrides.
+            edit=self.typed(given, "edit", bool, what,
+                            "edit" in common["tags"] or any(asks_for_change(r) for r in common["replies"])),
             context=self.typed(given, "context", bool, what, has_context),
             max_polls=max_polls,
         )
@@ -237,7 +241,7 @@ class _Reader:
               line: int, fields: dict[str, tuple[yaml.Node, Any]], label: str) -> Case:
         has_context = bool(context) or "context_file" in fields
         return Case(name=name, context=context, context_source=source, problem=problem, path=self.path,
-                    line=line, expect=self.expect(fields, common["tags"], has_context, label), **common)
+                    line=line, expect=self.expect(fields, common, has_context, label), **common)
 
     def generated(self, node: yaml.Node, fields: dict[str, tuple[yaml.Node, Any]]) -> Iterator[Case]:
         """`documents: <glob>`: one case per matching document, named from its file stem."""

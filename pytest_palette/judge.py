@@ -6,13 +6,20 @@ failed Verdict the same way in a user's own Python test (`assert verdict == PASS
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from .cases import DEFAULT_MAX_POLLS, Case
+from .replies import named_slide
 from .run.evidence import MIN_PPTX_BYTES, Evidence
 
 POLL_COMMANDS = frozenset({"status", "plan-status"})
+#: The job each command starts or asks about: a poll is judged against the job it polls.
+JOBS = {"plan": "plan", "edit": "plan", "plan-status": "plan", "start": "build", "status": "build"}
+#: A poll that holds at least this long (asked for, or took) waited for the work; one that answers sooner while
+#: the work still runs is a spin. Far below deck.py's own holds (60-90 s), far above any process start-up.
+HOLD_FLOOR = 10.0
 
 
 @dataclass(frozen=True)
@@ -29,7 +36,7 @@ class Verdict:
     pptx: str | None = None
     has_plex: bool = False
     notes: tuple[str, ...] = field(default=())
-    #: The case's own poll ceiling, which `polls` was judged against.
+    #: The case's own poll ceiling, which `spins` was judged against.
     max_polls: int = DEFAULT_MAX_POLLS
     context_expected: bool = False
     #: A call passed the pasted material by --context or --source.
@@ -38,6 +45,11 @@ class Verdict:
     edit_called: bool = False
     #: The plan was drafted again after the first edit: the approved revision was discarded.
     replanned_after_edit: bool = False
+    #: Polls that did not wait for the work: answered "still running" without holding, or asked again about
+    #: work already collected. Counted from what each call was, so the same agent counts the same on any machine.
+    spins: int = 0
+    #: Where the calls were read: "trace" (the skill's), "host" (our record of the commands), "" (no call).
+    calls_from: str = "trace"
 
     @property
     def ok(self) -> bool:
@@ -70,6 +82,7 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
     failures: list[str] = []
     commands = evidence.commands
     polls = sum(command in POLL_COMMANDS for command in commands)
+    spins = spinning_polls(evidence.calls)
     first_edit = commands.index("edit") if "edit" in commands else None
     replanned = first_edit is not None and "plan" in commands[first_edit:]
     context_reached = any(call_args(call).get("context") or call_args(call).get("source") for call in evidence.calls)
@@ -77,8 +90,10 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
 
     def verdict(notes: tuple[str, ...] = ()) -> Verdict:
         return Verdict(case.name, host, tuple(failures), evidence.slides, polls, tuple(commands),
-                       str(evidence.pptx) if evidence.pptx else None, evidence.has_plex, notes, expect.max_polls,
-                       expect.context, context_reached, expect.edit, first_edit is not None, replanned)
+                       str(evidence.pptx) if evidence.pptx else None, evidence.has_plex,
+                       evidence.call_notes + notes, expect.max_polls,
+                       expect.context, context_reached, expect.edit, first_edit is not None, replanned, spins,
+                       evidence.calls_from)
 
     if not case.expect.deck:
         # Nothing else is judged: the user never approved, so there is no deck to inspect.
@@ -109,13 +124,18 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
         elif replanned:
             failures.append("edit-plan was called and then the plan was drafted again from scratch — "
                             "the revision the user approved was discarded")
-    if polls > case.expect.max_polls:
-        failures.append(f"{polls} status polls — each is a model round trip, and the step budget is finite. "
+    unchanged, untold = named_slides_unchanged(case, evidence)
+    failures += unchanged
+    if spins > case.expect.max_polls:
+        failures.append(f"{spins} status polls did not wait for the work ({polls} polls in all: each answered "
+                        f"while it still ran without holding {HOLD_FLOOR:g} s, or asked again about work already "
+                        "collected) — each is a model round trip, and the step budget is finite. "
                         "The commands should be holding, not spinning")
     if case.expect.context and not context_reached:
         failures.append("pasted material never reached the plan — neither --context nor --source was used, "
                         "so it was retyped or summarised into the request, which loses the grounding")
-    notes: tuple[str, ...] = ("at the poll ceiling",) if polls == case.expect.max_polls and polls else ()
+    notes: tuple[str, ...] = ("at the poll ceiling",) if spins == case.expect.max_polls and spins else ()
+    notes += untold
     if evidence.unfinished:
         notes += (f"a build was still running when the deck was read: {evidence.unfinished[0]}",)
     return verdict(notes)
@@ -139,6 +159,100 @@ def built_before_approval(case: Case, evidence: Evidence) -> str | None:
     return None
 
 
+def spinning_polls(calls: tuple[dict[str, Any], ...]) -> int:
+    """How many polls did not wait for the work they asked about (see `Verdict.spins`). A poll whose hold or
+    answer is not known (a foreign trace) is given the benefit of the doubt."""
+    collected: dict[str, bool] = {}
+    spins = 0
+    for call in calls:
+        command = str(call.get("command"))
+        job = JOBS.get(command)
+        if job is None:
+            continue
+        done = answer_of(call).get("done") is True
+        if command not in POLL_COMMANDS:  # it starts the job again
+            collected[job] = done
+            continue
+        if collected.get(job) or not (done or held(call)):
+            spins += 1
+        collected[job] = collected.get(job, False) or done
+    return spins
+
+
+def held(call: dict[str, Any]) -> bool:
+    """The call waited for the work: it asked to hold at least HOLD_FLOOR (or did not say), or it took that."""
+    asked, took = call_args(call).get("hold_seconds"), call.get("seconds")
+    if isinstance(took, (int, float)) and took >= HOLD_FLOOR:
+        return True
+    return not isinstance(asked, (int, float)) or asked >= HOLD_FLOOR
+
+
+def answer_of(call: dict[str, Any]) -> dict[str, Any]:
+    """The JSON object a call printed, or {} when it printed something else (or it was cut short)."""
+    try:
+        answer = json.loads(str(call.get("stdout", "")))
+    except ValueError:
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def plan_slides(text: str) -> list[str]:
+    """A plan's slides ("## " sections), each as its title and lines without [[directives]], for comparison."""
+    slides: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("## "):
+            slides.append(line[3:].strip())
+        elif slides and line and not (line.startswith("[[") and line.endswith("]]")):
+            slides[-1] += "\n" + line
+    return slides
+
+
+def named_slides_unchanged(case: Case, evidence: Evidence) -> tuple[list[str], tuple[str, ...]]:
+    """For each reply that names a slide to change ("fix slide 2, …"), whether the plan's slide changed between
+    the plan shown before the reply and the plan after the edits made in its turn: failures, and notes where it
+    could not be told (no turn times, no plan text in the calls' answers, a plan format not in "## " sections)."""
+    failures: list[str] = []
+    untold: list[str] = []
+    starts = evidence.turns_started
+    for index, reply in enumerate(case.replies):
+        number = named_slide(reply)
+        if number is None:
+            continue
+        said = f"reply {index + 1} ({reply!r}) asked to change slide {number}"
+        if len(starts) != 1 + len(case.replies):
+            untold.append(f"{said}; whether it changed could not be told (the turns' times were not recorded)")
+            continue
+        begin = starts[index + 1]
+        end = starts[index + 2] if index + 2 < len(starts) else float("inf")
+        before, after, edited = None, None, False
+        for call in evidence.calls:
+            at, text = call.get("at"), answer_of(call).get("text")
+            if JOBS.get(str(call.get("command"))) != "plan" or not isinstance(at, (int, float)):
+                continue
+            in_turn = begin <= at < end and call.get("command") in ("edit", "plan-status")
+            edited = edited or (in_turn and call.get("command") == "edit")
+            if not isinstance(text, str):
+                continue
+            if at < begin:
+                before = text
+            elif in_turn:
+                after = text
+        if not edited:
+            continue  # no edit in that turn: the edit rule speaks for it
+        old, new = plan_slides(before or ""), plan_slides(after or "")
+        if after is None:
+            untold.append(f"{said}; whether it changed could not be told (no revised plan's text came back in "
+                          "that turn)")
+        elif len(old) < number or not new:
+            untold.append(f"{said}; whether it changed could not be told (no plan with a slide {number} was "
+                          "shown before it)")
+        elif len(new) >= number and new[number - 1] == old[number - 1]:
+            title = old[number - 1].split("\n")[0]
+            failures.append(f"{said}, but the edit left slide {number} as it was (\u201c{title}\u201d)")
+    return failures, tuple(untold)
+
+
 def call_args(call: dict[str, Any]) -> dict[str, Any]:
     """A call's arguments; a foreign trace line without a mapping there has none."""
     args = call.get("args")
@@ -154,4 +268,5 @@ def explain(verdict: Verdict) -> list[str]:
     lines.append(f"  deck: {deck}")
     calls = " → ".join(verdict.commands) if verdict.commands else "(none — the skill was never driven)"
     lines.append(f"  calls: {calls}")
+    lines += [f"  note: {note}" for note in verdict.notes]
     return lines

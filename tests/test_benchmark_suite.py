@@ -8,6 +8,7 @@ agent where it should fail turns an unnoticed regression into evidence that ther
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -74,6 +75,21 @@ def test_the_shipped_suite_has_the_documented_shape() -> None:
     assert all(isinstance(case, Case) and case.problem is None for case in CASES)
 
 
+def test_a_reply_that_asks_for_a_change_expects_an_edit_whatever_the_tags(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text(
+        "- {name: untagged_retry, covers: x, request: Build a deck,\n"
+        "   replies: ['hmm, try again, more formal', 'yes']}\n"
+        "- {name: question, covers: x, request: Build a 3-slide deck, replies: ['why is there no agenda?', 'yes']}\n"
+        "- {name: redirect, covers: x, request: Build a deck, replies: ['actually, do one on hiring instead', 'yes']}\n"
+        "- {name: tagged, covers: x, tags: [edit], request: Build a 3-slide deck, replies: ['yes']}\n"
+        "- {name: overridden, covers: x, request: Build a deck, replies: ['make it 3 slides', 'yes'],\n"
+        "   expect: {edit: false}}\n",
+        encoding="utf-8")
+    expects = {case.name: case.expect.edit for case in load_cases(tmp_path / "c.yaml")}
+    assert expects == {"untagged_retry": True, "question": False, "redirect": False, "tagged": True,
+                       "overridden": False}
+
+
 @pytest.fixture(scope="module")
 def good_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[str]]]:
     """The good rehearsal model over all 33 cases, once per module (per xdist worker)."""
@@ -130,3 +146,42 @@ def test_each_known_bad_agent_fails_exactly_its_documented_cases(tmp_path: Path,
     assert failed == expected, f"{flaw}: unexpected {sorted(failed - expected)}, missed {sorted(expected - failed)}"
     for case in failed:
         assert any(phrase in failure for failure in results[case]), (flaw, case, results[case])
+
+
+@pytest.fixture(scope="module")
+def untraced_skill(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference skill with its tracer switched off: a skill that writes no trace, like IBM's deck.py."""
+    copy = tmp_path_factory.mktemp("untraced") / "palette"
+    shutil.copytree(REPO / "pytest_palette" / "skills" / "palette", copy)
+    script = copy / "scripts" / "deck.py"
+    text = script.read_text(encoding="utf-8")
+    switched = text.replace('os.environ.get("PALETTE_TRACE", "").strip()', '""')
+    assert switched != text, "the reference deck.py no longer reads PALETTE_TRACE this way"
+    script.write_text(switched, encoding="utf-8")
+    return copy
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("host", ["react", "cuga", "claude"])
+def test_a_skill_that_writes_no_trace_is_judged_from_our_own_record(tmp_path: Path, untraced_skill: Path,
+                                                                      host: str) -> None:
+    from pytest_palette.results.ledger import load
+
+    results = run_suite(tmp_path, "rehearsal", "-m", "core", f"--host={host}", f"--palette-skill={untraced_skill}")
+    records = list(load(tmp_path / "runs").latest.values())
+    assert len(results) == 5 and not any(results.values())
+    assert {r.outcome for r in records} == {"pass"}  # judged, not skipped
+    assert {r.judged.calls_from for r in records if r.judged} == {"host"}
+    assert all(r.judged and "the skill wrote no trace" in r.judged.notes[0] for r in records)
+    assert not any(path.stat().st_size for path in (tmp_path / "runs").rglob("palette-calls.jsonl"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flaw", ["builds_early", "spins", "never_edits", "retypes_context"])
+def test_known_bad_agents_still_fail_their_sets_when_the_skill_writes_no_trace(tmp_path: Path, untraced_skill: Path,
+                                                                                flaw: str) -> None:
+    expected, phrase = EXPECTED[flaw]
+    results = run_suite(tmp_path, f"rehearsal:{flaw}", f"--palette-skill={untraced_skill}")
+    failed = {case for case, failures in results.items() if failures}
+    assert failed == expected, f"{flaw}: unexpected {sorted(failed - expected)}, missed {sorted(expected - failed)}"
+    assert all(any(phrase in failure for failure in results[case]) for case in failed)

@@ -57,6 +57,10 @@ CASES: list[tuple[str, Check]] = [
     ("can it be more formal?", lambda p: p.tone == "formal" and p.sections[4].title == "Next Steps"),
     ("fix slide 2", lambda p: "revised" in p.sections[1].directives and "revised" not in p.sections[0].directives),
     ("rewrite slide 3", lambda p: "revised" in p.sections[2].directives),
+    # A new subject for the slide replaces it, not only tidies it (the judge checks the named slide changed).
+    ("fix slide 2, it should be about timelines", lambda p: titles(p) == ["Context", "Timelines", "Pricing",
+                                                                          "Risks", "Next steps"]
+     and "revised" in p.sections[1].directives and "Activation rose to 64%" not in p.sections[1].bullets),
     ("fix the last slide", lambda p: "revised" in p.sections[-1].directives),
     ("lead with the results", lambda p: titles(p)[0] == "Results" and len(p.sections) == 5),
     ("move slide 4 to the front", lambda p: titles(p)[0] == "Risks"),

@@ -1,9 +1,10 @@
 """The judge's own tests: every rule is shown failing and passing, on built Evidence and on real files.
 
 The rules are those of the protocol notes (section 4, "The verdict"): no deck ends the judging; then IBM
-Plex, the exact slide count, edit-plan without a fresh plan after it, the poll ceiling, and pasted
-material reaching the plan through --context or --source. A case that forbids a deck is judged on that
-alone.
+Plex, the exact slide count, edit-plan without a fresh plan after it, a slide the user named changed by
+the edit, the ceiling on polls that did not wait for the work, and pasted material reaching the plan through
+--context or --source. A build before the approving reply fails. A case that forbids a deck is judged on
+that alone.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 
 from pytest_palette.cases import DEFAULT_MAX_POLLS, Case, Expect
 from pytest_palette.judge import PASSED, explain, judge
+from pytest_palette.replies import named_slide
 from pytest_palette.run.evidence import (
     BUILD_EXIT,
     BUILD_STATE,
@@ -83,9 +85,22 @@ def failures_of(case: Case, evidence: Evidence) -> tuple[str, ...]:
     return judge(case, evidence, "react").failures
 
 
+RUNNING = json.dumps({"state": "running", "done": False})
+DONE = json.dumps({"state": "done", "done": True})
+
+
+def poll(command: str = "status", *, hold: float | None = 0, seconds: float = 0.1, done: bool = False,
+         at: float = 0.0) -> dict[str, Any]:
+    """A status or plan-status line as deck.py traces it: the hold it asked for, how long it took, its answer."""
+    args = {} if hold is None else {"hold_seconds": hold}
+    return {"at": at, "command": command, "args": args, "seconds": seconds, "exit_code": 0,
+            "stdout": DONE if done else RUNNING}
+
+
 def polls(n: int, *, status: str = "status") -> tuple[dict[str, Any], ...]:
-    """A clean chain (plan, start) with `n` polls of the given command, and one `find` that is no poll."""
-    return (call("plan", request="r"), call("find"), call("start"), *calls(*[status] * n))
+    """A clean chain (plan, start) with `n` polls of the given command that did not wait (no hold, the work
+    still running), and one `find` that is no poll."""
+    return (call("plan", request="r"), call("find"), call("start"), *(poll(status) for _ in range(n)))
 
 
 # --------------------------------------------------------------------------- rule 1-2: no deck
@@ -219,10 +234,11 @@ def test_no_polls_and_a_ceiling_of_zero_has_no_note() -> None:
 
 
 def test_one_poll_over_the_ceiling_fails_with_the_count() -> None:
-    trace = (*polls(7, status="plan-status"), *calls(*["status"] * 6))  # 13 in all, mixed
+    trace = (*polls(7, status="plan-status"), *(poll() for _ in range(6)))  # 13 in all, mixed
     failures = failures_of(make_case(), make_evidence(trace=trace))
     assert len(failures) == 1
-    assert failures[0].startswith("13 status polls — each is a model round trip")
+    assert failures[0].startswith("13 status polls did not wait for the work (13 polls in all")
+    assert "each is a model round trip" in failures[0]
     assert "holding, not spinning" in failures[0]
 
 
@@ -235,6 +251,104 @@ def test_a_custom_max_polls_is_honoured() -> None:
     # A higher ceiling lets through what the default would fail.
     assert failures_of(make_case(max_polls=30), make_evidence(trace=polls(30))) == ()
     assert failures_of(make_case(), make_evidence(trace=polls(30)))[0].startswith("30 status polls")
+
+
+def test_polls_that_hold_never_count_however_many_a_slow_build_needs() -> None:
+    # A 20-minute build polled with deck.py's default hold: 20 polls, each answering "still running".
+    held = (call("plan"), call("start"), *(poll(hold=60, seconds=60.0) for _ in range(20)), poll(hold=60, done=True))
+    verdict = judge(make_case(), make_evidence(trace=held))
+    assert verdict == PASSED and verdict.polls == 21 and verdict.spins == 0
+
+
+def test_a_poll_that_took_the_floor_held_whatever_it_asked_for() -> None:
+    # --hold-seconds 0 on a slow backend that answered after 12 s: it waited, so it is no spin.
+    slow = (call("start"), *(poll(hold=0, seconds=12.0) for _ in range(20)))
+    assert judge(make_case(), make_evidence(trace=slow)).spins == 0
+    short = (call("start"), *(poll(hold=5, seconds=5.0) for _ in range(13)))  # asked and took less than 10 s
+    assert judge(make_case(), make_evidence(trace=short)).spins == 13
+
+
+def test_the_same_spinning_agent_counts_the_same_on_a_fast_and_a_busy_machine() -> None:
+    # What a loaded machine changes is how long each call takes, never what the calls were.
+    fast = (call("start"), *(poll(seconds=0.15) for _ in range(25)))
+    busy = (call("start"), *(poll(seconds=0.45) for _ in range(25)))
+    counted = [judge(make_case(), make_evidence(trace=trace)).spins for trace in (fast, busy)]
+    assert counted == [25, 25]
+
+
+def test_asking_again_about_work_already_collected_is_a_spin_even_when_it_holds() -> None:
+    # The build finished early on this machine: every poll after "done" only repeats it.
+    repeated = (call("start"), poll(done=True), *(poll(hold=60, done=True) for _ in range(13)))
+    verdict = judge(make_case(), make_evidence(trace=repeated))
+    assert verdict.spins == 13 and verdict.failures[0].startswith("13 status polls did not wait")
+    # A new build (or a new plan) is new work: its first "done" is a collection again.
+    rebuilt = (call("start"), poll(done=True), call("start"), poll(done=True),
+               call("plan"), poll("plan-status", done=True), call("edit"), poll("plan-status", done=True))
+    assert judge(make_case(), make_evidence(trace=rebuilt)).spins == 0
+
+
+def test_the_first_answer_of_done_is_a_collection_whatever_its_hold() -> None:
+    assert judge(make_case(), make_evidence(trace=(call("start"), poll(hold=0, done=True)))).spins == 0
+
+
+def test_a_poll_whose_hold_and_answer_are_not_known_gets_the_benefit_of_the_doubt() -> None:
+    # A foreign skill's trace (or our record of a command line without --hold-seconds): not counted.
+    foreign = (call("start"), *(poll(hold=None) for _ in range(30)))
+    verdict = judge(make_case(), make_evidence(trace=foreign))
+    assert verdict == PASSED and verdict.polls == 30 and verdict.spins == 0
+
+
+# --------------------------------------------------------------------------- an edit that names a slide
+
+PLAN = ("# Incident reviews\nAudience: engineers\n\n## Incident reviews at a glance\n- What they are\n\n"
+        "## Why incident reviews matter\n- The problem\n- Who is affected\n\n## Next steps\n- Name an owner\n")
+TIMELINES = PLAN.replace("## Why incident reviews matter\n- The problem\n- Who is affected",
+                         "## Timelines\n[[revised]]\n- What timelines mean for incident reviews")
+TIDIED = PLAN.replace("## Why incident reviews matter\n", "## Why incident reviews matter\n[[revised]]\n")
+FIX = ("fix slide 2, it should be about timelines", "looks good")
+TURNS = (100.0, 200.0, 300.0)  # the request, the change, the approval
+
+
+def answered(command: str, text: str | None, at: float) -> dict[str, Any]:
+    body = {"state": "done", "done": True, **({"text": text} if text is not None else {})}
+    return {"at": at, "command": command, "args": {}, "seconds": 0.2, "exit_code": 0, "stdout": json.dumps(body)}
+
+
+def fix_it(edited: str | None, *, turns: Sequence[float] = TURNS, edit_at: float = 210.0) -> tuple[str, ...]:
+    case = Case(name="fix_it", covers="x", tags=(), request="r", context="", replies=FIX,
+                expect=Expect(edit=True), path=Path("c.yaml"), line=1)
+    trace = (answered("plan", PLAN, 110.0), answered("edit", edited, edit_at), call("start") | {"at": 310.0})
+    verdict = judge(case, make_evidence(trace=trace, turns_started=turns))
+    return verdict.failures + tuple(f"note: {n}" for n in verdict.notes)
+
+
+def test_an_edit_that_leaves_the_named_slide_as_it_was_fails() -> None:
+    # Marked [[revised]], nothing else changed: the seed's "rewritten" slide.
+    assert fix_it(TIDIED) == ("reply 1 ('fix slide 2, it should be about timelines') asked to change slide 2, but "
+                              "the edit left slide 2 as it was (\u201cWhy incident reviews matter\u201d)",)
+
+
+def test_an_edit_that_changes_the_named_slide_passes() -> None:
+    assert fix_it(TIMELINES) == ()
+
+
+def test_an_edit_that_drops_the_named_slide_changed_it() -> None:
+    assert fix_it(PLAN.split("## Why")[0]) == ()
+
+
+def test_the_rule_says_when_it_cannot_tell_and_never_guesses() -> None:
+    unknown = "whether it changed could not be told"
+    assert unknown in fix_it(TIDIED, turns=())[0]  # no turn times (a conversation held by hand)
+    assert unknown in fix_it(None)[0]  # the edit answered without the plan's text (a foreign skill)
+    assert fix_it(TIDIED, edit_at=320.0) == ()  # no edit in that turn: the edit rule, not this one, speaks
+
+
+@pytest.mark.parametrize(("reply", "slide"), [("fix slide 2, it should be about timelines", 2),
+                                              ("rewrite slide three", 3), ("drop slide #4", 4),
+                                              ("make it 3 slides", None), ("why is slide 2 so long?", None),
+                                              ("swap slide 1 and slide 2", None), ("yes", None)])
+def test_which_replies_name_a_slide_to_change(reply: str, slide: int | None) -> None:
+    assert named_slide(reply) == slide
 
 
 # --------------------------------------------------------------------------- rule 7: context
@@ -331,7 +445,7 @@ def test_several_failures_are_reported_together_in_rule_order() -> None:
     case = Case(name="all", covers="x", tags=("edit",), request="r", context=PASTED, replies=("yes",),
                 expect=Expect(slides=3, edit=True, context=True, max_polls=1), path=Path("c.yaml"), line=1)
     trace = (call("plan", request=f"r {PASTED}"), call("edit", instruction="shorter"), call("plan", request="r"),
-             call("start"), call("status"), call("status"))
+             call("start"), poll(), poll())
     failures = failures_of(case, make_evidence(slides=5, has_plex=False, trace=trace))
     assert len(failures) == 5
     assert failures[0] == NO_PLEX

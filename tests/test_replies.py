@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_palette.rehearsal.replies import ReplyKind, classify_reply
+from pytest_palette.replies import ReplyKind, classify_reply
 
 A, C, Q, D, N = (ReplyKind.APPROVAL, ReplyKind.CHANGE, ReplyKind.QUESTION, ReplyKind.DECLINE, ReplyKind.NEW_DECK)
 

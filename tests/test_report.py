@@ -137,7 +137,7 @@ def test_the_seed_metrics_table() -> None:
     assert (metrics["edit_called"], metrics["edit_expected"]) == (2, 3)
     assert metrics["replanned_after_edit"] == 1
     markdown = to_markdown(report)
-    assert "| Worst case polls | 13 / 12 |" in markdown
+    assert "| Worst case polls that did not wait | 13 / 12 |" in markdown
     assert "| Pasted material reached `--context` (or `--source`) | 1/3 |" in markdown
     assert "| Total wall clock (first start → last end) | 1.8 min |" in markdown
     assert "| Cases passed (every judged run) | 0/1 |" in markdown

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..results.ledger import load
 from ..results.record import MARK, Record
 from ..run.conversation import Transcript
-from ..run.evidence import format_call, read_trace
+from ..run.evidence import calls_of, format_call
 from ..run.workspace import Workspace, item_label
 
 
@@ -54,8 +54,13 @@ def describe(workspace: Workspace, record: Record, verbose: bool) -> list[str]:
     deck = workspace.output / f"{record.case}.pptx"
     lines.append(f"   deck: {judged.slides} slides, IBM Plex={judged.has_plex}, {deck}" if judged and judged.deck
                  else "   deck: none")
-    calls = read_trace(workspace.trace)
-    lines.append("   palette calls:" if calls else "   palette calls: (none — the skill was never driven)")
+    calls, source, _ = calls_of(workspace)
+    lines += [f"   note: {note}" for note in (judged.notes if judged else ())]
+    if not calls:
+        lines.append("   palette calls: (none — the skill was never driven)")
+    else:
+        lines.append("   palette calls:" if source == "trace" else
+                     "   palette calls (from the host's record of commands):")
     for call in calls:
         lines.append(f"     {format_call(call)}")
         lines.append(f"       → {' '.join(str(call.get('stdout', '')).split())[:120]}")

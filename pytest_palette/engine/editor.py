@@ -310,12 +310,23 @@ def _rewrite(plan: Plan, clause: str) -> str | None:
         return None
     index = _slide_ref(plan, clause)
     if index is None:
-        about = re.search(r"\bslide\s+(?:on|about)\s+(?:the\s+)?(.+)$", clause, re.IGNORECASE)
-        index = find_section(plan, about.group(1)) if about else None
+        named = re.search(r"\bslide\s+(?:on|about)\s+(?:the\s+)?(.+)$", clause, re.IGNORECASE)
+        index = find_section(plan, named.group(1)) if named else None
     if index is None:
         return None
     if index < 0:
         return f"not rewritten: the plan has {len(plan.sections)} slides"
+    # "fix slide 2, it should be about timelines": the slide takes the new subject, not just a tidy.
+    subject = re.search(r"\b(?:should|must|needs? to|ought to|has to)\s+(?:be\s+)?(?:about|on|cover)\s+"
+                        r"(?:the\s+)?(.+)$|\b(?:make it|turn it into a slide)\s+(?:about|on)\s+(?:the\s+)?(.+)$",
+                        clause, re.IGNORECASE)
+    if subject:
+        was = plan.sections[index].title
+        about = str(subject.group(1) or subject.group(2)).strip(" .")
+        section = topic_section(about, topic_of_plan(plan), plan.tone)
+        section.directives.append("revised")
+        plan.sections[index] = section
+        return f"rewrote slide {index + 1} (\u201c{was}\u201d) to be about {about}, marked [[revised]]"
     plan.sections[index] = rewrite_section(plan.sections[index], plan)
     return f"rewrote {_describe(plan.sections[index], index)}, marked [[revised]]"
 

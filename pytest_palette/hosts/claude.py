@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,10 +29,12 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..models import ModelSpec
+from ..run.command_log import CommandLog, CommandRun
 from ..skill import SkillCard, drift, install
 from .base import COMMAND_TIMEOUT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .endpoint import RehearsalEndpoint
@@ -163,11 +166,15 @@ class CliOutput:
     session_id: str | None = None
     steps: list[str] = field(default_factory=list)
     result: Json | None = None
+    #: The Bash commands that ended, with the times the CLI stamped on the call and on its result.
+    commands: list[CommandRun] = field(default_factory=list)
 
 
 def parse_stream(lines: Iterable[str]) -> CliOutput:
-    """The init, the steps (tool calls and results) and the final result of a stream-json run."""
+    """The init, the steps (tool calls and results), the commands run and the final result of a stream-json
+    run."""
     out = CliOutput()
+    running: dict[str, tuple[str, float]] = {}  # Bash tool_use id → (command, when the CLI made the call)
     for line in lines:
         try:
             event = json.loads(line)
@@ -181,6 +188,7 @@ def parse_stream(lines: Iterable[str]) -> CliOutput:
             out.session_id = event.get("session_id")
         elif kind in ("assistant", "user"):
             out.steps += _steps(event)
+            _commands(event, running, out.commands)
         elif kind == "result":
             out.result = event
     return out
@@ -203,6 +211,34 @@ def _steps(event: Json) -> list[str]:
                 str(b.get("text", "")) for b in body or [] if isinstance(b, dict))
             lines.append(f"← {' '.join(text.split())[:160]}")
     return lines
+
+
+def _commands(event: Json, running: dict[str, tuple[str, float]], ended: list[CommandRun]) -> None:
+    """Pair each Bash call with its result, timed by the stamps the CLI puts on both events."""
+    try:
+        at = datetime.fromisoformat(str(event.get("timestamp"))).timestamp()
+    except ValueError:
+        return  # an event without a time cannot place a command
+    content = (event.get("message") or {}).get("content")
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "tool_use" and block.get("name") == "Bash":
+            command = (block.get("input") or {}).get("command")
+            if isinstance(command, str):
+                running[str(block.get("id"))] = (command, at)
+        elif block.get("type") == "tool_result" and str(block.get("tool_use_id")) in running:
+            command, started = running.pop(str(block.get("tool_use_id")))
+            result = event.get("tool_use_result")
+            body = block.get("content")
+            text = body if isinstance(body, str) else " ".join(
+                str(b.get("text", "")) for b in body or [] if isinstance(b, dict))
+            stdout, stderr = (str(result.get("stdout", "")), str(result.get("stderr", ""))) \
+                if isinstance(result, dict) else (text, "")
+            # The CLI marks a failed command as an error and says its exit code in the text.
+            code = re.search(r"\bExit code (\d+)", text) if block.get("is_error") else None
+            exit_code = int(code.group(1)) if code else (None if block.get("is_error") else 0)
+            ended.append(CommandRun(command, started, max(at, started), exit_code, stdout, stderr))
 
 
 def failure(out: CliOutput, returncode: int, stderr: str) -> str | None:
@@ -282,8 +318,9 @@ class ClaudeSession(HostSession):
     """One item's conversation: one session id, one CLI process per turn, its output kept per turn."""
 
     def __init__(self, cli: Path, work: Path, skill: SkillCard, env: Mapping[str, str], model_id: str,
-                 folder: Path, permission_mode: str = PERMISSION_MODE) -> None:
+                 folder: Path, permission_mode: str = PERMISSION_MODE, log: CommandLog | None = None) -> None:
         self.cli, self.work, self.skill, self.model_id = cli, work, skill, model_id
+        self.log = log
         self.env = dict(env)
         self.folder = folder
         self.permission_mode = permission_mode
@@ -300,6 +337,7 @@ class ClaudeSession(HostSession):
         try:
             returncode, stdout, stderr = self._run(message, number, timeout)
             out = parse_stream(stdout.splitlines())
+            self._record(out)
             turn.steps = [redact(step, self._secrets) for step in out.steps]
             self._check(out, returncode, stderr)
             result = out.result or {}
@@ -321,7 +359,15 @@ class ClaudeSession(HostSession):
         streamed = self.folder / f"turn-{number:02d}.jsonl"
         if not streamed.is_file():
             return []
-        return [redact(step, self._secrets) for step in parse_stream(self._scrub(streamed).splitlines()).steps]
+        out = parse_stream(self._scrub(streamed).splitlines())
+        self._record(out)
+        return [redact(step, self._secrets) for step in out.steps]
+
+    def _record(self, out: CliOutput) -> None:
+        """Our own record of the commands the CLI ran this turn (the output was scrubbed of secrets)."""
+        if self.log is not None:
+            for run in out.commands:
+                self.log.add(run.command, run.started_at, run.ended_at, run.exit_code, run.stdout, run.stderr)
 
     def _turn_cost(self, total: Any) -> float | None:
         """This turn's share: on `--resume` the CLI's total_cost_usd is the session's running total."""
@@ -488,7 +534,8 @@ class ClaudeHost(Host):
         folder = session_folder(workspace)
         base_url = self.endpoint.server(model).base_url if model.provider == "rehearsal" else None
         cli_env = cli_environment(env, model, folder / "config", base_url, settings.command_timeout)
-        return ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode)
+        return ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
+                             CommandLog(workspace.commands))
 
     def close(self) -> None:
         self.endpoint.close()

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..models import ModelSpec, missing_credentials
+from ..run.command_log import CommandLog
 from ..skill import SkillCard, drift, install
 from .base import Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .endpoint import RehearsalEndpoint
@@ -333,6 +334,39 @@ def step_recorder(steps: list[str]) -> Any:
     return StepRecorder()
 
 
+@contextlib.contextmanager
+def recording_commands(log: CommandLog | None) -> Iterator[None]:
+    """Record each command CUGA's `run_command` runs in the item's log, for the block. CUGA offers no callback
+    for it (its code calls the tool's coroutine directly), so its one runner is wrapped while this conversation
+    holds the process; a CUGA without that runner leaves the record empty, and the verdict then says so."""
+    try:
+        from cuga.backend.cuga_graph.nodes.cuga_lite.executors.local.local_sandbox_executor import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
+            LocalSandboxExecutor,
+        )
+        original = LocalSandboxExecutor._run_command
+    except (ImportError, AttributeError):
+        original = None
+    if log is None or original is None:
+        yield
+        return
+
+    async def recorded(executor: Any, cmd: str, *args: Any, **kwargs: Any) -> Any:
+        started = time.time()
+        try:
+            stdout, stderr, code = await original(executor, cmd, *args, **kwargs)
+        except BaseException as error:
+            log.add(cmd, started, time.time(), None, "", f"{type(error).__name__}: {error}")
+            raise
+        log.add(cmd, started, time.time(), code, stdout, stderr)
+        return stdout, stderr, code
+
+    LocalSandboxExecutor._run_command = recorded
+    try:
+        yield
+    finally:
+        LocalSandboxExecutor._run_command = original
+
+
 _active_lock = threading.Lock()
 
 
@@ -340,13 +374,14 @@ class CugaSession(HostSession):
     """One conversation: one CugaAgent, one thread id, one event loop, turns sent in order."""
 
     def __init__(self, work: Path, skill: SkillCard, env: Mapping[str, str], cuga: CugaModel,
-                 block_timeout: int, log_file: Path | None = None) -> None:
+                 block_timeout: int, log_file: Path | None = None, commands: CommandLog | None = None) -> None:
         if not _active_lock.acquire(blocking=False):
             raise HostError("another cuga conversation is running in this process (CUGA's state is process-wide)")
         self.work = work
         self.cuga_folder = work / ".cuga"
         self.thread_id = f"palette-{uuid.uuid4().hex[:8]}"
         self.env = dict(env)
+        self.commands = commands
         self.turns: list[TurnRecord] = []
         self._steps: list[str] = []  # the current turn's, filled by the step recorder
         self._broken: str | None = None
@@ -392,7 +427,7 @@ class CugaSession(HostSession):
         self._steps.clear()
         started = time.monotonic()
         try:
-            with process_state(self.env, self.work):
+            with process_state(self.env, self.work), recording_commands(self.commands):
                 result = self._loop.run_until_complete(self._invoke(message, timeout))
             turn.answer = str(getattr(result, "answer", "") or "")
             if getattr(result, "error", None):
@@ -569,7 +604,7 @@ class CugaHost(Host):
         cuga = cuga_model(model, env, rehearsal_url=url)
         # CUGA's log stays in the item's folder, beside turns.json, out of the agent's sight.
         return CugaSession(workspace.work, skill, env, cuga, block_timeout(settings),
-                           log_file=workspace.own("cuga.log"))
+                           log_file=workspace.own("cuga.log"), commands=CommandLog(workspace.commands))
 
     def close(self) -> None:
         self._endpoint.close()

@@ -23,6 +23,7 @@ from langgraph.errors import GraphRecursionError
 from langgraph.prebuilt import create_react_agent
 
 from ..models import ModelSpec, ModelUnavailable, build_chat_model, check_model
+from ..run.command_log import CommandLog
 from ..skill import SkillCard, install
 from .base import COMMAND_TIMEOUT, RECURSION_LIMIT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .shell import DEFAULT_OUTPUT_LIMIT, run_shell
@@ -62,6 +63,7 @@ def make_tools(
     env: Mapping[str, str],
     command_timeout: float = COMMAND_TIMEOUT,
     eager: bool = False,
+    log: CommandLog | None = None,
 ) -> list[BaseTool]:
     by_name = {card.name: card for card in cards}
 
@@ -72,7 +74,7 @@ def make_tools(
         return card.body
 
     def bash(command: str) -> str:
-        return run_shell(command, workspace, env, timeout=command_timeout, limit=DEFAULT_OUTPUT_LIMIT)
+        return run_shell(command, workspace, env, timeout=command_timeout, limit=DEFAULT_OUTPUT_LIMIT, log=log)
 
     shell = StructuredTool.from_function(
         bash,
@@ -105,6 +107,7 @@ class ReactSession(HostSession):
         command_timeout: float = COMMAND_TIMEOUT,
         stage_skills: bool = True,
         thread_id: str | None = None,
+        log: CommandLog | None = None,
     ) -> None:
         workspace.mkdir(parents=True, exist_ok=True)
         self.workspace = workspace
@@ -113,7 +116,7 @@ class ReactSession(HostSession):
         self.eager = eager
         self.recursion_limit = recursion_limit
         self.thread_id = thread_id or f"palette-{uuid.uuid4().hex[:8]}"
-        self.tools = make_tools(self.cards, workspace, env, command_timeout, eager)
+        self.tools = make_tools(self.cards, workspace, env, command_timeout, eager, log)
         with warnings.catch_warnings():
             # Pinned on purpose: the prebuilt ReAct agent is the thinnest scaffold LangGraph ships, and the
             # benchmark's floor. LangGraph 1.x marks it deprecated in favour of langchain's create_agent.
@@ -226,4 +229,5 @@ class ReactHost(Host):
     def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings) -> ReactSession:
         return ReactSession(build_chat_model(model, env), [skill], workspace.work, env, eager=settings.eager,
-                            recursion_limit=settings.recursion_limit, command_timeout=settings.command_timeout)
+                            recursion_limit=settings.recursion_limit, command_timeout=settings.command_timeout,
+                            log=CommandLog(workspace.commands))

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import shlex
 
+from ..replies import ReplyKind, classify_reply
 from .conversation import Action, Conversation, Reply, RunCommand
 from .policy import PLAN_FILE, RehearsalPolicy, Step, split_opening
-from .replies import ReplyKind, classify_reply
 
 
 class BuildsEarly(RehearsalPolicy):

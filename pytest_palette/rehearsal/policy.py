@@ -19,8 +19,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from ..replies import ReplyKind, classify_reply
 from .conversation import Action, Conversation, Event, LoadSkill, Reply, RunCommand
-from .replies import ReplyKind, classify_reply
 
 #: Printed wherever a model name is printed: this is not a language model.
 MODEL_NAME = "rehearsal"

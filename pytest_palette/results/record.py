@@ -72,6 +72,15 @@ class Judged(Struct, cache_hash=True, **_PARTS):
     edit_expected: bool
     edit_called: bool
     replanned_after_edit: bool
+    #: The polls that did not wait for the work, which the ceiling judges; None in records written before
+    #: polls were judged by what they were (their count of all polls was judged then).
+    spins: int | None = None
+    #: Where the calls were read: "trace" (the skill's), "host" (our record of the commands the agent ran, the
+    #: skill wrote none), "" (no call at all); None in records written before the host kept a record.
+    calls_from: str | None = None
+    #: What the judge noted beside its rules: the poll ceiling reached, a disagreement between the skill's trace
+    #: and the host's record, a rule it could not apply.
+    notes: tuple[str, ...] = ()
 
 
 class Usage(Struct, **_PARTS):

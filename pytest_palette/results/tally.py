@@ -180,6 +180,11 @@ _SECONDS, _STARTED, _ENDED = (attrgetter(name) for name in ("seconds", "started_
 _SUMMED_GETTERS = [(name, attrgetter(name)) for name in SUMMED]
 
 
+def judged_polls(facts: Judged) -> int | None:
+    """The polls the ceiling judged: those that did not wait (older records: all of them)."""
+    return facts.polls if facts.spins is None else facts.spins
+
+
 def ceiling(facts: Judged) -> int:
     """The run's poll ceiling: its case's own, or (schema-1 records did not say) the judge's default."""
     return DEFAULT_MAX_POLLS if facts.max_polls is None else facts.max_polls

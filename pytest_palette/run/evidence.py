@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cases import Case
+from . import command_log
 from .workspace import Workspace
 
 #: A failed render can leave a valid but tiny stub; a real deck is larger.
@@ -40,6 +41,11 @@ class Evidence:
     #: When each message was sent (the opening, then each reply), from turns.json; () when not recorded (a
     #: conversation held by hand, or a run of an earlier version).
     turns_started: tuple[float, ...] = ()
+    #: Where `calls` come from: "trace" (the skill's own), "host" (our record of the commands the agent ran,
+    #: when the skill wrote no trace), or "" (neither has a call).
+    calls_from: str = "trace"
+    #: What the reader of the calls must know: that they came from our record, or where the two disagree.
+    call_notes: tuple[str, ...] = ()
 
     @property
     def commands(self) -> list[str]:
@@ -48,8 +54,37 @@ class Evidence:
 
 def read(workspace: Workspace, grace: float, turns_started: tuple[float, ...] = ()) -> Evidence:
     """The evidence in an item's folder, after waiting up to `grace` seconds for builds still running;
-    `turns_started` is the conversation's (`Transcript.started`)."""
-    return replace(collect(workspace.work, workspace.trace, grace), turns_started=turns_started)
+    `turns_started` is the conversation's (`Transcript.started`). The calls are the skill's trace when it wrote
+    one, else our own record of the commands the agent ran."""
+    found = collect(workspace.work, workspace.trace, grace)
+    calls, source, notes = calls_of(workspace, list(found.calls))
+    return replace(found, turns_started=turns_started, calls=tuple(calls), calls_from=source, call_notes=notes)
+
+
+def calls_of(workspace: Workspace, traced: list[dict[str, Any]] | None = None,
+             ) -> tuple[list[dict[str, Any]], str, tuple[str, ...]]:
+    """An item's calls as the judge reads them (`choose_calls`), from its trace (read here unless given) and
+    our record of its commands."""
+    traced = read_trace(workspace.trace) if traced is None else traced
+    seen = command_log.skill_calls(command_log.read(workspace.commands))
+    return choose_calls(traced, seen, workspace.commands.exists())
+
+
+def choose_calls(traced: list[dict[str, Any]], seen: list[dict[str, Any]],
+                 recorded: bool) -> tuple[list[dict[str, Any]], str, tuple[str, ...]]:
+    """The calls to judge, where they come from, and notes: the skill's trace first; our record when the skill
+    wrote none; a disagreement between the two (when the host kept a record) named."""
+    if traced:
+        mine, theirs = [str(c.get("command")) for c in traced], [str(c.get("command")) for c in seen]
+        if recorded and mine != theirs:
+            saw = " → ".join(theirs) or "no call of the skill"
+            return traced, "trace", (f"the skill's trace and the host's record of commands disagree: the trace "
+                                     f"has {' → '.join(mine)}; the host saw {saw}",)
+        return traced, "trace", ()
+    if seen:
+        return seen, "host", ("judged from the host's record of the commands the agent ran: the skill wrote "
+                              "no trace",)
+    return [], "", ()
 
 
 def collect(work: Path, trace: Path, grace: float) -> Evidence:

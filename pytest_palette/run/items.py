@@ -144,7 +144,8 @@ def _judged(verdict: Verdict) -> Judged:
                   calls=verdict.commands, polls=verdict.polls, max_polls=verdict.max_polls,
                   context_expected=verdict.context_expected, context_reached=verdict.context_reached,
                   edit_expected=verdict.edit_expected, edit_called=verdict.edit_called,
-                  replanned_after_edit=verdict.replanned_after_edit)
+                  replanned_after_edit=verdict.replanned_after_edit, spins=verdict.spins,
+                  calls_from=verdict.calls_from, notes=verdict.notes)
 
 
 def _usage(transcript: Transcript | None, started: float, ended: float) -> Usage:
@@ -176,6 +177,7 @@ def properties(record: Record, line: bytes) -> list[tuple[str, object]]:
         ("calls", " ".join(judged.calls) if judged else ""),
         ("seconds", "" if record.usage.seconds is None else record.usage.seconds),
         ("failures", json.dumps(list(record.failures))),
+        ("notes", json.dumps(list(judged.notes)) if judged else "[]"),
         (RECORD_PROPERTY, line.decode()),
     ]
 

@@ -5,6 +5,7 @@
         work/      the agent's working directory (the skill is installed here; plan.md, deck/ …)
         output/    <case>.pptx, slide-*.png, plan.md — copies of what the agent produced
         palette-calls.jsonl   the skill's call trace
+        commands.jsonl        every command the host saw its agent run (our own call record)
         turns.json            what was sent and answered, turn by turn
 
 The agent works in work/, so it never sees the replies waiting for it in input/.
@@ -22,6 +23,7 @@ from ..results.record import Record
 
 TRACE_NAME = "palette-calls.jsonl"
 TURNS_NAME = "turns.json"
+COMMANDS_NAME = "commands.jsonl"
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,11 @@ class Workspace:
     @property
     def trace(self) -> Path:
         return self.folder / TRACE_NAME
+
+    @property
+    def commands(self) -> Path:
+        """Our own record of the commands the agent ran (`command_log`), beside the skill's trace."""
+        return self.own(COMMANDS_NAME)
 
     @property
     def turns(self) -> Path:

@@ -1,4 +1,5 @@
-"""How the rehearsal model reads a user's reply to a plan: the skill's reply table, as rules.
+"""How a user's reply to a plan reads: the skill's reply table, as rules. The case loader derives what a
+case expects from them (a reply that asks for a change expects an edit), and the rehearsal model acts on them.
 
 The order of the rules is the point. "yes, but drop the last slide" carries an approval word
 and a change, and a change wins; "can it be more casual?" is phrased as a question and asks
@@ -81,3 +82,20 @@ def classify_reply(text: str) -> ReplyKind:
         return ReplyKind.APPROVAL
     # Anything else that states something about the deck ("use our Q3 numbers") is a change.
     return ReplyKind.CHANGE
+
+
+def asks_for_change(text: str) -> bool:
+    """The reply asks for the plan to be changed (an edit), not for a different deck, not a question."""
+    return classify_reply(text) is ReplyKind.CHANGE
+
+
+#: "slide 2", "slide #3", "slide two": a reply that names one slide of the plan.
+_NAMED_SLIDE = re.compile(
+    r"\bslide\s+(?:#|no\.?\s*|number\s+)?(\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\b")
+_NUMBER_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
+
+
+def named_slide(text: str) -> int | None:
+    """The slide (1-based) a change reply names by number, if it names exactly one."""
+    found = {int(n) if n.isdigit() else _NUMBER_WORDS.index(n) + 1 for n in _NAMED_SLIDE.findall(normalise(text))}
+    return found.pop() if len(found) == 1 and asks_for_change(text) else None

@@ -1,0 +1,134 @@
+"""Our own call record: what each host saw its agent run, read back as the skill's calls when the skill
+writes no trace, and compared with the trace when it writes one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_palette.cases import Case, Expect
+from pytest_palette.hosts.claude import parse_stream
+from pytest_palette.hosts.shell import run_shell
+from pytest_palette.judge import explain, judge
+from pytest_palette.run.command_log import CommandLog, CommandRun, invocations, read, skill_calls
+from pytest_palette.run.evidence import Evidence, choose_calls
+
+DECK = "python3 skills/palette/scripts/deck.py"
+
+
+@pytest.mark.parametrize(("command", "expected"), [
+    (f"{DECK} plan --request 'a deck on caching' --out plan.md",
+     [("plan", {"request": "a deck on caching", "out": "plan.md"})]),
+    (f"{DECK} status --out-dir ./deck --hold-seconds 0", [("status", {"out_dir": "./deck", "hold_seconds": 0.0})]),
+    (f"{DECK} plan-status --out=plan.md --hold-seconds=45",
+     [("plan-status", {"out": "plan.md", "hold_seconds": 45.0})]),
+    (f"{DECK} plan --request r --context \"$(cat notes.md)\" --wait", [("plan", {"request": "r",
+                                                                                "context": "$(cat notes.md)",
+                                                                                "wait": True})]),
+    # Two calls on one line, an environment prefix, an absolute path, a redirection.
+    (f"cd work && PALETTE_X=1 python3 /abs/skills/palette/scripts/deck.py start --plan plan.md --out-dir deck "
+     f"&& {DECK} status --out-dir deck 2>&1",
+     [("start", {"plan": "plan.md", "out_dir": "deck"}), ("status", {"out_dir": "deck"})]),
+    (f"{DECK} find --root .; ls deck", [("find", {"root": "."})]),
+    ("python3 other.py plan --request x", []),  # not the skill's script
+    (f"{DECK} --help", []),  # no subcommand
+    (f"{DECK} plan --request 'unbalanced", []),  # not a command line this record can read
+])
+def test_invocations_read_the_skills_calls_out_of_a_command_line(command: str,
+                                                                 expected: list[tuple[str, dict[str, object]]]) -> None:
+    assert list(invocations(command)) == expected
+
+
+def test_a_log_reads_back_in_start_order_and_skips_a_torn_line(tmp_path: Path) -> None:
+    log = CommandLog(tmp_path / "commands.jsonl")
+    log.add(f"{DECK} status --out-dir deck", 20.0, 21.5, 0, '{"done": true}')
+    log.add(f"{DECK} plan --request r", 10.0, 11.0, 1, "", "boom")
+    with log.path.open("a") as torn:
+        torn.write('{"command": "half')
+    runs = read(log.path)
+    assert [run.started_at for run in runs] == [10.0, 20.0]
+    assert runs[0] == CommandRun(f"{DECK} plan --request r", 10.0, 11.0, 1, "", "boom")
+    calls = skill_calls(runs)
+    assert [(c["command"], c["at"], c["seconds"], c["exit_code"], c["from"]) for c in calls] == [
+        ("plan", 10.0, 1.0, 1, "host"), ("status", 20.0, 1.5, 0, "host")]
+    assert read(tmp_path / "none.jsonl") == []
+
+
+def test_the_shell_records_each_command_with_its_exit_code_output_and_times(tmp_path: Path) -> None:
+    log = CommandLog(tmp_path / "commands.jsonl")
+    shown = run_shell("echo out; echo err >&2; exit 3", tmp_path, {"PATH": "/usr/bin:/bin"}, log=log)
+    assert "[exit code 3]" in shown
+    (run,) = read(log.path)
+    assert (run.command, run.exit_code, run.stdout, run.stderr) == ("echo out; echo err >&2; exit 3", 3, "out\n",
+                                                                      "err\n")
+    assert run.ended_at >= run.started_at > 0
+    run_shell("sleep 5", tmp_path, {"PATH": "/usr/bin:/bin"}, timeout=0.2, log=log)
+    stopped = read(log.path)[-1]
+    assert stopped.command == "sleep 5" and stopped.exit_code is None  # stopped by the time limit: unknown
+
+
+def _event(kind: str, at: str, *blocks: dict[str, object], result: object = None) -> str:
+    event: dict[str, object] = {"type": kind, "timestamp": at, "message": {"content": list(blocks)}}
+    if result is not None:
+        event["tool_use_result"] = result
+    return json.dumps(event)
+
+
+def test_the_claude_stream_gives_each_bash_command_its_times_output_and_exit_code() -> None:
+    lines = [
+        json.dumps({"type": "system", "subtype": "init", "skills": ["palette"], "session_id": "s"}),
+        _event("assistant", "2026-12-01T10:00:00.000Z",
+               {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": f"{DECK} plan --request r"}}),
+        _event("assistant", "2026-12-01T10:00:00.500Z",
+               {"type": "tool_use", "id": "t0", "name": "Skill", "input": {"skill": "palette"}}),
+        _event("user", "2026-12-01T10:00:02.250Z",
+               {"type": "tool_result", "tool_use_id": "t1", "content": '{"done": true}', "is_error": False},
+               result={"stdout": '{"done": true}', "stderr": "", "interrupted": False}),
+        _event("assistant", "2026-12-01T10:00:03.000Z",
+               {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "false"}}),
+        _event("user", "2026-12-01T10:00:03.100Z",
+               {"type": "tool_result", "tool_use_id": "t2", "content": "Exit code 1", "is_error": True}),
+        _event("assistant", "2026-12-01T10:00:04.000Z",  # never answered: not a command that ended
+               {"type": "tool_use", "id": "t3", "name": "Bash", "input": {"command": "sleep 100"}}),
+    ]
+    runs = parse_stream(lines).commands
+    assert [(r.command, r.exit_code, r.stdout) for r in runs] == [(f"{DECK} plan --request r", 0, '{"done": true}'),
+                                                                  ("false", 1, "Exit code 1")]
+    assert runs[0].ended_at - runs[0].started_at == pytest.approx(2.25)
+
+
+TRACED = [{"command": "plan"}, {"command": "start"}, {"command": "status"}]
+
+
+def test_the_skills_trace_is_judged_when_it_has_calls_and_agrees_quietly() -> None:
+    calls, source, notes = choose_calls(TRACED, [dict(c, **{"from": "host"}) for c in TRACED], recorded=True)
+    assert (calls, source, notes) == (TRACED, "trace", ())
+
+
+def test_a_disagreement_between_the_trace_and_the_record_is_named() -> None:
+    _, source, notes = choose_calls(TRACED, [{"command": "plan"}], recorded=True)
+    assert source == "trace"
+    assert notes == ("the skill's trace and the host's record of commands disagree: the trace has plan → start → "
+                     "status; the host saw plan",)
+    # A host that keeps no record (a conversation held by hand) has nothing to disagree with.
+    assert choose_calls(TRACED, [], recorded=False)[2] == ()
+
+
+def test_our_record_is_judged_when_the_skill_wrote_no_trace() -> None:
+    seen = [{"command": "plan", "from": "host"}]
+    calls, source, notes = choose_calls([], seen, recorded=True)
+    assert (calls, source) == (seen, "host")
+    assert notes == ("judged from the host's record of the commands the agent ran: the skill wrote no trace",)
+    assert choose_calls([], [], recorded=True) == ([], "", ())
+
+
+def test_a_verdict_carries_where_its_calls_came_from_and_the_notes(tmp_path: Path) -> None:
+    case = Case(name="c", covers="x", tags=(), request="r", context="", replies=("yes",), expect=Expect(),
+                path=Path("c.yaml"), line=1)
+    evidence = Evidence(workspace=tmp_path, pptx=None, slides=0, has_plex=False, size=0, decks=(),
+                        calls=tuple(TRACED), calls_from="host", call_notes=("judged from the host's record",))
+    verdict = judge(case, evidence, "react")
+    assert verdict.calls_from == "host" and verdict.notes == ("judged from the host's record",)
+    assert "  note: judged from the host's record" in explain(verdict)
