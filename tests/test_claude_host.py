@@ -38,6 +38,8 @@ from pytest_palette.hosts.claude import (
     turn_command,
 )
 from pytest_palette.models import ModelSpec, parse_model
+from pytest_palette.run.command_log import read as read_commands
+from pytest_palette.run.command_log import skill_calls
 from pytest_palette.run.evidence import inspect_deck, newest_deck, read_trace
 from pytest_palette.run.workspace import Workspace
 from pytest_palette.skill import PACKAGED_SKILLS, drift, load_card, load_skill, skill_hash
@@ -364,6 +366,13 @@ def test_a_three_slide_deck_plan_then_yes(host: ClaudeHost, tmp_path: Path) -> N
     # CLI's own Bash tool, in its process tree.
     assert "PALETTE_TRACE" not in os.environ
     assert item.commands() == ["find", "plan", "find", "start", "status"]
+    # Our own record, from the CLI's stream: the same calls, timed by the CLI's stamps, within the turns.
+    seen = skill_calls(read_commands(tmp_path / "commands.jsonl"))
+    assert [call["command"] for call in seen] == item.commands()
+    assert all(call["exit_code"] == 0 and call["seconds"] >= 0 for call in seen)
+    assert json.loads(seen[1]["stdout"])["done"] is True  # the plan's answer, as the agent read it
+    traced = read_trace(item.trace)
+    assert all(abs(mine["at"] - theirs["at"]) < 5 for mine, theirs in zip(seen, traced, strict=True))
     served = host.endpoint.server(REHEARSAL).served[served_before:]
     assert len(served) >= 8 and {route for route, _ in served} == {"/v1/messages"}
     first, second = item.session.turns

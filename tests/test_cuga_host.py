@@ -43,6 +43,8 @@ from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal import openai_wire
 from pytest_palette.rehearsal.conversation import ToolResult, UserSaid
 from pytest_palette.rehearsal.policy import RehearsalPolicy
+from pytest_palette.run.command_log import read as read_commands
+from pytest_palette.run.command_log import skill_calls
 from pytest_palette.run.evidence import any_deck, inspect_deck, newest_deck, read_trace
 from pytest_palette.run.workspace import TRACE_NAME, Workspace
 from pytest_palette.skill import PACKAGED_SKILLS, SkillCard, drift, install, load_card, load_skill
@@ -358,6 +360,12 @@ def test_a_three_slide_deck_is_planned_approved_and_built_by_cugas_run_command(h
     served = host._endpoint.server(REHEARSAL).served[served_before:]
     assert len(served) > len(calls) and {route for route, _ in served} == {"/v1/chat/completions"}
     assert (tmp_path / "cuga.log").is_file()
+    # Our own record of what CUGA's run_command ran: the same calls, each with its times, exit code and output.
+    seen = skill_calls(read_commands(tmp_path / "commands.jsonl"))
+    assert [call["command"] for call in seen] == commands
+    assert all(call["exit_code"] == 0 and call["seconds"] >= 0 for call in seen)
+    assert [json.loads(call["stdout"]).get("done") for call in seen][-1] is True
+    assert [call["at"] for call in seen] == sorted(call["at"] for call in seen)
 
 
 @needs_cuga
