@@ -22,9 +22,18 @@ import yaml
 
 from .replies import asks_for_change
 
-NAME = re.compile(r"^[a-z0-9_]+$")
+NAME = re.compile(r"[a-z0-9_]+")
+#: A case name becomes a folder name and a test id: short enough for any file system, long enough for a title.
+MAX_NAME = 64
+#: The most YAML nodes one value may expand to: a case file is small, an alias bomb is not.
+MAX_NODES = 100_000
+#: Pasted material larger than this is refused (a case can set its own with --palette-max-context).
+MAX_CONTEXT = 1_000_000
+#: How much of a value an error message shows.
+SHOWN = 80
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_MAX_POLLS = 12
+MERGE_TAG = "tag:yaml.org,2002:merge"
 
 CASE_KEYS = ("name", "covers", "tags", "request", "context", "context_file", "replies", "expect", "documents")
 EXPECT_KEYS = ("deck", "slides", "edit", "context", "max_polls")
@@ -104,25 +113,57 @@ def expand(text: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
 class _Reader:
     """Walks one file's YAML node tree, so every error can name the line it is on."""
 
-    def __init__(self, path: Path, env: Mapping[str, str]) -> None:
+    def __init__(self, path: Path, env: Mapping[str, str], max_context: int = MAX_CONTEXT) -> None:
         self.path = path
         self.env = env
+        self.max_context = max_context
+        data = path.read_bytes()
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            line = data[:error.start].count(b"\n") + 1
+            raise CaseFileError(path, line, f"not UTF-8 text (byte 0x{data[error.start]:02x}); save the file as "
+                                            "UTF-8") from None
         # libyaml when present: the pure-Python loader dominates collecting thousands of cases.
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        self.loader = loader(path.read_text(encoding="utf-8"))
+        self.loader = loader(text)
 
     def error(self, node: yaml.Node, message: str) -> CaseFileError:
         return CaseFileError(self.path, node.start_mark.line + 1, message)
 
     def value(self, node: yaml.Node) -> Any:
-        return self.loader.construct_object(node, deep=True)
+        """The Python value of a node — after checking that it is not an alias bomb, and with an unknown tag
+        (`!!python/object`, anything but YAML's own) an error at its line."""
+        self.bounded(node)
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError as error:
+            problem = " ".join(str(getattr(error, "problem", None) or error).split())
+            raise self.error(node, f"cannot read this value: {shown(problem)}") from None
+
+    def bounded(self, node: yaml.Node) -> None:
+        """Refuse a value that expands to more than MAX_NODES nodes, before anything expands it."""
+        budget, stack = MAX_NODES, [node]
+        while stack:
+            current = stack.pop()
+            budget -= 1
+            if budget < 0:
+                raise self.error(node, f"this value expands to more than {MAX_NODES:,} YAML nodes (an alias "
+                                       "repeated inside itself?): not a case")
+            if isinstance(current, yaml.SequenceNode):
+                stack.extend(current.value)
+            elif isinstance(current, yaml.MappingNode):
+                stack.extend(part for pair in current.value for part in pair)
 
     def cases(self) -> Iterator[Case]:
         try:
             root = self.loader.get_single_node()
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
-            raise CaseFileError(self.path, (mark.line + 1) if mark else 1, f"not valid YAML: {error}") from None
+            problem = " ".join(str(getattr(error, "problem", None) or error).split())
+            where = f" (column {mark.column + 1})" if mark else ""
+            raise CaseFileError(self.path, (mark.line + 1) if mark else 1,
+                                f"not valid YAML: {problem[:SHOWN]}{where}") from None
         finally:
             self.loader.dispose()
         if root is None:
@@ -135,13 +176,31 @@ class _Reader:
     def fields(self, node: yaml.Node, known: tuple[str, ...], what: str) -> dict[str, tuple[yaml.Node, Any]]:
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, f"{what} must be a mapping of keys to values")
+        for key_node, value_node in node.value:  # each part checked where it is, before anything expands
+            if key_node.tag == MERGE_TAG:
+                self.bounded(value_node)
+            elif not isinstance(key_node, yaml.ScalarNode):
+                raise self.error(key_node, f"a key in {what} must be plain text")
+        own = {id(key) for key, _ in node.value if key.tag != MERGE_TAG}
+        try:
+            # `<<: *shared` merges a mapping in (users share replies through anchors); own keys win.
+            self.loader.flatten_mapping(node)
+        except yaml.YAMLError as error:
+            raise self.error(node, f"cannot merge into {what}: {shown(str(getattr(error, 'problem', error)))}") \
+                from None
         found: dict[str, tuple[yaml.Node, Any]] = {}
+        mine: set[str] = set()
         for key_node, value_node in node.value:
-            key = self.value(key_node)
+            if not isinstance(key_node, yaml.ScalarNode) or not isinstance(key := self.value(key_node), str):
+                raise self.error(key_node, f"a key in {what} must be plain text")
             if key not in known:
-                raise self.error(key_node, f"unknown key {key!r} in {what} (known: {', '.join(known)})")
-            if key in found:
-                raise self.error(key_node, f"{key!r} appears twice in {what}")
+                raise self.error(key_node, f"unknown key {shown(key)} in {what} (known: {', '.join(known)})")
+            if id(key_node) in own:
+                if key in mine:
+                    raise self.error(key_node, f"{key!r} appears twice in {what}")
+                mine.add(key)
+            elif key in found:
+                continue  # merged twice: the first merge wins, as YAML says
             found[key] = (value_node, self.value(value_node))
         return found
 
@@ -156,6 +215,9 @@ class _Reader:
             names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
             raise self.error(node, f"{what} {key!r} must be {names.replace('NoneType', 'null')}, "
                                    f"not {type(value).__name__}")
+        if isinstance(value, str) and key in ("context", "request") and len(value.encode()) > self.max_context:
+            raise self.error(node, f"{what} {key!r} is {len(value.encode()):,} bytes, more than the "
+                                   f"{self.max_context:,} allowed (--palette-max-context)")
         return value
 
     def text_list(self, fields: dict[str, tuple[yaml.Node, Any]], key: str, what: str,
@@ -178,9 +240,10 @@ class _Reader:
         name = self.typed(fields, "name", str, label)
         if name is None:
             raise self.error(node, "a case needs a 'name' ([a-z0-9_]+)")
-        label = f"case {name!r}"
-        if not NAME.match(name):
-            raise self.error(fields["name"][0], f"case name {name!r} must match [a-z0-9_]+")
+        label = f"case {shown(name)}"
+        if not NAME.fullmatch(name) or len(name) > MAX_NAME:
+            raise self.error(fields["name"][0], f"case name {shown(name)} must match [a-z0-9_]+ and be at most "
+                                                f"{MAX_NAME} characters")
         common = self.common(node, fields, label)
         context, source, problem = self.context(fields, label)
         yield self.build(name, common, context, source, problem, line, fields, label)
@@ -194,9 +257,9 @@ class _Reader:
             raise self.error(node, f"{label} needs a non-empty 'request'")
         tags = self.text_list(fields, "tags", label, [])
         for tag in tags:
-            if not NAME.match(tag):
-                raise self.error(fields["tags"][0],
-                                 f"tag {tag!r} of {label} must match [a-z0-9_]+ (it becomes a marker)")
+            if not NAME.fullmatch(tag) or len(tag) > MAX_NAME:
+                raise self.error(fields["tags"][0], f"tag {shown(tag)} of {label} must match [a-z0-9_]+ and be at "
+                                                    f"most {MAX_NAME} characters (it becomes a marker)")
         replies = self.text_list(fields, "replies", label, ["yes"])
         return {"covers": covers.strip(), "request": request.strip(), "tags": tuple(tags), "replies": tuple(replies)}
 
@@ -213,9 +276,17 @@ class _Reader:
             return "", raw, (f"{self.path}:{fields['context_file'][0].start_mark.line + 1}: context_file {raw!r} "
                              f"needs {', '.join('$' + m for m in missing)}, which is not set")
         path = (self.path.parent / text).resolve()
+        where = f"{self.path}:{fields['context_file'][0].start_mark.line + 1}: context_file {shown(raw)}"
         if not path.is_file():
-            return "", str(path), f"{self.path}: context_file {raw!r}: no file at {path}"
-        return path.read_text(encoding="utf-8").strip(), str(path), None
+            return "", str(path), f"{where}: no file at {path}"
+        size = path.stat().st_size
+        if size > self.max_context:
+            return "", str(path), (f"{where}: {path} is {size:,} bytes, more than the {self.max_context:,} allowed "
+                                   "(--palette-max-context)")
+        try:
+            return path.read_text(encoding="utf-8").strip(), str(path), None
+        except UnicodeDecodeError:
+            return "", str(path), f"{where}: {path} is not UTF-8 text"
 
     def expect(self, fields: dict[str, tuple[yaml.Node, Any]], common: dict[str, Any], has_context: bool,
                label: str) -> Expect:
@@ -267,12 +338,39 @@ class _Reader:
             problem = f"{self.path}:{line}: documents {pattern!r} matched no file ({full})"
             yield self.build(placeholder, common, "", pattern, problem, line, fields, label)
             return
+        named: dict[str, Path] = {}
         for document in matches:
-            name = re.sub(r"[^a-z0-9_]+", "_", document.stem.lower()).strip("_")
-            context = document.read_text(encoding="utf-8").strip()
+            name = re.sub(r"[^a-z0-9_]+", "_", document.stem.lower()).strip("_")[:MAX_NAME].rstrip("_")
+            if not name:
+                raise self.error(fields["documents"][0], f"{label}: the document {document.name!r} gives no case "
+                                                         "name (its file name has no letter or digit a-z, 0-9): "
+                                                         "rename it")
+            if name in named:
+                raise self.error(fields["documents"][0], f"{label}: the documents {named[name].name!r} and "
+                                                         f"{document.name!r} both give the case name {name!r}: "
+                                                         "rename one")
+            named[name] = document
+            context = self.document(document, fields["documents"][0], label)
             yield self.build(name, common, context, str(document), None, line, fields, label)
 
+    def document(self, path: Path, node: yaml.Node, label: str) -> str:
+        """A corpus document's text: UTF-8, within the size limit."""
+        size = path.stat().st_size
+        if size > self.max_context:
+            raise self.error(node, f"{label}: the document {path.name!r} is {size:,} bytes, more than the "
+                                   f"{self.max_context:,} allowed (--palette-max-context)")
+        try:
+            return path.read_text(encoding="utf-8").strip()
+        except UnicodeDecodeError:
+            raise self.error(node, f"{label}: the document {path.name!r} is not UTF-8 text") from None
 
-def load_cases(path: Path, env: Mapping[str, str] | None = None) -> list[Case]:
+
+def load_cases(path: Path, env: Mapping[str, str] | None = None, max_context: int = MAX_CONTEXT) -> list[Case]:
     """Every case in one file, in file order; CaseFileError on the first mistake."""
-    return list(_Reader(path, os.environ if env is None else env).cases())
+    return list(_Reader(path, os.environ if env is None else env, max_context).cases())
+
+
+def shown(value: object) -> str:
+    """A value as an error message shows it: its repr, cut to SHOWN characters."""
+    text = repr(value)
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}… ({len(text):,} characters)"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from .cases import MAX_CONTEXT
 from .hosts.base import COMMAND_TIMEOUT, RECURSION_LIMIT, TURN_TIMEOUT, HostSettings
 from .models import ModelSpec, ModelUnavailable, parse_model
 from .results.ledger import run_ledgers
@@ -41,6 +42,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-build-grace", type=float, default=None, dest="palette_build_grace",
                     metavar="SECONDS", help="after the last turn, how long to wait for a build still running "
                                             f"before reading the deck (default {DEFAULT_BUILD_GRACE:g})")
+    group.addoption("--palette-max-context", type=int, default=None, dest="palette_max_context", metavar="BYTES",
+                    help=f"the most pasted material a case may carry (default {MAX_CONTEXT:,}); larger is an error "
+                         "naming the case file and line")
     group.addoption("--palette-runs", type=int, default=None, dest="palette_runs", metavar="N",
                     help="run every (case, host) N times, each in its own workspace (ids case[host-2])")
     group.addoption("--palette-shard", default=None, dest="palette_shard", metavar="I/N",
@@ -82,6 +86,7 @@ class Settings:
     shard: tuple[int, int] | None = None
     run_id: str | None = None
     resume_dir: Path | None = None
+    max_context: int = MAX_CONTEXT
 
 
 def _number(config: pytest.Config, option: str, ini: str | None, default: float) -> float:
@@ -141,6 +146,9 @@ def resolve(config: pytest.Config) -> Settings:
     runs = config.getoption("palette_runs")
     if runs is not None and runs < 1:
         raise pytest.UsageError(f"--palette-runs must be at least 1 (got {runs})")
+    max_context = config.getoption("palette_max_context")
+    if max_context is not None and max_context < 1:
+        raise pytest.UsageError(f"--palette-max-context must be at least 1 byte (got {max_context})")
     shard = _shard(config.getoption("palette_shard"))
     resume = config.getoption("palette_resume")
     resume_dir = (config.invocation_params.dir / resume).resolve() if resume else None
@@ -157,6 +165,7 @@ def resolve(config: pytest.Config) -> Settings:
         raise pytest.UsageError(f"--palette-collect {collect}: no run folder at {collect_dir}")
     return Settings(
         runs=runs or 1,
+        max_context=max_context or MAX_CONTEXT,
         shard=shard,
         run_id=resume_dir.name if resume_dir else run_id,
         resume_dir=resume_dir,

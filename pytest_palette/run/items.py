@@ -40,8 +40,9 @@ class CaseFile(pytest.File):
     """A YAML file holding a list of cases."""
 
     def collect(self) -> Iterator[CaseItem]:
+        settings = self.config.stash[SESSION].settings
         try:
-            cases = load_cases(self.path)
+            cases = load_cases(self.path, max_context=settings.max_context)
         except CaseFileError as error:
             raise self.CollectError(str(error)) from None
         seen = self.config.stash.setdefault(CASE_NAMES, {})
@@ -50,7 +51,6 @@ class CaseFile(pytest.File):
             if case.name in seen and seen[case.name] != where:
                 raise self.CollectError(f"{where}: case name {case.name!r} is already used at {seen[case.name]}")
             seen[case.name] = where
-        settings = self.config.stash[SESSION].settings
         for tag in sorted({tag for case in cases for tag in case.tags}):
             # Tags become registered markers, so `-m corpus` works under --strict-markers.
             self.config.addinivalue_line("markers", f"{tag}: pytest-palette case tag")
