@@ -47,8 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if SESSION in config.stash:
-        for host in config.stash[SESSION].hosts.values():
-            host.close()
+        config.stash[SESSION].close()
 
 
 @pytest.hookimpl(tryfirst=True)

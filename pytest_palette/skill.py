@@ -94,14 +94,25 @@ def install(card: SkillCard, into: Path) -> SkillCard:
     """Copy the skill fresh into `<into>/skills/<name>` and return the installed card.
 
     SKILL.md names its script relative to the folder that holds `skills/`, so installed in a conversation's
-    working folder, `python3 skills/palette/scripts/deck.py` resolves from there. The copy is rebuilt, never
-    merged, so a host cannot carry edits from one conversation to the next.
+    working folder, `python3 skills/palette/scripts/deck.py` resolves from there. Each item's folder is new,
+    so a host cannot carry edits from one conversation to the next; a copy already there is used only when it
+    is identical to the skill under test, and never deleted (InstallError otherwise).
     """
     target = into / "skills" / card.name
     if target.exists():
-        shutil.rmtree(target)
+        # Never deleted: a folder we did not create may be the user's (converse runs in their folder).
+        differences = drift(card.directory, target)
+        if differences:
+            raise InstallError(f"{target} already exists and is not the skill under test ({differences[0]}"
+                               f"{f' and {len(differences) - 1} more' if len(differences) > 1 else ''}); "
+                               "nothing was changed: move it away, or work in another folder")
+        return SkillCard(card.name, card.description, card.body, target)
     shutil.copytree(card.directory, target, ignore=_IGNORED)
     return SkillCard(card.name, card.description, card.body, target)
+
+
+class InstallError(RuntimeError):
+    """The skill cannot be installed without replacing files this run did not create."""
 
 
 def drift(source: Path, installed: Path) -> list[str]:

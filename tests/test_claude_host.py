@@ -309,11 +309,13 @@ def test_stopping_a_turn_stops_its_whole_process_group(monkeypatch: pytest.Monke
     # The child ignores TERM, as a stuck tool might: the group KILL still ends it.
     monkeypatch.setattr("pytest_palette.hosts.claude.KILL_GRACE", 0.5)
     process = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 60 & sleep 60"], start_new_session=True)
-    time.sleep(0.3)
+    deadline = time.monotonic() + 60  # however busy the machine, until the shell has started both
+    while len(live_members(process.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert len(live_members(process.pid)) >= 2
     _stop(process)
     assert process.poll() is not None
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while live_members(process.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert live_members(process.pid) == []

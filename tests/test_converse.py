@@ -105,3 +105,20 @@ def test_every_host_holds_a_conversation_by_hand_offline(tmp_path: Path, host: s
     assert [c["command"] for c in read_trace(tmp_path / TRACE_NAME)][-2:] == ["start", "status"]
     turns = json.loads((tmp_path / "turns.json").read_text())["turns"]
     assert [turn["sent"] for turn in turns] == [REQUEST, "yes"] and all(turn["error"] is None for turn in turns)
+
+
+def test_a_skill_folder_of_the_users_is_never_deleted_or_changed(tmp_path: Path) -> None:
+    mine = tmp_path / "skills" / "palette"
+    mine.mkdir(parents=True)
+    (mine / "MY_EDITS.md").write_text("my notes\n", encoding="utf-8")
+    done = converse(tmp_path, "--model", "rehearsal", REQUEST, "--reply", "yes")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "already exists and is not the skill under test" in done.stdout and "nothing was changed" in done.stdout
+    assert sorted(p.name for p in mine.iterdir()) == ["MY_EDITS.md"]
+    assert (mine / "MY_EDITS.md").read_text(encoding="utf-8") == "my notes\n"
+
+
+def test_a_second_conversation_in_the_same_folder_reuses_the_identical_skill(tmp_path: Path) -> None:
+    assert converse(tmp_path, "--model", "rehearsal", REQUEST, "--reply", "actually, hold off").returncode == 0
+    again = converse(tmp_path, "--model", "rehearsal", REQUEST, "--reply", "actually, hold off")
+    assert again.returncode == 0, again.stdout + again.stderr

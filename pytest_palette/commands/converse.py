@@ -16,7 +16,7 @@ from ..models import ModelUnavailable, parse_model
 from ..run.conversation import Transcript
 from ..run.evidence import format_call, inspect_deck, newest_deck, read_trace
 from ..run.workspace import Workspace
-from ..skill import PACKAGED_SKILLS, SkillNotFound, load_skill, skill_hash
+from ..skill import PACKAGED_SKILLS, InstallError, SkillNotFound, load_skill, skill_hash
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     started = time.monotonic()
     try:
         session = host.open(workspace, card, agent_environment(workspace.trace), spec, settings)
-    except HostError as error:
+    except (HostError, InstallError) as error:
         out(f"error ! could not start: {error}")
         host.close()
         return 1

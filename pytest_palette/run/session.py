@@ -4,6 +4,7 @@ workers, never recomputed per item."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -40,6 +41,8 @@ class Session:
     #: host → why its items are skipped here (its client is not installed on this machine).
     unavailable: dict[str, str] = field(default_factory=dict)
     _terms: dict[str, Terms] = field(default_factory=dict)
+    #: The descriptor holding the run's lock (`claim`), on the process that runs the session.
+    lock: int | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -51,7 +54,18 @@ class Session:
         return self.run_dir / ledger_name(self.settings.shard)
 
     def workspace(self, host: str, case: str, run_index: int) -> Workspace:
-        return Workspace.of(self.run_dir, host, case, run_index, self.settings.runs > 1)
+        """The item's folder: as it was left when judging a saved run (--palette-collect), else a new one."""
+        found = Workspace.of(self.run_dir, host, case, run_index, self.settings.runs > 1)
+        return found if self.settings.collect_dir is not None else found.fresh()
+
+    def close(self) -> None:
+        """The session's end: every host released, the run's lock let go (a session held in-process, as a
+        pytester run, must not keep it)."""
+        for host in self.hosts.values():
+            host.close()
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None
 
     def terms(self, host: str) -> Terms:
         """What every result of `host` in this session depends on, asked of the host once."""
@@ -92,8 +106,39 @@ def start(config: pytest.Config) -> Session:
                     problems.append(f"{name}: {problem}")
         if problems:
             raise pytest.UsageError("not ready to run:\n  " + "\n  ".join(problems))
-        refuse_foreign_ledger(session)
+        if settings.collect_dir is None:
+            refuse_existing_run(session)
+            refuse_foreign_ledger(session)
+            claim(session)
     return session
+
+
+def refuse_existing_run(session: Session) -> None:
+    """An earlier run is never written into by accident: its folder is continued only with --palette-resume,
+    or by another shard of it (each shard has a ledger of its own)."""
+    settings, run = session.settings, session.run_dir
+    if settings.resume_dir is not None or not run.exists():
+        return
+    if settings.shard is not None and not session.ledger.exists():
+        return
+    raise pytest.UsageError(
+        f"--palette-run-id {session.run_id}: {run} already holds a run"
+        f"{' (this shard has run in it)' if settings.shard else ''}; nothing in it was touched. Continue it with "
+        f"--palette-resume {run}, or choose another --palette-run-id")
+
+
+def claim(session: Session) -> None:
+    """Hold the run's ledger for this session: a second session writing the same ledger at the same time (the
+    same run id and shard, or two resumes) stops here with a clear error instead of sharing workspaces."""
+    session.run_dir.mkdir(parents=True, exist_ok=True)
+    lock = os.open(session.run_dir / f".{session.ledger.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        raise pytest.UsageError(f"{session.run_dir}: another pytest session is writing this run's ledger "
+                                f"({session.ledger.name}) right now; wait for it to end") from None
+    session.lock = lock  # released when the process ends
 
 
 def for_workers(session: Session) -> dict[str, Any]:

@@ -14,7 +14,6 @@ The agent works in work/, so it never sees the replies waiting for it in input/.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -39,7 +38,26 @@ class Workspace:
     @classmethod
     def of(cls, run: Path, host: str, case: str, run_index: int, repeated: bool) -> Workspace:
         relative = PurePosixPath(host, f"{case}-{run_index}" if repeated else case)
-        return cls(run / relative, relative)
+        folder = run / relative
+        # A name that could step out (`..`, `/`, empty) would make a workspace of the host's folder or worse.
+        if folder.parent != run / host or not folder.resolve().is_relative_to((run / host).resolve()) or \
+                relative.name in ("", ".", ".."):
+            raise ValueError(f"{folder}: a workspace must be a folder of its own inside {run / host}")
+        return cls(folder, relative)
+
+    def fresh(self) -> Workspace:
+        """This workspace, or — when its folder already holds an earlier attempt (a resumed run) — the first
+        `<name>~2`, `<name>~3` … that does not exist: an attempt never replaces another's evidence, and the
+        record of each says which folder is its own."""
+        if not self.folder.exists():
+            return self
+        attempt = 2
+        while True:
+            name = f"{self.relative.name}~{attempt}"
+            candidate = Workspace(self.folder.with_name(name), self.relative.with_name(name), self.by_hand)
+            if not candidate.folder.exists():
+                return candidate
+            attempt += 1
 
     @classmethod
     def locate(cls, run: Path, record: Record) -> Workspace:
@@ -97,10 +115,11 @@ class Workspace:
         return self.input / "case.json"
 
     def prepare(self, case: Case) -> None:
-        """A fresh folder: the case's inputs written, an empty work/ for the agent."""
-        if self.folder.exists():
-            shutil.rmtree(self.folder)
-        self.input.mkdir(parents=True)
+        """A new folder: the case's inputs written, an empty work/ for the agent. Nothing is ever deleted: a
+        folder that already exists is another attempt's evidence (FileExistsError; `fresh` picks a new one)."""
+        self.folder.parent.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir()  # atomic: two processes can never both claim it
+        self.input.mkdir()
         (self.input / "request.txt").write_text(case.request + "\n", encoding="utf-8")
         if case.context:
             (self.input / "context.md").write_text(case.context + "\n", encoding="utf-8")
