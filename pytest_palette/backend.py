@@ -43,6 +43,54 @@ def describe_backend(env: Mapping[str, str] | None = None) -> str:
     return "reference engine (pytest_palette.engine, python-pptx)"
 
 
+#: Room a run folder needs before a case starts: decks, previews and traces of a sweep, with a margin.
+MIN_FREE_BYTES = 200_000_000
+
+
+def setting_problems(env: Mapping[str, str] | None = None) -> list[str]:
+    """Every `PALETTE_*` setting that is malformed, each in one line naming the variable and the fix: checked
+    before any case runs, so a typo is not reported as 33 failed decks."""
+    from .engine.errors import EngineError
+    from .engine.latency import ENV_VAR, parse_latency
+
+    environ = os.environ if env is None else env
+    problems = []
+    try:
+        parse_latency(environ.get(ENV_VAR))
+    except EngineError as error:
+        problems.append(str(error))
+    url = environ.get("PALETTE_URL", "").strip()
+    if url and not url.startswith(("http://", "https://")):
+        problems.append(f"PALETTE_URL={url[:80]!r} is not an http:// or https:// address")
+    home = environ.get("PALETTE_HOME", "").strip()
+    if home and not url and not (Path(home).expanduser() / "palette.py").is_file():
+        problems.append(f"PALETTE_HOME={home[:200]!r} holds no palette.py: point it at a Palette checkout, or at "
+                        f"{REFERENCE_HOME} for the reference engine")
+    python = environ.get("PALETTE_PYTHON", "").strip()
+    if python and not (shutil.which(python) or os.access(python, os.X_OK)):
+        problems.append(f"PALETTE_PYTHON={python[:200]!r} is not an interpreter this machine can run")
+    return problems
+
+
+def run_folder_problem(folder: Path, need: int = MIN_FREE_BYTES) -> str | None:
+    """Why runs cannot be written under `folder` (not writable, or less than `need` bytes free), or None. Asked
+    of the folder, or of its nearest existing parent: nothing is created before a run starts."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(20, "not a directory", str(existing))
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+        free = shutil.disk_usage(existing).free
+    except OSError as error:
+        return f"the run folder {folder} cannot be written: {error.strerror or error}"
+    if free < need:
+        return f"the run folder {folder} has {free / 1e6:,.0f} MB free; a run needs at least {need / 1e6:,.0f} MB"
+    return None
+
+
 def agent_environment(trace: Path | None, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment an agent's shell gets: the caller's, plus the trace path for this conversation.
 

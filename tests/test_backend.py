@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_palette.backend import REFERENCE_HOME, describe_backend
+from pytest_palette.backend import REFERENCE_HOME, describe_backend, run_folder_problem, setting_problems
 from pytest_palette.skill import PACKAGED_SKILLS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,3 +73,37 @@ def test_the_core_cases_pass_with_that_skill_and_palette_home_naming_the_shipped
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "5 passed" in done.stdout and "reference engine through its palette.py" in done.stdout
+
+
+@pytest.mark.parametrize(("variable", "value", "said"), [
+    ("PALETTE_ENGINE_LATENCY", "fast", "PALETTE_ENGINE_LATENCY='fast' is malformed: 'fast' is not a number of seconds"),
+    ("PALETTE_ENGINE_LATENCY", "plan=2,bild=3", "'bild=3' is not stage=seconds"),
+    ("PALETTE_URL", "palette.example:8080", "PALETTE_URL='palette.example:8080' is not an http:// or https://"),
+    ("PALETTE_HOME", "/nonexistent/palette", "PALETTE_HOME='/nonexistent/palette' holds no palette.py"),
+    ("PALETTE_PYTHON", "/nonexistent/python3", "PALETTE_PYTHON='/nonexistent/python3' is not an interpreter"),
+])
+def test_a_malformed_setting_stops_the_run_before_any_case_naming_it(tmp_path: Path, variable: str, value: str,
+                                                                     said: str) -> None:
+    assert any(said in problem for problem in setting_problems({variable: value}))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-k", "plain_request",
+                           f"--palette-run-dir={tmp_path / 'runs'}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, variable: value}, check=False)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "not ready to run:" in done.stderr and said in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no run was started
+
+
+def test_well_formed_settings_have_no_problem() -> None:
+    good = {"PALETTE_ENGINE_LATENCY": "plan=2,edit=1,build=5", "PALETTE_HOME": str(REFERENCE_HOME),
+            "PALETTE_PYTHON": sys.executable, "PALETTE_URL": "https://palette.example"}
+    assert setting_problems(good) == [] and setting_problems({}) == []
+
+
+def test_a_run_folder_without_room_or_that_cannot_be_written_is_named(tmp_path: Path) -> None:
+    assert run_folder_problem(tmp_path / "runs") is None
+    assert (run_folder_problem(tmp_path / "runs", need=10**18) or "").startswith(
+        f"the run folder {tmp_path / 'runs'} has ")
+    (tmp_path / "file").write_text("x")
+    said = run_folder_problem(tmp_path / "file" / "runs")
+    assert said is not None and said.startswith(f"the run folder {tmp_path / 'file' / 'runs'} cannot be written")

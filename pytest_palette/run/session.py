@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from .. import __version__
-from ..backend import describe_backend, round_trip
+from ..backend import describe_backend, round_trip, run_folder_problem, setting_problems
 from ..hosts.base import Host
 from ..options import Settings, resolve
 from ..results.ledger import find, ledger_name, load, read
@@ -97,7 +97,9 @@ def start(config: pytest.Config) -> Session:
     run_id = settings.run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
     session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest))
     if not config.option.collectonly and not config.getoption("palette_check"):
-        problems = []
+        problems = setting_problems()
+        if settings.collect_dir is None:
+            problems += [p for p in [run_folder_problem(settings.run_root)] if p]
         for name in settings.hosts:
             for problem in hosts[name].check(settings.model, os.environ):
                 if problem.skip:
@@ -178,9 +180,14 @@ def check(session: Session, write: Any) -> int:
     """`--palette-check`: every selected host's problems, each with its fix; 0 when all are ready."""
     settings = session.settings
     write(f"palette check: model {settings.model.label} · skill {settings.skill_dir} ({session.skill_hash})")
-    # "Ready" means what a case needs: a plan came back from the backend the skill will actually use.
+    # "Ready" means what a case needs: well-formed settings, a run folder with room, and a plan back from the
+    # backend the skill will actually use.
+    found = setting_problems() + [p for p in [run_folder_problem(settings.run_root)] if p]
+    write(f"settings and run folder: {'ready' if not found else 'NOT ready'}", green=not found, red=bool(found))
+    for said_wrong in found:
+        write(f"  ✗ {said_wrong}")
     missing, said = round_trip(session.skill)
-    ready = missing is None
+    ready = missing is None and not found
     write(f"backend: {describe_backend()}: {'ready' if ready else 'NOT ready'} ({said})", green=ready, red=not ready)
     if missing:
         write(f"  ✗ {missing}")
