@@ -42,7 +42,7 @@ from pytest_palette.run.command_log import read as read_commands
 from pytest_palette.run.command_log import skill_calls
 from pytest_palette.run.evidence import inspect_deck, newest_deck, read_trace
 from pytest_palette.run.workspace import Workspace
-from pytest_palette.skill import PACKAGED_SKILLS, drift, load_card, load_skill, skill_hash
+from pytest_palette.skill import PACKAGED_SKILLS, InstallError, drift, load_card, load_skill, skill_hash
 
 REHEARSAL = parse_model("rehearsal")
 SONNET = parse_model("anthropic:claude-sonnet-4-5")
@@ -278,8 +278,9 @@ def test_the_skill_is_installed_where_the_cli_looks_and_identical(tmp_path: Path
     assert drift(card.directory, installed.directory) == [
         f"{installed.directory}/extra.txt is not in the skill under test",
         f"{installed.directory}/SKILL.md differs from {card.directory}/SKILL.md"]
-    assert install_skill(card, tmp_path).directory == installed.directory  # a fresh copy replaces it
-    assert drift(card.directory, installed.directory) == []
+    with pytest.raises(InstallError):  # an edited copy is never replaced: this run did not make it
+        install_skill(card, tmp_path)
+    assert (installed.directory / "SKILL.md").read_text(encoding="utf-8") == "edited"
 
 
 def live_members(group: int) -> list[int]:

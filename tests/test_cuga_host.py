@@ -47,7 +47,7 @@ from pytest_palette.run.command_log import read as read_commands
 from pytest_palette.run.command_log import skill_calls
 from pytest_palette.run.evidence import any_deck, inspect_deck, newest_deck, read_trace
 from pytest_palette.run.workspace import TRACE_NAME, Workspace
-from pytest_palette.skill import PACKAGED_SKILLS, SkillCard, drift, install, load_card, load_skill
+from pytest_palette.skill import PACKAGED_SKILLS, InstallError, SkillCard, drift, install, load_card, load_skill
 
 REHEARSAL = parse_model("rehearsal")
 SECRET = "sk-" + "S3CRET" * 8  # shaped like a key; never a real one
@@ -212,9 +212,11 @@ def test_the_skill_is_installed_fresh_and_byte_identical(tmp_path: Path) -> None
     card = load_skill("palette")
     installed = install(card, tmp_path / ".cuga").directory
     assert installed == tmp_path / ".cuga" / "skills" / "palette" and drift(card.directory, installed) == []
+    assert install(card, tmp_path / ".cuga").directory == installed  # identical: used as it is
     (installed / "stray.md").write_text("left by an earlier run")
-    assert install(card, tmp_path / ".cuga").directory == installed
-    assert not (installed / "stray.md").exists()
+    with pytest.raises(InstallError):  # never deleted: the item's folder is new, so this is not ours
+        install(card, tmp_path / ".cuga")
+    assert (installed / "stray.md").exists()
 
 
 def test_drift_names_changed_missing_and_extra_files(tmp_path: Path) -> None:

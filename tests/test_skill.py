@@ -8,6 +8,7 @@ import pytest
 
 from pytest_palette.skill import (
     PACKAGED_SKILLS,
+    InstallError,
     SkillNotFound,
     install,
     load_skill,
@@ -48,13 +49,22 @@ def test_staging_copies_fresh_without_caches_and_leaves_the_source_alone(tmp_pat
     card = load_skill("palette")
     before = skill_hash(card.directory)
     target = tmp_path / "skills" / "palette"
-    target.mkdir(parents=True)
-    (target / "stale.txt").write_text("left over")
     staged = install(card, tmp_path)
-    assert staged.directory == target and not (target / "stale.txt").exists()
+    assert staged.directory == target
     assert (target / "SKILL.md").read_bytes() == (card.directory / "SKILL.md").read_bytes()
+    assert install(card, tmp_path).directory == target  # an identical copy is used as it is
     assert not list(target.rglob("__pycache__"))
     assert skill_hash(target) == before == skill_hash(card.directory)
+
+
+def test_a_folder_in_the_way_is_never_deleted_or_changed(tmp_path: Path) -> None:
+    target = tmp_path / "skills" / "palette"
+    target.mkdir(parents=True)
+    (target / "stale.txt").write_text("left over")
+    with pytest.raises(InstallError, match=r"skills/palette already exists and is not the skill under test .*"
+                                           r"nothing was changed"):
+        install(load_skill("palette"), tmp_path)
+    assert [p.name for p in target.iterdir()] == ["stale.txt"] and (target / "stale.txt").read_text() == "left over"
 
 
 def test_the_hash_changes_with_any_file(tmp_path: Path) -> None:

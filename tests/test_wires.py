@@ -8,7 +8,7 @@ import json
 import shlex
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage
 
@@ -38,7 +38,7 @@ def context_of(command: str) -> str:
     return words[words.index("--context") + 1] if "--context" in words else ""
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(material.filter(lambda t: t.strip() and "\x00" not in t))
 def test_pasted_material_reaches_context_verbatim(text: str) -> None:
     command = plan_command(text)
@@ -46,7 +46,7 @@ def test_pasted_material_reaches_context_verbatim(text: str) -> None:
     assert f"--out {PLAN_FILE}" in command.command
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(material)
 def test_a_command_survives_the_codeact_wire(text: str) -> None:
     command = RunCommand(f"python3 deck.py plan --context {shlex.quote(text)}", "m1.0.0")
@@ -56,7 +56,7 @@ def test_a_command_survives_the_codeact_wire(text: str) -> None:
     assert read.command == command.command
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(material)
 def test_a_command_survives_the_tool_call_wires(text: str) -> None:
     command = RunCommand(f"python3 deck.py plan --context {shlex.quote(text)}", "call_1")
