@@ -206,11 +206,15 @@ def _steps(event: Json) -> list[str]:
             shown = given.get("command") or given.get("skill") or json.dumps(given)[:200]
             lines.append(f"→ {block.get('name')}: {shown}")
         elif block.get("type") == "tool_result":
-            body = block.get("content")
-            text = body if isinstance(body, str) else " ".join(
-                str(b.get("text", "")) for b in body or [] if isinstance(b, dict))
-            lines.append(f"← {' '.join(text.split())[:160]}")
+            lines.append(f"← {' '.join(_result_text(block).split())[:160]}")
     return lines
+
+
+def _result_text(block: Json) -> str:
+    """A tool result's text: the CLI gives a string or a list of text blocks."""
+    body = block.get("content")
+    return body if isinstance(body, str) else " ".join(
+        str(b.get("text", "")) for b in body or [] if isinstance(b, dict))
 
 
 def _commands(event: Json, running: dict[str, tuple[str, float]], ended: list[CommandRun]) -> None:
@@ -230,9 +234,7 @@ def _commands(event: Json, running: dict[str, tuple[str, float]], ended: list[Co
         elif block.get("type") == "tool_result" and str(block.get("tool_use_id")) in running:
             command, started = running.pop(str(block.get("tool_use_id")))
             result = event.get("tool_use_result")
-            body = block.get("content")
-            text = body if isinstance(body, str) else " ".join(
-                str(b.get("text", "")) for b in body or [] if isinstance(b, dict))
+            text = _result_text(block)
             stdout, stderr = (str(result.get("stdout", "")), str(result.get("stderr", ""))) \
                 if isinstance(result, dict) else (text, "")
             # The CLI marks a failed command as an error and says its exit code in the text.
