@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest_palette.hosts.react as react
 from pytest_palette.backend import agent_environment
+from pytest_palette.hosts.shell import Shell
 from pytest_palette.rehearsal.langchain_model import RehearsalChatModel
 from pytest_palette.run.evidence import inspect_deck, newest_deck, read_trace
 from pytest_palette.run.workspace import TRACE_NAME
@@ -30,17 +31,17 @@ TARGET_SECONDS = 5.0
 
 def one_conversation() -> dict[str, float]:
     shell_seconds = 0.0
-    real_shell = react.run_shell
+    real_shell = Shell.run
 
     def timed_shell(*args: Any, **kwargs: Any) -> str:
         nonlocal shell_seconds
         started = time.perf_counter()
         try:
-            return real_shell(*args, **kwargs)
+            return real_shell(*args, **kwargs)  # type: ignore[arg-type]
         finally:
             shell_seconds += time.perf_counter() - started
 
-    react.run_shell = timed_shell  # type: ignore[assignment]
+    Shell.run = timed_shell  # type: ignore[method-assign]
     try:
         with tempfile.TemporaryDirectory() as folder:
             workspace = Path(folder)
@@ -56,7 +57,7 @@ def one_conversation() -> dict[str, float]:
                 raise SystemExit("the conversation did not produce a 5-slide deck")
             calls = read_trace(workspace / TRACE_NAME)
     finally:
-        react.run_shell = real_shell  # type: ignore[assignment]
+        Shell.run = real_shell  # type: ignore[method-assign]
     turns = wall - setup
     return {"wall": wall, "setup": setup, "shell": shell_seconds, "harness": turns - shell_seconds,
             "calls": float(len(calls))}

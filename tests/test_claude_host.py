@@ -54,8 +54,8 @@ SID = "7f63eb8a-ae6b-4c58-a4b3-52f1c12541af"
 
 
 def test_the_first_turn_names_a_new_session_and_later_turns_resume_it() -> None:
-    first = turn_command(Path("/bin/claude"), "Build a deck", "claude-sonnet-4-5", SID, first=True)
-    later = turn_command(Path("/bin/claude"), "yes", "claude-sonnet-4-5", SID, first=False)
+    first = turn_command(Path("/bin/claude"), "claude-sonnet-4-5", SID, first=True)
+    later = turn_command(Path("/bin/claude"), "claude-sonnet-4-5", SID, first=False)
     assert first[:2] == ["/bin/claude", "-p"] and later[:2] == ["/bin/claude", "-p"]
     for argv in (first, later):
         assert argv[argv.index("--output-format") + 1] == "stream-json" and "--verbose" in argv
@@ -63,12 +63,8 @@ def test_the_first_turn_names_a_new_session_and_later_turns_resume_it() -> None:
         assert argv[argv.index("--permission-mode") + 1] == "bypassPermissions"
     assert first[first.index("--session-id") + 1] == SID and f"--resume={SID}" not in first
     assert f"--resume={SID}" in later and "--session-id" not in later
-    assert first[-2:] == ["--", "Build a deck"] and later[-2:] == ["--", "yes"]
-
-
-def test_a_reply_that_looks_like_a_flag_stays_the_prompt() -> None:
-    argv = turn_command(Path("claude"), "--help me with slide 2", "m", SID, first=False)
-    assert argv[-2:] == ["--", "--help me with slide 2"]
+    # The message is not an argument at all (it goes on standard input): no size limit, never an option.
+    assert first[-2:] == ["--session-id", SID] and later[-1] == f"--resume={SID}"
 
 
 # -- the CLI's environment -------------------------------------------------------------------------
@@ -383,7 +379,9 @@ def test_a_three_slide_deck_plan_then_yes(host: ClaudeHost, tmp_path: Path) -> N
     assert first.num_turns and second.num_turns and first.cost_usd and second.cost_usd
     assert first.usage["input_tokens"] > 0 and first.error is None
     kept = sorted(p.name for p in (tmp_path / "claude").iterdir())
-    assert kept == ["config", "turn-01.jsonl", "turn-01.stderr", "turn-02.jsonl", "turn-02.stderr"]
+    assert kept == ["config", "turn-01.jsonl", "turn-01.prompt", "turn-01.stderr", "turn-02.jsonl",
+                    "turn-02.prompt", "turn-02.stderr"]
+    assert (tmp_path / "claude" / "turn-02.prompt").read_text() == "yes"  # what the CLI read on its stdin
     assert not any(p.name == "config" for p in item.work.iterdir())  # the CLI's config is not the agent's
 
 

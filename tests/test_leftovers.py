@@ -5,14 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pytest
-
 from pytest_palette.run import leftovers
-
-pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
 
 # Ignores SIGTERM, as a tool's child may; says it is ready so the test does not race its start.
 STUBBORN = "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); " \
@@ -43,10 +38,8 @@ def test_stop_terms_then_kills_what_ignores_term_and_leaves_the_rest(tmp_path: P
     trace, other = tmp_path / "a" / "palette-calls.jsonl", tmp_path / "b" / "palette-calls.jsonl"
     polite, stubborn, bystander = _start(trace), _start(trace, STUBBORN), _start(other)
     try:
-        started = time.monotonic()
         assert sorted(leftovers.stop(trace, grace=0.5)) == sorted([polite.pid, stubborn.pid])
         assert polite.wait(5) == -15 and stubborn.wait(5) == -9  # TERM sufficed; KILL was needed
-        assert time.monotonic() - started < 5
         assert bystander.poll() is None and leftovers.processes_of(trace) == []
     finally:
         for process in (polite, stubborn, bystander):

@@ -147,12 +147,13 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
-def turn_command(cli: Path, message: str, model_id: str, session_id: str, first: bool,
+def turn_command(cli: Path, model_id: str, session_id: str, first: bool,
                  permission_mode: str = PERMISSION_MODE) -> list[str]:
-    """One turn's argv. `--` ends the options: a reply that starts with "-" is still the prompt."""
+    """One turn's argv. The message goes on standard input, not in argv: one argument holds at most 128 KiB
+    (a paste can be larger), and a reply that starts with "-" is then never read as an option."""
     session = ["--session-id", session_id] if first else [f"--resume={session_id}"]
     return [str(cli), "-p", "--output-format", "stream-json", "--verbose", "--model", model_id,
-            "--permission-mode", permission_mode, *session, "--", message]
+            "--permission-mode", permission_mode, *session]
 
 
 # -- reading what the CLI printed ------------------------------------------------------------------
@@ -235,8 +236,10 @@ def _commands(event: Json, running: dict[str, tuple[str, float]], ended: list[Co
             command, started = running.pop(str(block.get("tool_use_id")))
             result = event.get("tool_use_result")
             text = _result_text(block)
-            stdout, stderr = (str(result.get("stdout", "")), str(result.get("stderr", ""))) \
-                if isinstance(result, dict) else (text, "")
+            if isinstance(result, dict):
+                stdout, stderr = str(result.get("stdout", "")), str(result.get("stderr", ""))
+            else:  # the text mixes both; a failure's text is also the error (the CLI's word on why)
+                stdout, stderr = text, (text if block.get("is_error") else "")
             # The CLI marks a failed command as an error and says its exit code in the text.
             code = re.search(r"\bExit code (\d+)", text) if block.get("is_error") else None
             exit_code = int(code.group(1)) if code else (None if block.get("is_error") else 0)
@@ -381,12 +384,15 @@ class ClaudeSession(HostSession):
 
     def _run(self, message: str, number: int, timeout: float) -> tuple[int, str, str]:
         """Run the CLI for one turn; its output goes to files (a build it leaves running holds no pipe)."""
-        argv = turn_command(self.cli, message, self.model_id, self.session_id, number == 1, self.permission_mode)
+        argv = turn_command(self.cli, self.model_id, self.session_id, number == 1, self.permission_mode)
         self.folder.mkdir(parents=True, exist_ok=True)
-        out_path, err_path = self.folder / f"turn-{number:02d}.jsonl", self.folder / f"turn-{number:02d}.stderr"
-        with out_path.open("wb") as out, err_path.open("wb") as err:
+        turn = self.folder / f"turn-{number:02d}"
+        prompt = turn.with_suffix(".prompt")
+        prompt.write_text(message, encoding="utf-8")
+        with prompt.open("rb") as said, turn.with_suffix(".jsonl").open("wb") as out, \
+                turn.with_suffix(".stderr").open("wb") as err:
             try:
-                process = subprocess.Popen(argv, cwd=self.work, env=self.env, stdin=subprocess.DEVNULL,
+                process = subprocess.Popen(argv, cwd=self.work, env=self.env, stdin=said,
                                            stdout=out, stderr=err, start_new_session=True)
             except OSError as error:
                 raise HostError(f"could not run {self.cli}: {error}") from None
@@ -395,7 +401,7 @@ class ClaudeSession(HostSession):
             except subprocess.TimeoutExpired:
                 _stop(process)
                 raise HostError(f"turn {number} timed out after {timeout:g} s (the CLI was stopped)") from None
-        return returncode, self._scrub(out_path), self._scrub(err_path)
+        return returncode, self._scrub(turn.with_suffix(".jsonl")), self._scrub(turn.with_suffix(".stderr"))
 
     def _scrub(self, path: Path) -> str:
         """The file's text with any secret replaced, rewritten when one was there."""

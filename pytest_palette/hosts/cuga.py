@@ -41,6 +41,7 @@ from ..run.command_log import CommandLog
 from ..skill import SkillCard, drift, install
 from .base import Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .endpoint import RehearsalEndpoint
+from .shell import fitting
 
 if TYPE_CHECKING:
     from ..run.workspace import Workspace
@@ -353,7 +354,8 @@ def recording_commands(log: CommandLog | None) -> Iterator[None]:
     async def recorded(executor: Any, cmd: str, *args: Any, **kwargs: Any) -> Any:
         started = time.time()
         try:
-            stdout, stderr, code = await original(executor, cmd, *args, **kwargs)
+            with fitting(cmd) as fitted:  # CUGA runs `sh -c cmd`: a long command would not fit in argv
+                stdout, stderr, code = await original(executor, fitted, *args, **kwargs)
         except BaseException as error:
             log.add(cmd, started, time.time(), None, "", f"{type(error).__name__}: {error}")
             raise

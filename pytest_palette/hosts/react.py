@@ -26,7 +26,7 @@ from ..models import ModelSpec, ModelUnavailable, build_chat_model, check_model
 from ..run.command_log import CommandLog
 from ..skill import SkillCard, install
 from .base import COMMAND_TIMEOUT, RECURSION_LIMIT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
-from .shell import DEFAULT_OUTPUT_LIMIT, run_shell
+from .shell import DEFAULT_OUTPUT_LIMIT, Shell
 
 if TYPE_CHECKING:
     from ..run.workspace import Workspace
@@ -64,8 +64,10 @@ def make_tools(
     command_timeout: float = COMMAND_TIMEOUT,
     eager: bool = False,
     log: CommandLog | None = None,
+    shell: Shell | None = None,
 ) -> list[BaseTool]:
     by_name = {card.name: card for card in cards}
+    runner = shell or Shell(workspace, env, command_timeout, DEFAULT_OUTPUT_LIMIT, log)
 
     def load_skill(name: str) -> str:
         card = by_name.get(name.strip())
@@ -74,9 +76,9 @@ def make_tools(
         return card.body
 
     def bash(command: str) -> str:
-        return run_shell(command, workspace, env, timeout=command_timeout, limit=DEFAULT_OUTPUT_LIMIT, log=log)
+        return runner.run(command)
 
-    shell = StructuredTool.from_function(
+    tool = StructuredTool.from_function(
         bash,
         name="bash",
         description=(f"Run one shell command with /bin/sh. The working directory is always {workspace}; "
@@ -84,12 +86,12 @@ def make_tools(
                      "stderr and a non-zero exit code."),
     )
     if eager:
-        return [shell]
+        return [tool]
     loader = StructuredTool.from_function(
         load_skill, name="load_skill",
         description="Return the full instructions of the skill with this name.",
     )
-    return [loader, shell]
+    return [loader, tool]
 
 
 class ReactSession(HostSession):
@@ -116,7 +118,8 @@ class ReactSession(HostSession):
         self.eager = eager
         self.recursion_limit = recursion_limit
         self.thread_id = thread_id or f"palette-{uuid.uuid4().hex[:8]}"
-        self.tools = make_tools(self.cards, workspace, env, command_timeout, eager, log)
+        self.shell = Shell(workspace, env, command_timeout, DEFAULT_OUTPUT_LIMIT, log)
+        self.tools = make_tools(self.cards, workspace, env, command_timeout, eager, log, self.shell)
         with warnings.catch_warnings():
             # Pinned on purpose: the prebuilt ReAct agent is the thinnest scaffold LangGraph ships, and the
             # benchmark's floor. LangGraph 1.x marks it deprecated in favour of langchain's create_agent.
@@ -170,6 +173,10 @@ class ReactSession(HostSession):
         finally:
             turn.seconds = round(time.monotonic() - started, 3)
         return turn
+
+    def close(self) -> None:
+        # The graph's thread cannot be stopped from outside; closing its shell leaves it nothing to do.
+        self.shell.close()
 
     def _stream(self, message: str, updates: queue.Queue[tuple[str, Any]]) -> None:
         config: Any = {"configurable": {"thread_id": self.thread_id}, "recursion_limit": self.recursion_limit}

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..replies import ReplyKind, classify_reply
+from ..run.command_log import without_heredocs
 from .conversation import Action, Conversation, Event, LoadSkill, Reply, RunCommand
 
 #: Printed wherever a model name is printed: this is not a language model.
@@ -27,6 +28,10 @@ MODEL_NAME = "rehearsal"
 
 PLAN_FILE = "plan.md"
 DECK_DIR = "./deck"
+#: Pasted material longer than this goes to deck.py in a file, not in --context: one argument of a command
+#: may hold at most 128 KiB on Linux.
+CONTEXT_ARGUMENT_LIMIT = 100_000
+PASTED_FILE = "pasted-material.md"
 #: A careful agent gives up on a turn long before any host's step budget would stop it.
 MAX_POLLS_PER_TURN = 20
 
@@ -124,8 +129,11 @@ class RehearsalPolicy:
     def steps(self, conversation: Conversation, events: list[Event]) -> list[Step]:
         found: list[Step] = []
         for event in events:
-            if isinstance(event, RunCommand) and "deck.py" in event.command:
-                tokens = event.command.split("deck.py", 1)[1].split()
+            if not isinstance(event, RunCommand):
+                continue
+            command = without_heredocs(event.command)
+            if "deck.py" in command:
+                tokens = command.split("deck.py", 1)[1].split()
                 sub = tokens[0] if tokens else ""
                 answer = parse_answer(conversation.result_of(event.call_id) or "")
                 found.append(Step(sub, event.command, answer))
@@ -196,6 +204,12 @@ class RehearsalPolicy:
     def plan(self, user_text: str, deck: str) -> Action:
         request, material = split_opening(user_text)
         command = f"{deck} plan --request {shlex.quote(request)} --out {PLAN_FILE}"
+        if len(material.encode()) > CONTEXT_ARGUMENT_LIMIT:
+            # Too long for one argument: written to a file first (a here-document), then passed as --source.
+            end = "PALETTE_PASTED_END"
+            while end in material:
+                end += "_"
+            return RunCommand(f"cat > {PASTED_FILE} <<'{end}'\n{material}\n{end}\n{command} --source {PASTED_FILE}")
         if material:
             command += f" --context {shlex.quote(material)}"
         return RunCommand(command)

@@ -74,7 +74,7 @@ def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
                 if not (cell.fails or cell.errors):
                     continue
                 prefix = f"{host}: " if len(columns) > 1 else ""
-                lines += [" " * (width + 2) + f"↳ {prefix}{failure}" for failure in failures]
+                lines += [" " * (width + 2) + f"↳ {prefix}{failure.removeprefix(prefix)}" for failure in failures]
     if len(set(models.values())) > 1:
         lines.append("! the hosts did not run the same model, so differences above are model *and* scaffold: "
                      + ", ".join(f"{h}={m}" for h, m in models.items()))

@@ -10,6 +10,7 @@ when the skill left no trace, and names a disagreement when it left one.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,8 @@ SKILL_SCRIPT = "deck.py"
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "(", ")"})
 #: Output kept per command: a plan's full text fits, a runaway command's log does not.
 OUTPUT_LIMIT = 20_000
+#: A here-document: `<<WORD` (or `<<-'WORD'`, `<<"WORD"`) to the end of its line, then its body up to WORD.
+_HEREDOC = re.compile(r"<<-?[ \t]*(['\"]?)(\w+)\1([^\n]*)\n.*?\n[ \t]*\2[ \t]*(?:\n|$)", re.DOTALL)
 
 
 class CommandRun(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -87,11 +90,17 @@ def skill_calls(runs: list[CommandRun]) -> list[dict[str, Any]]:
     return calls
 
 
+def without_heredocs(command: str) -> str:
+    """The command with each here-document's body taken out (what it writes is data, not commands): pasted
+    material written to a file may mention the skill's script or hold unbalanced quotes."""
+    return _HEREDOC.sub(lambda found: f"<<{found.group(2)}{found.group(3)}\n", command)
+
+
 def invocations(command: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """Each run of the skill's script in a shell command line: its subcommand and its options, named as the
     script's parser names them (`--hold-seconds 0` → `hold_seconds: 0.0`)."""
     try:
-        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer = shlex.shlex(without_heredocs(command), posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
         tokens = list(lexer)
     except ValueError:  # unbalanced quotes: not a command line this record can read

@@ -59,7 +59,7 @@ def hold(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: H
     handed_over = False
     try:
         session = _open(host, workspace, skill, env, model, settings)
-        failed = False
+        ended = False
         try:
             for number, message in enumerate((case.opening, *case.replies), 1):
                 sent_at = round(time.time(), 3)  # on deck.py's clock (the same machine), to its precision
@@ -67,11 +67,11 @@ def hold(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: H
                 turn.started_at = sent_at
                 transcript.turns.append(turn)
                 if problem:
-                    failed = True
                     raise HostFailure(f"turn {number} {problem}")
+            ended = True
         finally:
             session.close()
-            if failed:  # what the dead conversation left running (a command, a build) is stopped with it
+            if not ended:  # a failed turn, a crash, Ctrl-C: what the dead conversation runs stops with it
                 leftovers.stop(workspace.trace)
     except HandedOver:
         handed_over = True

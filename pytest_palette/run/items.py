@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -22,7 +22,7 @@ from ..options import Settings
 from ..results.ledger import append, open_run
 from ..results.record import Judged, Outcome, Record, Usage
 from ..results.table import RECORD_PROPERTY
-from . import evidence
+from . import command_log, evidence, faults, leftovers
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
 from .conversation import HostFailure, Transcript, as_left, hold
 from .session import CASE_NAMES, SESSION, Session, arguments, finished
@@ -82,7 +82,6 @@ class CaseItem(pytest.Item):
         self._started = time.time()
         self._transcript: Transcript | None = None
         session = self.palette_session
-        settings = session.settings
         host: Host = fill_fixtures(self)["palette_host"]
         self.workspace = session.workspace(self.host_name, self.case.name, self.run_index)
         reason = session.unavailable.get(self.host_name)
@@ -94,6 +93,16 @@ class CaseItem(pytest.Item):
             # pytest.fail in setup makes an ERROR whose report is this text alone (setup reports do not
             # go through repr_failure).
             pytest.fail(f"case {self.case.name} cannot run here: {self.case.problem}", pytrace=False)
+        try:
+            self._hold(host)
+        except OSError as error:  # the run folder went read-only, or the disk filled, under the harness
+            self._error(f"the harness could not write {error.filename or 'its files'}: "
+                        f"{error.strerror or error}")
+
+    def _hold(self, host: Host) -> None:
+        """Hold the conversation and read what it left; a fault of the host, backend or machine is an ERROR."""
+        session = self.palette_session
+        settings = session.settings
         open_run(session.ledger)  # before an agent can write anything into the run
         try:
             if settings.collect_dir is not None:
@@ -106,11 +115,22 @@ class CaseItem(pytest.Item):
             self._finish("skipped", [reason])
             pytest.skip(reason)
         except HostFailure as failure:
-            self._finish("error", [f"{self.host_name}: {failure}"])
-            pytest.fail(f"host {self.host_name} failed: {failure}\n"
-                        "(an error of the run, not a verdict on the skill)", pytrace=False)
+            self._error(str(failure), said=f"host {self.host_name} failed: {failure}")
         self._evidence = evidence.read(self.workspace, settings.build_grace, self._transcript.started)
+        if settings.collect_dir is None:  # what the agent started and left running ends with its item
+            leftovers.stop(self.workspace.trace)
+        fault = faults.found(self._evidence.calls, command_log.read(self.workspace.commands))
+        if fault:
+            self._error(fault)
         evidence.save_outputs(self.case, self._evidence, self.workspace.output)
+
+    def _error(self, cause: str, said: str | None = None) -> NoReturn:
+        """End the item as an ERROR of the run whose cause is one line; the record is kept when it can be."""
+        try:
+            self._finish("error", [f"{self.host_name}: {cause}"])
+        except OSError:
+            pass  # the ledger cannot be written either: the report still names the cause
+        pytest.fail(f"{said or cause}\n(an error of the run, not a verdict on the skill)", pytrace=False)
 
     def runtest(self) -> None:
         verdict = judge(self.case, self._evidence, self.host_name)

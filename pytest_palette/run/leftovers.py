@@ -1,69 +1,76 @@
-"""Processes a conversation leaves behind when its host fails, found by the trace path in their environment.
+"""Processes a conversation leaves behind, found by the trace path in their environment, and stopped.
 
 Every command an agent runs inherits the conversation's environment, and PALETTE_TRACE there names this
-item's trace file and no other. So once a turn has timed out or a host has crashed, the processes still
-carrying it — a command the host's client did not stop, a build it started — belong to this item alone, and
-stopping them keeps a dead conversation from spending the machine (or writing to its trace) under the next
-item. Linux only (/proc): elsewhere nothing is found and nothing is stopped.
+item's trace file and no other. So the processes still carrying it — a command the host's client did not stop,
+a build it started, a server an agent put in the background — belong to this item alone: they are stopped when
+the item ends (pass, fail or error), and at once when its conversation dies (a timeout, a crash, Ctrl-C), so a
+dead conversation spends nothing of the machine and writes nothing to its trace under the next item.
+
+psutil reads the environments (/proc on Linux, sysctl on macOS) and signals the processes.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-PROC = Path("/proc")
+import psutil
 
 
 def processes_of(trace: Path) -> list[int]:
     """Process ids whose environment holds PALETTE_TRACE=<trace> (this process excluded)."""
-    entry = b"\0PALETTE_TRACE=" + os.fsencode(str(trace)) + b"\0"  # a whole NUL-separated entry
-    me = os.getpid()
+    wanted, me = str(trace), os.getpid()
     found: list[int] = []
-    try:
-        listing = os.scandir(PROC)
-    except OSError:
-        return []
-    with listing:
-        for item in listing:
-            if not item.name.isdigit() or int(item.name) == me:
-                continue
-            try:
-                environ = (PROC / item.name / "environ").read_bytes()
-            except OSError:  # gone, or not ours to read
-                continue
-            if entry in b"\0" + environ:
-                found.append(int(item.name))
+    for process in psutil.process_iter():
+        if process.pid == me:
+            continue
+        try:
+            if process.environ().get("PALETTE_TRACE") == wanted and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process.pid)
+        except (psutil.Error, OSError):  # gone, or not ours to read
+            continue
     return found
 
 
 def stop(trace: Path, grace: float = 2.0) -> list[int]:
     """TERM every process of this conversation, KILL what is left after `grace` seconds; return their ids."""
-    stopped = processes_of(trace)
-    for pid in stopped:
-        _signal(pid, signal.SIGTERM)
+    processes = []
+    for pid in processes_of(trace):
+        try:
+            processes.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    for process in processes:
+        _send(process.terminate)
+    alive = _wait(processes, grace)
+    for process in alive:
+        _send(process.kill)
+    _wait(alive, grace)
+    return [process.pid for process in processes]
+
+
+def _wait(processes: list[psutil.Process], grace: float) -> list[psutil.Process]:
+    """Those still running after up to `grace` seconds. Not psutil.wait_procs: it reaps our own children,
+    and a child's Popen must read its real exit status (a killed command is not an exit 0)."""
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_alive(pid) for pid in stopped):
+    while True:
+        alive = [process for process in processes if _running(process)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
         time.sleep(0.05)
-    for pid in stopped:
-        if _alive(pid):
-            _signal(pid, signal.SIGKILL)
-    return stopped
 
 
-def _signal(pid: int, number: signal.Signals) -> None:
+def _running(process: psutil.Process) -> bool:
     try:
-        os.kill(pid, number)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _alive(pid: int) -> bool:
-    """Running, and not a zombie waiting for its parent (which counts as stopped)."""
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
+        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
         return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _send(signal_it: Callable[[], None]) -> None:
+    try:
+        signal_it()
+    except psutil.Error:
+        pass

@@ -1,0 +1,90 @@
+"""Faults: what went wrong outside the agent — the backend, the machine — read from what is on disk.
+
+A fault makes the item an ERROR of the run, never a FAIL of the skill: a backend that crashed or a disk that
+filled says nothing about how the agent drove the skill, and the case's scripted replies assumed neither. So
+an item whose conversation met a fault gets no verdict, and a resumed run holds it again.
+
+Two sources, both written by something other than the agent's words:
+- the skill's answers (its trace, or our record of its calls): a backend stage that ended without an exit code,
+  exited 0 without its output, or failed in a way that is not a refusal of the agent's input. A refusal — a
+  log ending in one `error: …` line, with no traceback above it — is the agent's doing (an empty instruction,
+  a source file that is not there) and is judged as usual;
+- the standard error of every command the agent ran: the operating system's own words for a machine at its
+  limits (no space left, a read-only file system, an argument list or a file name too long), at the end of a
+  line as programs print them, or by the errno's name (ENOSPC, E2BIG …) as a client explaining it does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from .command_log import CommandRun
+
+#: strerror texts of the faults a machine, not an agent, causes (ENOSPC, EDQUOT, EROFS, E2BIG, ENAMETOOLONG).
+#: Matched at the end of a line or before ": <path>", as Python, bash and coreutils print them.
+_MACHINE = re.compile(r"(No space left on device|Disk quota exceeded|Read-only file system|Argument list too "
+                      r"long|File name too long)(?::[^\n]*)?$"
+                      # or the errno's name, as a client that explains the fault in its own words gives it
+                      r"|^[^\n]*\b(?:ENOSPC|EDQUOT|EROFS|E2BIG|ENAMETOOLONG)\b[^\n]*$", re.MULTILINE)
+#: A backend's log that holds this crashed; one that ends in `error: …` without it refused the input.
+_TRACEBACK = "Traceback (most recent call last)"
+#: A quoted line is clipped to this many characters: a cause is one line.
+_SHOWN = 200
+#: The skill's subcommands by the backend stage they report on.
+_STAGE = {"plan": "plan", "plan-status": "plan", "edit": "plan", "start": "build", "status": "build"}
+
+
+def machine_fault(text: str) -> str | None:
+    """The line of `text` (a command's standard error, a backend's log) that says the machine is at a limit."""
+    found = _MACHINE.search(text)
+    if found is None:
+        return None
+    start = text.rfind("\n", 0, found.start()) + 1
+    return _clip(text[start:found.end()])
+
+
+def backend_fault(call: dict[str, Any]) -> str | None:
+    """Why this call's answer shows the backend failing (not refusing the agent's input), or None."""
+    try:
+        answer = json.loads(str(call.get("stdout", "")))
+    except ValueError:
+        return None
+    if not isinstance(answer, dict) or answer.get("state") != "error" or "exit_code" not in answer:
+        return None
+    tail = answer.get("log_tail") or []
+    lines = [str(line) for line in (tail if isinstance(tail, list) else str(tail).splitlines()) if str(line).strip()]
+    log = "\n".join(lines)
+    stage = f"the backend's {_STAGE.get(str(call.get('command')), 'work')} stage"
+    said = f": {_clip(lines[-1])}" if lines else " (its log is empty)"
+    machine = machine_fault(log)
+    code = answer.get("exit_code")
+    if machine:
+        return f"{stage} failed on this machine: {machine}"
+    if code is None:
+        return f"{stage} stopped without recording an exit code (killed?){said}"
+    if code == 0:
+        return f"{stage} exited 0 without its output: {_clip(str(answer.get('hint', '')))}"
+    if lines and lines[-1].lstrip().startswith("error:") and _TRACEBACK not in log:
+        return None  # the backend refused what the agent asked, in one line: the agent's doing
+    return f"{stage} failed with exit code {code}{said}"
+
+
+def found(calls: Iterable[dict[str, Any]], commands: Iterable[CommandRun]) -> str | None:
+    """The first fault of an item's conversation, in one line, or None when it met none."""
+    for run in commands:
+        machine = machine_fault(run.stderr)
+        if machine:
+            return f"a command the agent ran met a limit of this machine: {machine}"
+    for call in calls:
+        fault = backend_fault(call)
+        if fault:
+            return fault
+    return None
+
+
+def _clip(line: str) -> str:
+    line = " ".join(line.split())
+    return line if len(line) <= _SHOWN else line[:_SHOWN - 1] + "…"

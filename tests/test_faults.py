@@ -1,0 +1,190 @@
+"""Faults of the backend, the machine and the harness: each ends its item as an ERROR naming the cause in one
+line — never a FAIL of the skill, never a traceback — and the run goes on to the next item."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_palette.results.ledger import load
+from pytest_palette.run import faults
+from pytest_palette.run.command_log import CommandRun
+
+CASES = """
+- name: three_slides
+  covers: a plain yes builds what was asked
+  request: Build a 3-slide deck on prompt caching
+  expect:
+    slides: 3
+- name: held_off
+  covers: no deck without approval
+  request: Build a 3-slide deck on tides
+  replies: ["actually, hold off for now"]
+  expect:
+    deck: false
+"""
+
+
+@pytest.fixture
+def cases(pytester: pytest.Pytester) -> Path:
+    pytester.mkdir("cases")
+    path = pytester.path / "cases" / "cases.yaml"
+    path.write_text(CASES)
+    return path
+
+
+def a_backend(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    """A Palette checkout whose palette.py does `body`: deck.py runs it for every stage (PALETTE_HOME)."""
+    home = pytester.mkdir("palette-home")
+    (home / "palette.py").write_text(textwrap.dedent(body))
+    monkeypatch.setenv("PALETTE_HOME", str(home))
+
+
+def errors_of(pytester: pytest.Pytester) -> dict[str, tuple[str, tuple[str, ...]]]:
+    [run] = (pytester.path / "runs").iterdir()
+    return {key[1]: (record.outcome, record.failures) for key, record in load(run).latest.items()}
+
+
+def test_a_backend_that_exits_1_is_an_error_naming_it_and_the_run_goes_on(
+        pytester: pytest.Pytester, cases: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a_backend(pytester, monkeypatch, "import sys\nsys.exit(1)\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    # three_slides needed a plan: ERROR. held_off needed a plan too (to decline it): ERROR, not a pass on luck.
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*the backend's plan stage failed with exit code 1 (its log is empty)",
+                                 "*(an error of the run, not a verdict on the skill)"])
+    assert "Traceback" not in result.stdout.str() and "no .pptx" not in result.stdout.str()
+    cause = "react: the backend's plan stage failed with exit code 1 (its log is empty)"
+    assert errors_of(pytester) == {"three_slides": ("error", (cause,)), "held_off": ("error", (cause,))}
+
+
+def test_a_full_disk_under_the_backend_is_an_error_of_the_machine(
+        pytester: pytest.Pytester, cases: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # /dev/full answers every write with ENOSPC: the kernel's own "no space left", without filling a disk.
+    a_backend(pytester, monkeypatch, """
+        with open("/dev/full", "w") as disk:
+            disk.write("the plan")
+            disk.flush()
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "three_slides")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*the backend's plan stage failed on this machine: "
+                                 "OSError: [[]Errno 28[]] No space left on device"])
+
+
+def test_a_backend_that_refuses_the_agents_input_is_judged_as_usual(
+        pytester: pytest.Pytester, cases: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One `error:` line and no traceback: the backend refused what it was asked. That is the agent's doing
+    # (here every request is refused, so the deck is missing): a verdict, not an error of the run.
+    a_backend(pytester, monkeypatch, """
+        import sys
+        sys.stderr.write("error: empty request and no material: nothing to plan\\n")
+        sys.exit(1)
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "three_slides")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*no .pptx was produced*"])
+
+
+def test_a_crashed_backend_is_told_from_a_refusal_by_its_traceback() -> None:
+    def answer(code: int | None, *log: str) -> dict[str, object]:
+        said = {"state": "error", "done": False, "exit_code": code, "log_tail": list(log)}
+        return {"command": "start", "stdout": json.dumps(said)}
+
+    crash = answer(1, "Traceback (most recent call last):", '  File "x.py"', "KeyError: 'slides'",
+                   "error: reference engine failed: KeyError: 'slides'")
+    assert faults.backend_fault(crash) == ("the backend's build stage failed with exit code 1: error: reference "
+                                           "engine failed: KeyError: 'slides'")
+    assert faults.backend_fault(answer(1, "error: no plan at plan.md")) is None
+    assert faults.backend_fault(answer(None)) == ("the backend's build stage stopped without recording an exit "
+                                                  "code (killed?) (its log is empty)")
+    assert faults.backend_fault(answer(137, "rendering slide 2")) == ("the backend's build stage failed with "
+                                                                      "exit code 137: rendering slide 2")
+    # An answer that is not the skill's error shape is no fault: a running build, a plan, foreign text.
+    assert faults.backend_fault({"command": "status", "stdout": '{"state": "running"}'}) is None
+    assert faults.backend_fault({"command": "plan", "stdout": "not json"}) is None
+
+
+@pytest.mark.parametrize(("stderr", "said"), [
+    ("bash: line 1: /usr/bin/python3: Argument list too long\n",
+     "bash: line 1: /usr/bin/python3: Argument list too long"),
+    ("cat: write error: No space left on device\n", "cat: write error: No space left on device"),
+    ("OSError: [Errno 30] Read-only file system: '/runs/r/plan.md'\n",
+     "OSError: [Errno 30] Read-only file system: '/runs/r/plan.md'"),
+    ("touch: cannot touch 'aaaa': File name too long\n", "touch: cannot touch 'aaaa': File name too long"),
+])
+def test_the_machine_at_a_limit_is_read_from_what_a_command_printed_on_stderr(stderr: str, said: str) -> None:
+    run = CommandRun("x", 1.0, 2.0, 1, "", stderr)
+    assert faults.found([], [run]) == f"a command the agent ran met a limit of this machine: {said}"
+
+
+def test_the_same_words_in_a_commands_output_or_mid_line_are_no_fault() -> None:
+    # A deck about disks may quote the message; only a program's own standard error line counts.
+    quoted = CommandRun("cat notes.md", 1.0, 2.0, 0, "## No space left on device\nwhat to do", "")
+    mid_line = CommandRun("x", 1.0, 2.0, 0, "", "warning: 'No space left on device' is a heading here, fine\n")
+    assert faults.found([], [quoted, mid_line]) is None
+
+
+def test_the_harness_unable_to_write_is_an_error_naming_the_file(pytester: pytest.Pytester, cases: Path) -> None:
+    # The run folder goes read-only under the harness mid-run (root ignores permissions, so the write itself
+    # is made to fail as the kernel would fail it).
+    pytester.makeconftest("""
+        import errno, os
+        from pytest_palette.run import conversation
+
+        def read_only(self, workspace):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(workspace.turns))
+
+        conversation.Transcript.save = read_only
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*the harness could not write */turns.json: Read-only file system",
+                                 "*(an error of the run, not a verdict on the skill)"])
+    assert "Traceback" not in result.stdout.str()
+
+
+#: 400 KB: over Linux's limit of 128 KiB for one argument (`claude -p <prompt>`, `sh -c <command>`).
+MATERIAL = "\n".join(f"- finding {i}: latency rose {i % 17} ms in region {i % 5}" for i in range(9000))
+
+
+def a_long_paste(pytester: pytest.Pytester, host: str) -> pytest.RunResult:
+    assert len(MATERIAL.encode()) > 3 * 128 * 1024
+    pytester.mkdir("cases")
+    (pytester.path / "cases" / "big.yaml").write_text(json.dumps([{
+        "name": "big_paste", "covers": "a long paste reaches the skill", "request": "Build a deck from these notes",
+        "context": MATERIAL, "replies": ["actually, hold off for now"], "expect": {"deck": False}}]))
+    # In a process of its own: CUGA's numpy cannot be imported twice in one process.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--host", host, "--palette-max-context",
+                                           "1000000")
+    if "skipped" in result.parseoutcomes():
+        pytest.skip(f"the {host} host's client is not installed here")
+    return result
+
+
+@pytest.mark.parametrize("host", ["react", "cuga"])
+def test_a_paste_longer_than_one_argument_reaches_the_skill_whole(pytester: pytest.Pytester, host: str) -> None:
+    a_long_paste(pytester, host).assert_outcomes(passed=1)
+    [item] = (pytester.path / "runs").glob(f"*/{host}/big_paste")
+    # The rehearsal model wrote it to a file with a here-document (a command far over one argument, which the
+    # host ran from a script file) and planned from that file: the skill read every byte of the paste.
+    [pasted] = item.rglob("pasted-material.md")
+    assert pasted.read_text() == MATERIAL + "\n"
+    [plan] = [call for call in map(json.loads, (item / "palette-calls.jsonl").read_text().splitlines())
+              if call["command"] == "plan"]
+    assert plan["args"]["source"] == ["pasted-material.md"] and plan["exit_code"] == 0
+    assert "finding 8999" in (pasted.parent / "plan.md").read_text()
+
+
+def test_on_claude_the_paste_reaches_the_agent_and_the_clis_own_limit_is_an_error(pytester: pytest.Pytester) -> None:
+    result = a_long_paste(pytester, "claude")
+    # The CLI read the whole message on its standard input; its Bash tool then cannot start a 400 KB
+    # command and says so (E2BIG): the machine's limit, an error of the run — not a pass because no deck
+    # was built, as the case's "hold off" would have it.
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*a command the agent ran met a limit of this machine: *(E2BIG)*"])
+    [item] = (pytester.path / "runs").glob("*/claude/big_paste")
+    assert (item / "claude" / "turn-01.prompt").read_text() == f"Build a deck from these notes\n\n{MATERIAL}"
