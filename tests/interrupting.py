@@ -1,0 +1,141 @@
+"""Ctrl-C in the middle of a turn, as a user gives it: a real pytest session in a process group of its own,
+interrupted while its agent waits on a slow backend; then every process the session started is looked for.
+
+Shared by tests/test_interrupts.py (nothing is left running) and benchmarks/bench_interrupt.py (how long the
+session takes to end: a figure to report, never a test's assertion).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+CASE = """
+- name: slow_plan
+  covers: an interrupt mid-turn leaves nothing running
+  request: Build a 3-slide deck on tides
+  replies: ["yes"]
+  expect:
+    slides: 3
+"""
+#: The engine drafts for this long: the agent is mid-turn, holding on `deck.py plan`, when Ctrl-C comes.
+LATENCY = "plan=600"
+#: Bounds on waiting for the session to get there, and to end: a run that exceeds them is broken, not slow.
+START_BOUND = 600.0
+END_BOUND = 120.0
+LEFT_BOUND = 30.0
+
+
+@dataclass
+class Interrupted:
+    host: str
+    #: Seconds from SIGINT to the session's exit; None when it had not ended within END_BOUND.
+    seconds: float | None
+    exit_code: int | None
+    #: Processes of the session seen before the interrupt, or carrying its items' traces, alive after it.
+    left: list[str]
+    output: str
+    skipped: bool = False
+
+
+def _of_session(root: Path, session: psutil.Process) -> dict[int, psutil.Process]:
+    """The session's processes: its descendants, and anything whose PALETTE_TRACE lies under `root` (a build
+    or a CLI in a session of its own, reparented away from the pytest process)."""
+    found: dict[int, psutil.Process] = {}
+    try:
+        for child in session.children(recursive=True):
+            found[child.pid] = child
+    except psutil.Error:
+        pass
+    for process in psutil.process_iter():
+        try:
+            trace = process.environ().get("PALETTE_TRACE", "")
+        except (psutil.Error, OSError):
+            continue
+        if trace.startswith(str(root)):
+            found[process.pid] = process
+    return found
+
+
+def _engine_running(processes: dict[int, psutil.Process]) -> bool:
+    for process in processes.values():
+        try:
+            if "build-plan" in process.cmdline():
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return ["?"]
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def interrupt(folder: Path, host: str) -> Interrupted:
+    """Run the slow case on `host` in `folder`, press Ctrl-C once the backend is drafting, and look."""
+    (folder / "cases").mkdir(parents=True, exist_ok=True)
+    (folder / "cases" / "slow.yaml").write_text(CASE)
+    env = {**os.environ, "PALETTE_ENGINE_LATENCY": LATENCY}
+    log = (folder / "session.log").open("w+")
+    session = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "cases", "--host", host, "-p", "no:cacheprovider", "-p", "no:randomly",
+         "--palette-turn-timeout", "900"],
+        cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    watched = psutil.Process(session.pid)
+    seen: dict[int, psutil.Process] = {}
+    deadline = time.monotonic() + START_BOUND
+    try:
+        while session.poll() is None and time.monotonic() < deadline:
+            seen.update(_of_session(folder, watched))
+            if _engine_running(seen):
+                break
+            time.sleep(0.2)
+        if session.poll() is not None:
+            log.seek(0)
+            said = log.read()
+            return Interrupted(host, None, session.returncode, [], said, skipped="skipped" in said.splitlines()[-1])
+        seen.update(_of_session(folder, watched))
+        sent = time.monotonic()
+        os.killpg(session.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the foreground group
+        try:
+            session.wait(timeout=END_BOUND)
+            seconds: float | None = round(time.monotonic() - sent, 2)
+        except subprocess.TimeoutExpired:
+            seconds = None
+        # A process mid-exit is not "left": each gets a bound (not a speed target) to finish dying.
+        after = time.monotonic() + LEFT_BOUND
+        while True:
+            still = [p for p in {**seen, **_of_session(folder, watched)}.values() if _alive(p)]
+            if not still or time.monotonic() > after:
+                break
+            time.sleep(0.2)
+        left = [f"{p.pid} {' '.join(_cmdline(p))[:160]}" for p in still]
+        log.seek(0)
+        return Interrupted(host, seconds, session.returncode, left, log.read())
+    finally:
+        if session.poll() is None:
+            os.killpg(session.pid, signal.SIGKILL)
+            session.wait()
+        for process in _of_session(folder, watched).values():
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        log.close()

@@ -1,0 +1,25 @@
+"""Ctrl-C mid-turn ends the session on every host with nothing it started left running: the host's client,
+the agent's shell, deck.py's hold, the engine drafting in a session of its own, the rehearsal server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from interrupting import interrupt
+
+
+@pytest.mark.parametrize("host", ["react", "cuga", "claude"])
+def test_ctrl_c_mid_turn_ends_the_session_and_leaves_no_process(tmp_path: Path, host: str) -> None:
+    ended = interrupt(tmp_path, host)
+    if ended.skipped:
+        pytest.skip(f"the {host} host's client is not installed here")
+    assert ended.seconds is not None, f"the session had not ended long after Ctrl-C:\n{ended.output[-3000:]}"
+    assert ended.exit_code == pytest.ExitCode.INTERRUPTED, ended.output[-3000:]
+    assert ended.left == [], f"still running after the session ended: {ended.left}"
+    # The interrupted item left its evidence as far as it got, and no record claims a verdict. The engine was
+    # stopped while drafting: no plan was ever written (a session that merely waited for it would have one).
+    [item] = tmp_path.glob(f"runs/*/{host}/slow_plan")
+    assert (item / "turns.json").is_file() and not list(item.rglob("plan.md"))
+    ledger = next(tmp_path.glob("runs/*/results.jsonl"), None)
+    assert ledger is None or '"outcome":"pass"' not in ledger.read_text().replace(" ", "")
