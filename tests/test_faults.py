@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_palette.results.ledger import load
-from pytest_palette.run import faults
+from pytest_palette.run import faults, leftovers
 from pytest_palette.run.command_log import CommandRun
 
 CASES = """
@@ -188,3 +188,34 @@ def test_on_claude_the_paste_reaches_the_agent_and_the_clis_own_limit_is_an_erro
     result.stdout.fnmatch_lines(["*a command the agent ran met a limit of this machine: *(E2BIG)*"])
     [item] = (pytester.path / "runs").glob("*/claude/big_paste")
     assert (item / "claude" / "turn-01.prompt").read_text() == f"Build a deck from these notes\n\n{MATERIAL}"
+
+
+BACKGROUND_HOST = """
+import subprocess
+from pytest_palette.hosts.base import Host, HostSession, TurnRecord
+
+class Leaves(HostSession):
+    def __init__(self, work, env):
+        self.work, self.env = work, env
+    def send(self, message, timeout):
+        # An agent that puts a server in the background, in a session of its own, and says nothing of it.
+        subprocess.Popen(["sleep", "600"], cwd=self.work, env=dict(self.env), start_new_session=True)
+        return TurnRecord(sent=message, answer="I will not build anything.")
+
+class LeavingHost(Host):
+    name = "leaving"
+    def open(self, workspace, skill, env, model, settings):
+        return Leaves(workspace.work, env)
+
+def pytest_palette_add_hosts(hosts, config):
+    hosts["leaving"] = LeavingHost()
+"""
+
+
+def test_what_an_agent_leaves_running_is_stopped_when_its_item_ends_even_on_a_pass(
+        pytester: pytest.Pytester, cases: Path) -> None:
+    pytester.makeconftest(BACKGROUND_HOST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--host", "leaving", "-k", "held_off")
+    result.assert_outcomes(passed=1)
+    [item] = (pytester.path / "runs").glob("*/leaving/held_off")
+    assert leftovers.processes_of(item / "palette-calls.jsonl") == []

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 from pytest_palette.hosts.base import COMMAND_TIMEOUT
-from pytest_palette.hosts.shell import DEFAULT_OUTPUT_LIMIT, run_shell
+from pytest_palette.hosts.shell import DEFAULT_OUTPUT_LIMIT, Shell, run_shell
 
 
 def test_each_command_starts_in_the_workspace(tmp_path: Path) -> None:
@@ -47,3 +49,25 @@ def test_a_timeout_is_not_evidence_of_failure_and_stops_the_command(tmp_path: Pa
 
 def test_the_default_timeout_outlasts_deck_py_holds() -> None:
     assert COMMAND_TIMEOUT > 90
+
+
+def test_a_closed_shell_stops_the_running_command_and_runs_no_other(tmp_path: Path) -> None:
+    # What a turn timeout or Ctrl-C does to react's shell while the agent's thread is still in a command.
+    shell = Shell(tmp_path, os.environ, timeout=600)
+    said: list[str] = []
+    worker = threading.Thread(target=lambda: said.append(shell.run("echo started > began; sleep 600; touch late")))
+    worker.start()
+    while not (tmp_path / "began").exists():  # the command is running (no time assumed)
+        time.sleep(0.05)
+    shell.close()
+    worker.join(timeout=120)
+    assert not worker.is_alive() and said and not (tmp_path / "late").exists()
+    # The agent's next command (its thread cannot be stopped from outside) is refused, not run.
+    assert shell.run("touch after") == "[this conversation is over: the command was not run]"
+    assert not (tmp_path / "after").exists()
+
+
+def test_a_command_longer_than_one_argument_runs_whole(tmp_path: Path) -> None:
+    body = "x" * (300 * 1024)  # over Linux's 128 KiB for one argument of `sh -c`
+    text = run_shell(f"cat > big.txt <<'END'\n{body}\nEND\nwc -c < big.txt", tmp_path, os.environ)
+    assert text.strip() == str(len(body) + 1)
