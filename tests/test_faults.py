@@ -219,3 +219,41 @@ def test_what_an_agent_leaves_running_is_stopped_when_its_item_ends_even_on_a_pa
     result.assert_outcomes(passed=1)
     [item] = (pytester.path / "runs").glob("*/leaving/held_off")
     assert leftovers.processes_of(item / "palette-calls.jsonl") == []
+
+
+DYING_ENDPOINT = """
+import threading, time
+import pytest
+from pytest_palette.run.session import SESSION
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if not item.name.startswith("three_slides"):
+        return
+    session = item.config.stash[SESSION]
+    endpoint = session.hosts[item.host_name]
+    endpoint = getattr(endpoint, "endpoint", None) or endpoint._endpoint
+    server = endpoint.server(session.settings.model)
+
+    def die_after_the_first_answer():
+        while not server.served:
+            time.sleep(0.05)
+        # The serving loop stops; its socket stays open, so every later call is accepted and never answered.
+        server._server.shutdown()
+
+    threading.Thread(target=die_after_the_first_answer, daemon=True).start()
+"""
+
+
+@pytest.mark.parametrize("host", ["claude", "cuga"])
+def test_a_dead_model_endpoint_is_named_and_replaced_before_the_next_item(pytester: pytest.Pytester, cases: Path,
+                                                                          host: str) -> None:
+    pytester.makeconftest(DYING_ENDPOINT)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--host", host,
+                                           "--palette-turn-timeout", "60")
+    if "skipped" in result.parseoutcomes():
+        pytest.skip(f"the {host} host's client is not installed here")
+    # The item it died under is an ERROR that names it; the next item gets a new server and is judged.
+    result.assert_outcomes(errors=1, passed=1)
+    result.stdout.re_match_lines([rf".*host {host} failed: turn 1 failed: the model endpoint at "
+                                  r"127\.0\.0\.1:\d+ stopped answering \(.*timed out.*\)"])

@@ -101,6 +101,11 @@ class Host(abc.ABC):
         the host, once the skill is installed, discovers it unchanged."""
         return []
 
+    def fault(self, model: ModelSpec) -> str | None:
+        """What is wrong with what the host holds for the session (a model endpoint that stopped answering),
+        asked when a turn fails, so the item's ERROR names the cause; None when nothing is known wrong."""
+        return None
+
     def close(self) -> None:
         """Release what the host holds for the whole session (servers); called once at the end."""
 

@@ -545,5 +545,8 @@ class ClaudeHost(Host):
         return ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
                              CommandLog(workspace.commands))
 
+    def fault(self, model: ModelSpec) -> str | None:
+        return self.endpoint.fault(model)
+
     def close(self) -> None:
         self.endpoint.close()

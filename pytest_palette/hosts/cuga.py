@@ -608,6 +608,9 @@ class CugaHost(Host):
         return CugaSession(workspace.work, skill, env, cuga, block_timeout(settings),
                            log_file=workspace.own("cuga.log"), commands=CommandLog(workspace.commands))
 
+    def fault(self, model: ModelSpec) -> str | None:
+        return self._endpoint.fault(model)
+
     def close(self) -> None:
         self._endpoint.close()
 

@@ -1,7 +1,7 @@
 """The rehearsal model on loopback HTTP, for hosts whose clients only speak to a model server.
 
-One server per rehearsal policy in this process (so per xdist worker), started on first use and
-stopped when the session ends; never left running.
+One server per rehearsal policy in this process (so per xdist worker), started on first use, replaced when it
+stops answering, and stopped when the session ends; never left running.
 """
 
 from __future__ import annotations
@@ -18,13 +18,26 @@ class RehearsalEndpoint:
         self._lock = threading.Lock()
 
     def server(self, model: ModelSpec) -> RehearsalServer:
-        """The running server for a `rehearsal` or `rehearsal:<known-bad>` model."""
+        """The running server for a `rehearsal` or `rehearsal:<known-bad>` model: a new one when the last
+        stopped answering, so one dead server does not fail every later item."""
         if model.provider != "rehearsal":
             raise ValueError(f"{model.text} is not served by the rehearsal endpoint")
         with self._lock:
-            if model.model_id not in self._servers:
-                self._servers[model.model_id] = RehearsalServer(rehearsal_policy(model)).start()
-            return self._servers[model.model_id]
+            running = self._servers.get(model.model_id)
+            if running is not None and not running.answers():
+                running.stop()
+                running = None
+            if running is None:
+                running = self._servers[model.model_id] = RehearsalServer(rehearsal_policy(model)).start()
+            return running
+
+    def fault(self, model: ModelSpec) -> str | None:
+        """Why a turn of `model` may have failed here: its server stopped answering (or None)."""
+        with self._lock:
+            running = self._servers.get(model.model_id) if model.provider == "rehearsal" else None
+        if running is None or running.answers():
+            return None
+        return f"the model endpoint at {running.base_url.removeprefix('http://')} stopped answering"
 
     def close(self) -> None:
         with self._lock:

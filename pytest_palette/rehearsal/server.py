@@ -14,6 +14,7 @@ import json
 import logging
 import signal
 import threading
+import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
 HOST = "127.0.0.1"
+#: Seconds a live server takes at most to list its model, however busy the machine.
+PROBE_TIMEOUT = 10.0
 #: A request body larger than this is refused: no conversation here comes near it.
 MAX_BODY = 64 * 1024 * 1024
 
@@ -207,6 +210,17 @@ class RehearsalServer:
     @property
     def openai_base_url(self) -> str:
         return f"{self.base_url}/v1"
+
+    def answers(self, timeout: float = PROBE_TIMEOUT) -> bool:
+        """Whether the server answers a model listing within `timeout` seconds (a bound for a dead server,
+        generous enough for a busy machine: the listing is computed from nothing)."""
+        if self._server is None:
+            return False
+        try:
+            with urllib.request.urlopen(f"{self.openai_base_url}/models", timeout=timeout) as response:
+                return bool(response.status == 200)
+        except (OSError, ValueError):
+            return False
 
     @property
     def served(self) -> list[tuple[str, str]]:

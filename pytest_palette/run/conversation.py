@@ -67,7 +67,8 @@ def hold(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: H
                 turn.started_at = sent_at
                 transcript.turns.append(turn)
                 if problem:
-                    raise HostFailure(f"turn {number} {problem}")
+                    cause = host.fault(model)  # a dead endpoint explains a timeout better than the timeout
+                    raise HostFailure(f"turn {number} {f'failed: {cause} ({problem})' if cause else problem}")
             ended = True
         finally:
             session.close()
