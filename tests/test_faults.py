@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_palette.commands import main as palette_bench
 from pytest_palette.results.ledger import load
 from pytest_palette.run import faults, leftovers
-from pytest_palette.run.command_log import CommandRun
+from pytest_palette.run.command_log import CommandLog, CommandRun
 
 CASES = """
 - name: three_slides
@@ -257,3 +258,17 @@ def test_a_dead_model_endpoint_is_named_and_replaced_before_the_next_item(pytest
     result.assert_outcomes(errors=1, passed=1)
     result.stdout.re_match_lines([rf".*host {host} failed: turn 1 failed: the model endpoint at "
                                   r"127\.0\.0\.1:\d+ stopped answering \(.*timed out.*\)"])
+
+
+def test_rejudge_turns_a_verdict_over_a_fault_into_an_error(pytester: pytest.Pytester, cases: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    pytester.runpytest("-p", "no:cacheprovider", "-k", "held_off").assert_outcomes(passed=1)
+    [run] = (pytester.path / "runs").iterdir()
+    # As a run of a judge that did not know faults left it: a pass, over a command that hit a full disk.
+    CommandLog(run / "react" / "held_off" / "commands.jsonl").add(
+        "cp notes.md backup.md", 1.0, 2.0, 1, "", "cp: error writing 'backup.md': No space left on device\n")
+    assert palette_bench(["rejudge", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "held_off[react]: pass → error" in out and out.splitlines()[-1].endswith("1 changed")
+    assert "a command the agent ran met a limit of this machine: cp: error writing 'backup.md': No space left on " \
+           "device" in out

@@ -1,7 +1,8 @@
 """`palette-bench rejudge RUN`: the current judge over a saved run's workspaces, with no host at all.
 
 Re-scores old runs without paying for agents again, and reports every verdict that changed — after a
-judge change, that list is exactly what the change did.
+judge change, that list is exactly what the change did. A fault found on disk (a backend that crashed, a
+machine at a limit) turns a verdict into an error, as it would in a run today.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from ..judge import judge
 from ..results.ledger import load
 from ..results.record import Record
-from ..run import evidence
+from ..run import command_log, evidence, faults
 from ..run.conversation import Transcript
 from ..run.workspace import Workspace, item_label
 
@@ -46,11 +47,17 @@ def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, li
         except (ValueError, TypeError):  # an unreadable turns.json: the calls cannot be placed in turns
             started = ()
         # No grace: the run is over, and a build still running then was already noted when it ran.
-        verdict = judge(case, evidence.read(workspace, 0.0, started), record.host)
+        found = evidence.read(workspace, 0.0, started)
+        fault = faults.found(found.calls, command_log.read(workspace.commands))
+        failures: tuple[str, ...]
+        if fault:  # a fault the judge of then did not know: no verdict after all
+            after, failures = "error", (f"{record.host}: {fault}",)
+        else:
+            verdict = judge(case, found, record.host)
+            after, failures = "pass" if verdict.ok else "fail", verdict.failures
         judged += 1
-        after = "pass" if verdict.ok else "fail"
-        if after != record.outcome or verdict.failures != record.failures:
-            changes.append(Change(label, record.outcome, after, verdict.failures))
+        if after != record.outcome or failures != record.failures:
+            changes.append(Change(label, record.outcome, after, failures))
     return judged, changes, unjudgeable
 
 
