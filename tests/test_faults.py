@@ -272,3 +272,20 @@ def test_rejudge_turns_a_verdict_over_a_fault_into_an_error(pytester: pytest.Pyt
     assert "held_off[react]: pass → error" in out and out.splitlines()[-1].endswith("1 changed")
     assert "a command the agent ran met a limit of this machine: cp: error writing 'backup.md': No space left on " \
            "device" in out
+
+
+def test_a_bug_of_the_harness_is_an_error_that_still_leaves_its_record(pytester: pytest.Pytester,
+                                                                       cases: Path) -> None:
+    pytester.makeconftest("""
+        from pytest_palette.run import evidence
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("the evidence reader broke")
+
+        evidence.read = broken
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "held_off")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*RuntimeError: the evidence reader broke"])  # the traceback is ours to read
+    assert errors_of(pytester) == {
+        "held_off": ("error", ("react: the harness failed: RuntimeError: the evidence reader broke",))}

@@ -7,6 +7,7 @@ that finishes leaves exactly one record in the run's ledger, and carries it on i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -98,6 +99,10 @@ class CaseItem(pytest.Item):
         except OSError as error:  # the run folder went read-only, or the disk filled, under the harness
             self._error(f"the harness could not write {error.filename or 'its files'}: "
                         f"{error.strerror or error}")
+        except Exception as error:  # a bug of ours: recorded as an error of the run, traceback kept for us
+            with contextlib.suppress(OSError):
+                self._finish("error", [f"{self.host_name}: the harness failed: {type(error).__name__}: {error}"])
+            raise
 
     def _hold(self, host: Host) -> None:
         """Hold the conversation and read what it left; a fault of the host, backend or machine is an ERROR."""
