@@ -189,6 +189,12 @@ def test_show_and_rejudge_read_a_saved_run(pytester: pytest.Pytester, cases: Pat
     assert "── pass  five_slides[react]" in shown and "covers: a change goes through edit" in shown
     assert "edit" in shown and "'instruction': 'make it 5 slides'" in shown
     assert "user ▸ make it 5 slides" in shown and "agent ◂ Here is the plan" in shown
+    assert "no longer on disk" not in shown
+    # Evidence removed after the run (by hand: a run never deletes it) is said to be gone, not shown as there.
+    [deck] = run.glob("react/five_slides/output/five_slides.pptx")
+    deck.unlink()
+    assert palette_bench(["show", str(run), "--case", "five_slides"]) == 0
+    assert "five_slides.pptx (no longer on disk: removed after the run)" in capsys.readouterr().out
 
     assert palette_bench(["rejudge", str(run)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "3 verdict(s) re-judged · 0 changed"

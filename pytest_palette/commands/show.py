@@ -52,7 +52,8 @@ def describe(workspace: Workspace, record: Record, verbose: bool) -> list[str]:
     lines += [f"   ✗ {failure}" for failure in record.failures if record.outcome != "pass"]
     judged = record.judged
     deck = workspace.output / f"{record.case}.pptx"
-    lines.append(f"   deck: {judged.slides} slides, IBM Plex={judged.has_plex}, {deck}" if judged and judged.deck
+    gone = "" if deck.is_file() else " (no longer on disk: removed after the run)"
+    lines.append(f"   deck: {judged.slides} slides, IBM Plex={judged.has_plex}, {deck}{gone}" if judged and judged.deck
                  else "   deck: none")
     calls, source, _ = calls_of(workspace)
     lines += [f"   note: {note}" for note in (judged.notes if judged else ())]
