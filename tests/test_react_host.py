@@ -105,3 +105,18 @@ def test_a_turn_that_outlives_its_timeout_is_a_host_error(tmp_path: Path) -> Non
         session.send("Build a 3-slide deck on prompt caching", timeout=1.5)
     with pytest.raises(HostError, match="cannot continue"):
         session.send("yes", timeout=5)
+
+
+def test_each_turn_records_the_tokens_the_model_reported(tmp_path: Path) -> None:
+    def conversation(folder: Path) -> list[dict[str, int]]:
+        talk = ReactSession(RehearsalChatModel(), [load_skill("palette")], folder,
+                            agent_environment(folder / TRACE_NAME))
+        return [talk.send(message, timeout=120).usage for message in ("Build a 3-slide deck on tides", "yes")]
+
+    first, again = conversation(tmp_path / "a"), conversation(tmp_path / "b")
+    # Summed over the model's answers in each turn (LangChain's usage_metadata); the rehearsal model's
+    # estimate is deterministic, so the same conversation counts the same.
+    assert all(turn["input_tokens"] > turn["output_tokens"] > 0 for turn in first)
+    assert first == again
+    # The second turn re-reads the whole history: it reads more than the first did.
+    assert first[1]["input_tokens"] > first[0]["input_tokens"]

@@ -235,13 +235,14 @@ def test_two_shards_reported_together_equal_the_unsharded_run(pytester: pytest.P
     from pytest_palette.results.report import build_report, to_json, to_markdown
 
     common = ["-p", "no:cacheprovider", "--palette-runs", "2", "--palette-run-id", "same", "-k", "three or held"]
-    pytester.runpytest(*common, "--palette-run-dir", "whole").assert_outcomes(passed=4)
+    # Folder names of one length: the rehearsal model's token estimate reads the paths in its tool results.
+    pytester.runpytest(*common, "--palette-run-dir", "entire").assert_outcomes(passed=4)
     pytester.runpytest(*common, "--palette-run-dir", "shard1", "--palette-shard", "1/2").assert_outcomes(passed=2)
     pytester.runpytest(*common, "--palette-run-dir", "shard2", "--palette-shard", "2/2").assert_outcomes(passed=2)
     shards = pytester.mkdir("shards")
     for name in ("shard1", "shard2"):
         (pytester.path / name).rename(shards / name)
-    whole = build_report(load(pytester.path / "whole"))
+    whole = build_report(load(pytester.path / "entire"))
     merged = build_report(load(shards))
     assert comparable(to_json(merged)) == comparable(to_json(whole))
     assert to_json(merged)["records"] == 4

@@ -323,9 +323,13 @@ class ClaudeSession(HostSession):
     """One item's conversation: one session id, one CLI process per turn, its output kept per turn."""
 
     def __init__(self, cli: Path, work: Path, skill: SkillCard, env: Mapping[str, str], model_id: str,
-                 folder: Path, permission_mode: str = PERMISSION_MODE, log: CommandLog | None = None) -> None:
+                 folder: Path, permission_mode: str = PERMISSION_MODE, log: CommandLog | None = None,
+                 priced: bool = True) -> None:
         self.cli, self.work, self.skill, self.model_id = cli, work, skill, model_id
         self.log = log
+        #: Whether the CLI's cost estimate is a price of something that ran: not for the rehearsal model, which
+        #: the CLI prices as the Claude model it was told it talks to.
+        self.priced = priced
         self.env = dict(env)
         self.folder = folder
         self.permission_mode = permission_mode
@@ -348,7 +352,7 @@ class ClaudeSession(HostSession):
             result = out.result or {}
             turn.answer = redact(str(result.get("result") or ""), self._secrets)
             turn.num_turns = result.get("num_turns")
-            turn.cost_usd = self._turn_cost(result.get("total_cost_usd"))
+            turn.cost_usd = self._turn_cost(result.get("total_cost_usd")) if self.priced else None
             turn.usage = usage_of(result)
         except HostError as error:
             turn.error = str(error)
@@ -543,7 +547,7 @@ class ClaudeHost(Host):
         base_url = self.endpoint.server(model).base_url if model.provider == "rehearsal" else None
         cli_env = cli_environment(env, model, folder / "config", base_url, settings.command_timeout)
         return ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
-                             CommandLog(workspace.commands))
+                             CommandLog(workspace.commands), priced=model.provider != "rehearsal")
 
     def fault(self, model: ModelSpec) -> str | None:
         return self.endpoint.fault(model)

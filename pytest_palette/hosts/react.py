@@ -159,6 +159,8 @@ class ReactSession(HostSession):
                     break
                 if kind == "error":
                     raise HostError(payload) from None
+                for name, count in _usage(payload).items():
+                    turn.usage[name] = turn.usage.get(name, 0) + count
                 for line, answer in _describe(payload):
                     if line:
                         turn.steps.append(line)
@@ -189,6 +191,20 @@ class ReactSession(HostSession):
             updates.put(("error", f"the agent exhausted its step budget (recursion limit {self.recursion_limit})"))
         except Exception as error:
             updates.put(("error", f"{type(error).__name__}: {error}"))
+
+
+def _usage(chunk: dict[str, Any]) -> dict[str, int]:
+    """Tokens of the model's answers in one streamed update, as the model reported them (LangChain's
+    usage_metadata); {} when it reported none."""
+    usage: dict[str, int] = {}
+    for update in chunk.values():
+        messages = (update or {}).get("messages", []) if isinstance(update, dict) else []
+        for message in messages:
+            reported = getattr(message, "usage_metadata", None) if isinstance(message, AIMessage) else None
+            for name in ("input_tokens", "output_tokens"):
+                if reported and isinstance(reported.get(name), int):
+                    usage[name] = usage.get(name, 0) + reported[name]
+    return usage
 
 
 def _describe(chunk: dict[str, Any]) -> list[tuple[str, str]]:

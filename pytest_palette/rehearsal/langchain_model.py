@@ -7,12 +7,14 @@ decision itself comes from the format-free policy.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages.ai import UsageMetadata
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
@@ -20,7 +22,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
 from .conversation import AgentSaid, Conversation, Event, LoadSkill, Reply, RunCommand, ToolResult, UserSaid
-from .openai_wire import tool_roles
+from .openai_wire import estimate_tokens, tool_roles
 from .policy import RehearsalPolicy
 
 
@@ -68,6 +70,13 @@ class RehearsalChatModel(BaseChatModel):
         conversation = to_conversation(messages, roles)
         action = self.policy.next_action(conversation)
         message = to_message(action, roles, call_number=len(messages))
+        # The same estimate the HTTP wires serve (characters / 4), so react's usage is filled as a real
+        # model's would be, deterministically.
+        read = estimate_tokens("".join(_text(m.content) + json.dumps(getattr(m, "tool_calls", None) or [])
+                                       for m in messages))
+        said = estimate_tokens(_text(message.content) + json.dumps(message.tool_calls))
+        message.usage_metadata = UsageMetadata(input_tokens=read, output_tokens=said, total_tokens=read + said,
+                                               input_token_details={}, output_token_details={})
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
