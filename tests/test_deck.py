@@ -834,3 +834,23 @@ def test_killed_hold_still_answers_and_traces(deck: Deck) -> None:
     assert line["command"] == "status" and line["exit_code"] == 143 and line["error"] == answer["error"]
     # The build itself was not touched.
     assert deck("status", "--out-dir", "out", "--hold-seconds", "0").json["state"] == "running"
+
+
+def test_a_job_that_ends_between_the_two_looks_is_read_as_ended_not_killed(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # The race a busy machine opens: no exit file yet, then the job writes it and exits before the liveness
+    # check (a `ps` call) is done. Its code is there on a second look; "killed" would be a false fault.
+    module = load_deck_module()
+    exit_file = tmp_path / ".palette-exit"
+
+    def ends_meanwhile(pid: object) -> bool:
+        exit_file.write_text("0\n")
+        return False
+
+    monkeypatch.setattr(module, "alive", ends_meanwhile)
+    assert module.job_state(exit_file, 12345) == (False, 0)
+    exit_file.unlink()
+    monkeypatch.setattr(module, "alive", lambda pid: False)
+    assert module.job_state(exit_file, 12345) == (False, None)  # gone with no code: killed
+    monkeypatch.setattr(module, "alive", lambda pid: True)
+    assert module.job_state(exit_file, 12345) == (True, None)

@@ -141,7 +141,8 @@ def test_the_harness_unable_to_write_is_an_error_naming_the_file(pytester: pytes
 
         conversation.Transcript.save = read_only
     """)
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    # In a process of its own: the conftest changes a module of ours, which would outlive an in-process run.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*the harness could not write */turns.json: Read-only file system",
                                  "*(an error of the run, not a verdict on the skill)"])
@@ -286,7 +287,7 @@ def test_a_bug_of_the_harness_is_an_error_that_still_leaves_its_record(pytester:
 
         evidence.read = broken
     """)
-    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "held_off")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "held_off")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*RuntimeError: the evidence reader broke"])  # the traceback is ours to read
     assert errors_of(pytester) == {

@@ -126,6 +126,17 @@ def read_exit(path: Path) -> Optional[int]:
         return -1  # present but unreadable: the job has ended, outcome unknown
 
 
+def job_state(exit_file: Path, pid: Any) -> Tuple[bool, Optional[int]]:
+    """(still running, exit code) of a detached job. The exit file is read again once the job is known gone:
+    it may have ended between the two looks, and then its code is there (else it was killed)."""
+    code = read_exit(exit_file)
+    if code is not None:
+        return False, code
+    if alive(pid) is not False:
+        return True, None
+    return False, read_exit(exit_file)
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> List[str]:
     try:
         with open(path, "rb") as f:
@@ -401,9 +412,9 @@ def plan_answer(out: Path, typed_out: str, state: Json) -> Result:
     state_file, exit_file, log = plan_paths(out)
     started = float(state.get("started_at") or 0)
     stage = str(state.get("stage") or "build-plan")
-    code = read_exit(exit_file)
+    running, code = job_state(exit_file, state.get("pid"))
     elapsed = int(max(0.0, time.time() - started))
-    if code is None and alive(state.get("pid")) is not False:
+    if running:
         state["state"] = "running"
         payload: Json = {
             "state": "running",
@@ -626,12 +637,12 @@ def build_answer(out_dir: Path, state: Json, typed_dir: str) -> Result:
     """The status answer for a build, with no waiting. Rewrites the state file."""
     started = float(state.get("started_at") or 0)
     elapsed = int(max(0.0, time.time() - started))
-    code = read_exit(out_dir / BUILD_EXIT)
+    running, code = job_state(out_dir / BUILD_EXIT, state.get("pid"))
     log = out_dir / BUILD_LOG
     # Decide whether the build has ENDED before looking at deck.pptx: build-deck
     # re-renders the same file while it repairs geometry, so a complete-looking
     # deck exists minutes before the build is over.
-    if code is None and alive(state.get("pid")) is not False:
+    if running:
         state["state"] = "running"
         write_json(out_dir / BUILD_STATE, state)
         payload: Json = {
@@ -696,8 +707,8 @@ def find_build(out_dir: Path) -> Json:
         entry["state"] = "none"
         return entry
     started = float(state.get("started_at") or 0)
-    code = read_exit(out_dir / BUILD_EXIT)
-    if code is None and alive(state.get("pid")) is not False:
+    running, code = job_state(out_dir / BUILD_EXIT, state.get("pid"))
+    if running:
         entry.update({"state": "running", "elapsed_seconds": int(max(0.0, time.time() - started))})
         return entry
     check = verify(out_dir)
@@ -715,9 +726,9 @@ def find_plan(plan: Path) -> Json:
     state_file, exit_file, _ = plan_paths(plan)
     state = read_json(state_file) or {}
     started = float(state.get("started_at") or 0)
-    code = read_exit(exit_file)
+    running, code = job_state(exit_file, state.get("pid"))
     written = plan.is_file() and plan.stat().st_size > 0
-    if code is None and alive(state.get("pid")) is not False:
+    if running:
         status = "running"
     elif code == 0 and written and (mtime(plan) or 0) >= started - 2:
         status = "done"
