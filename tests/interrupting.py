@@ -17,6 +17,8 @@ from pathlib import Path
 
 import psutil
 
+from pytest_palette.run import leftovers
+
 CASE = """
 - name: slow_plan
   covers: an interrupt mid-turn leaves nothing running
@@ -81,13 +83,6 @@ def _cmdline(process: psutil.Process) -> list[str]:
         return ["?"]
 
 
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def interrupt(folder: Path, host: str) -> Interrupted:
     """Run the slow case on `host` in `folder`, press Ctrl-C once the backend is drafting, and look."""
     (folder / "cases").mkdir(parents=True, exist_ok=True)
@@ -122,7 +117,7 @@ def interrupt(folder: Path, host: str) -> Interrupted:
         # A process mid-exit is not "left": each gets a bound (not a speed target) to finish dying.
         after = time.monotonic() + LEFT_BOUND
         while True:
-            still = [p for p in {**seen, **_of_session(folder, watched)}.values() if _alive(p)]
+            still = [p for p in {**seen, **_of_session(folder, watched)}.values() if leftovers.running(p)]
             if not still or time.monotonic() > after:
                 break
             time.sleep(0.2)

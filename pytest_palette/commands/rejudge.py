@@ -15,7 +15,7 @@ from pathlib import Path
 from ..judge import judge
 from ..results.ledger import load
 from ..results.record import Record
-from ..run import command_log, evidence, faults
+from ..run import evidence, faults
 from ..run.conversation import Transcript
 from ..run.workspace import Workspace, item_label
 
@@ -48,7 +48,7 @@ def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, li
             started = ()
         # No grace: the run is over, and a build still running then was already noted when it ran.
         found = evidence.read(workspace, 0.0, started)
-        fault = faults.found(found.calls, command_log.read(workspace.commands))
+        fault = faults.found(found.calls, found.commands_run)
         failures: tuple[str, ...]
         if fault:  # a fault the judge of then did not know: no verdict after all
             after, failures = "error", (f"{record.host}: {fault}",)

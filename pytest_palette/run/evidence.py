@@ -46,6 +46,8 @@ class Evidence:
     calls_from: str = "trace"
     #: What the reader of the calls must know: that they came from our record, or where the two disagree.
     call_notes: tuple[str, ...] = ()
+    #: Our record of every command the agent ran (the host's), read once: the calls and the faults read it.
+    commands_run: tuple[command_log.CommandRun, ...] = ()
 
     @property
     def commands(self) -> list[str]:
@@ -57,16 +59,19 @@ def read(workspace: Workspace, grace: float, turns_started: tuple[float, ...] = 
     `turns_started` is the conversation's (`Transcript.started`). The calls are the skill's trace when it wrote
     one, else our own record of the commands the agent ran."""
     found = collect(workspace.work, workspace.trace, grace)
-    calls, source, notes = calls_of(workspace, list(found.calls))
-    return replace(found, turns_started=turns_started, calls=tuple(calls), calls_from=source, call_notes=notes)
+    runs = command_log.read(workspace.commands)
+    calls, source, notes = calls_of(workspace, list(found.calls), runs)
+    return replace(found, turns_started=turns_started, calls=tuple(calls), calls_from=source, call_notes=notes,
+                   commands_run=tuple(runs))
 
 
 def calls_of(workspace: Workspace, traced: list[dict[str, Any]] | None = None,
+             runs: list[command_log.CommandRun] | None = None,
              ) -> tuple[list[dict[str, Any]], str, tuple[str, ...]]:
-    """An item's calls as the judge reads them (`choose_calls`), from its trace (read here unless given) and
-    our record of its commands."""
+    """An item's calls as the judge reads them (`choose_calls`), from its trace and our record of its
+    commands (each read here unless given)."""
     traced = read_trace(workspace.trace) if traced is None else traced
-    seen = command_log.skill_calls(command_log.read(workspace.commands))
+    seen = command_log.skill_calls(command_log.read(workspace.commands) if runs is None else runs)
     return choose_calls(traced, seen, workspace.commands.exists())
 
 

@@ -16,11 +16,11 @@ Two sources, both written by something other than the agent's words:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from typing import Any
 
+from ..judge import answer_of
 from .command_log import CommandRun
 
 #: strerror texts of the faults a machine, not an agent, causes (ENOSPC, EDQUOT, EROFS, E2BIG, ENAMETOOLONG).
@@ -48,11 +48,8 @@ def machine_fault(text: str) -> str | None:
 
 def backend_fault(call: dict[str, Any]) -> str | None:
     """Why this call's answer shows the backend failing (not refusing the agent's input), or None."""
-    try:
-        answer = json.loads(str(call.get("stdout", "")))
-    except ValueError:
-        return None
-    if not isinstance(answer, dict) or answer.get("state") != "error" or "exit_code" not in answer:
+    answer = answer_of(call)
+    if answer.get("state") != "error" or "exit_code" not in answer:
         return None
     tail = answer.get("log_tail") or []
     lines = [str(line) for line in (tail if isinstance(tail, list) else str(tail).splitlines()) if str(line).strip()]

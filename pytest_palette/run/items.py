@@ -23,7 +23,7 @@ from ..options import Settings
 from ..results.ledger import append, open_run
 from ..results.record import Judged, Outcome, Record, Usage
 from ..results.table import RECORD_PROPERTY
-from . import command_log, evidence, faults, leftovers
+from . import evidence, faults, leftovers
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
 from .conversation import HostFailure, Transcript, as_left, hold
 from .session import CASE_NAMES, SESSION, Session, arguments, finished
@@ -124,7 +124,7 @@ class CaseItem(pytest.Item):
         self._evidence = evidence.read(self.workspace, settings.build_grace, self._transcript.started)
         if settings.collect_dir is None:  # what the agent started and left running ends with its item
             leftovers.stop(self.workspace.trace)
-        fault = faults.found(self._evidence.calls, command_log.read(self.workspace.commands))
+        fault = faults.found(self._evidence.calls, self._evidence.commands_run)
         if fault:
             self._error(fault)
         evidence.save_outputs(self.case, self._evidence, self.workspace.output)

@@ -27,7 +27,7 @@ def processes_of(trace: Path) -> list[int]:
         if process.pid == me:
             continue
         try:
-            if process.environ().get("PALETTE_TRACE") == wanted and process.status() != psutil.STATUS_ZOMBIE:
+            if process.environ().get("PALETTE_TRACE") == wanted and running(process):
                 found.append(process.pid)
         except (psutil.Error, OSError):  # gone, or not ours to read
             continue
@@ -56,13 +56,14 @@ def _wait(processes: list[psutil.Process], grace: float) -> list[psutil.Process]
     and a child's Popen must read its real exit status (a killed command is not an exit 0)."""
     deadline = time.monotonic() + grace
     while True:
-        alive = [process for process in processes if _running(process)]
+        alive = [process for process in processes if running(process)]
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.05)
 
 
-def _running(process: psutil.Process) -> bool:
+def running(process: psutil.Process) -> bool:
+    """Still running: not gone, and not a zombie waiting for its parent (which counts as stopped)."""
     try:
         return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
