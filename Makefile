@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup bench converse test lint clean
+.PHONY: setup sandbox bench converse test lint clean
 
 # The claude and cuga hosts' clients come too, so their columns run offline against the rehearsal model.
 # cuga goes in without its own dependency list (torch, docling, browsers: several GB); requirements-cuga.txt
@@ -15,7 +15,16 @@ $(STAMP): pyproject.toml requirements-cuga.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev,claude]' -r requirements-cuga.txt
 	$(BIN)/python -m pip install -q --no-deps cuga==0.4.3
+	@$(MAKE) --no-print-directory sandbox
 	touch $(STAMP)
+
+# The agent's commands run in bubblewrap (docs/sandbox.md): installed here where this user may (root with
+# apt-get); elsewhere the note says what to do.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; }; } || \
+		echo "note: bubblewrap (bwrap) is not installed and could not be installed here: install it (Debian: apt-get install bubblewrap), or run with --palette-sandbox none"
 
 setup: $(STAMP)
 

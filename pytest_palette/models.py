@@ -58,12 +58,12 @@ def parse_model(text: str) -> ModelSpec:
     if value == "rehearsal":
         return ModelSpec(value, "rehearsal", "rehearsal")
     if value.startswith("rehearsal:"):
-        from .rehearsal.known_bad import KNOWN_BAD
+        from .rehearsal.known_bad import SCRIPTED
 
         flaw = value.partition(":")[2]
-        if flaw not in KNOWN_BAD:
+        if flaw not in SCRIPTED:
             raise ModelUnavailable(f"--model {text!r}: no known-bad rehearsal agent named {flaw!r}; "
-                                   f"known: {', '.join(sorted(KNOWN_BAD))}")
+                                   f"known: {', '.join(sorted(SCRIPTED))}")
         return ModelSpec(value, "rehearsal", flaw)
     provider, sep, model_id = value.partition(":")
     if provider == "watsonx":
@@ -103,9 +103,9 @@ def check_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> None:
 
 def rehearsal_policy(spec: ModelSpec) -> RehearsalPolicy:
     """The rehearsal policy a `rehearsal` or `rehearsal:<known-bad>` spec names."""
-    from .rehearsal.known_bad import KNOWN_BAD
+    from .rehearsal.known_bad import SCRIPTED
 
-    return KNOWN_BAD[spec.model_id]() if spec.model_id in KNOWN_BAD else RehearsalPolicy()
+    return SCRIPTED[spec.model_id]() if spec.model_id in SCRIPTED else RehearsalPolicy()
 
 
 def build_chat_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> BaseChatModel:

@@ -59,6 +59,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-check", action="store_true", default=False, dest="palette_check",
                     help="verify every selected host (credentials, client, skill discoverable and identical to "
                          "the skill under test) and run no case")
+    group.addoption("--palette-sandbox", default="bubblewrap", dest="palette_sandbox", metavar="KIND",
+                    choices=("bubblewrap", "none"),
+                    help="where the agent's commands run: bubblewrap (default: work/ only, no network, no "
+                         "secrets, limits) or none (unconfined; every record and report says so)")
     group.addoption("--palette-claude-cli", default=None, dest="palette_claude_cli", metavar="PATH",
                     help="the Claude Code CLI the claude host runs (default: the one bundled in claude-agent-sdk, "
                          "else `claude` on PATH)")
@@ -181,5 +185,6 @@ def resolve(config: pytest.Config) -> Settings:
             command_timeout=_number(config, "palette_command_timeout", None, COMMAND_TIMEOUT),
             recursion_limit=recursion or RECURSION_LIMIT,
             eager=bool(config.getoption("palette_eager")),
+            sandbox=str(config.getoption("palette_sandbox") or "bubblewrap"),
         ),
     )

@@ -40,11 +40,15 @@ from pytest_palette.hosts.claude import (
 from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.run.command_log import read as read_commands
 from pytest_palette.run.command_log import skill_calls
+from pytest_palette.run.conversation import open_sandbox
 from pytest_palette.run.evidence import inspect_deck, newest_deck, read_trace
+from pytest_palette.run.sandbox import problem as sandbox_problem
 from pytest_palette.run.workspace import Workspace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, drift, load_card, load_skill, skill_hash
 
 REHEARSAL = parse_model("rehearsal")
+#: The conversations here run in the sandbox a run would give them, where this machine has one.
+SANDBOX = "none" if sandbox_problem("bubblewrap") else "bubblewrap"
 SONNET = parse_model("anthropic:claude-sonnet-4-5")
 SECRET = "sk-ant-api03-" + "S3CRET" * 8  # shaped like a key; never a real one
 SID = "7f63eb8a-ae6b-4c58-a4b3-52f1c12541af"
@@ -340,8 +344,12 @@ class Item:
         workspace = Workspace(root, PurePosixPath("item"))  # an item's folder: work/, the trace, turns
         self.root, self.work, self.trace = workspace.folder, workspace.work, workspace.trace
         self.env = agent_environment(self.trace, base)
-        self.session = host.open(workspace, load_skill("palette"), self.env, parse_model(model),
-                                 HostSettings(command_timeout=120))
+        settings = HostSettings(command_timeout=120, sandbox=SANDBOX)
+        workspace.work.mkdir(parents=True, exist_ok=True)
+        self.sandbox = open_sandbox(workspace, settings, base)
+        self.sandbox.prepare()
+        self.session = host.open(workspace, load_skill("palette"), self.env, parse_model(model), settings,
+                                 self.sandbox)
         self.timeout = timeout
 
     def say(self, *messages: str) -> list[str]:
@@ -381,8 +389,8 @@ def test_a_three_slide_deck_plan_then_yes(host: ClaudeHost, tmp_path: Path) -> N
     assert first.cost_usd is None and second.cost_usd is None
     assert first.usage["input_tokens"] > 0 and first.error is None
     kept = sorted(p.name for p in (tmp_path / "claude").iterdir())
-    assert kept == ["config", "turn-01.jsonl", "turn-01.prompt", "turn-01.stderr", "turn-02.jsonl",
-                    "turn-02.prompt", "turn-02.stderr"]
+    assert kept == ["config", "home", "sandbox.sh", "tmp", "turn-01.jsonl", "turn-01.prompt", "turn-01.stderr",
+                    "turn-02.jsonl", "turn-02.prompt", "turn-02.stderr"]
     assert (tmp_path / "claude" / "turn-02.prompt").read_text() == "yes"  # what the CLI read on its stdin
     assert not any(p.name == "config" for p in item.work.iterdir())  # the CLI's config is not the agent's
 

@@ -45,11 +45,15 @@ from pytest_palette.rehearsal.conversation import ToolResult, UserSaid
 from pytest_palette.rehearsal.policy import RehearsalPolicy
 from pytest_palette.run.command_log import read as read_commands
 from pytest_palette.run.command_log import skill_calls
+from pytest_palette.run.conversation import open_sandbox
 from pytest_palette.run.evidence import any_deck, inspect_deck, newest_deck, read_trace
+from pytest_palette.run.sandbox import problem as sandbox_problem
 from pytest_palette.run.workspace import TRACE_NAME, Workspace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, SkillCard, drift, install, load_card, load_skill
 
 REHEARSAL = parse_model("rehearsal")
+#: The conversations here run in the sandbox a run would give them, where this machine has one.
+SANDBOX = "none" if sandbox_problem("bubblewrap") else "bubblewrap"
 SECRET = "sk-" + "S3CRET" * 8  # shaped like a key; never a real one
 FIXTURE = Path(__file__).parent / "fixtures" / "cuga-0.4.3-codeact.json"
 URL = "http://127.0.0.1:9/v1"
@@ -321,8 +325,11 @@ def host() -> Iterator[CugaHost]:
 def _open(host: CugaHost, tmp_path: Path, skill: SkillCard | None = None) -> tuple[CugaSession, Path]:
     workspace = Workspace(tmp_path, PurePosixPath("item"))  # an item's folder: work/, the trace, cuga.log
     workspace.work.mkdir()
+    settings = HostSettings(sandbox=SANDBOX)
+    sandbox = open_sandbox(workspace, settings)
+    sandbox.prepare()
     session = host.open(workspace, skill or load_skill("palette"), agent_environment(workspace.trace), REHEARSAL,
-                        HostSettings())
+                        settings, sandbox)
     return session, workspace.trace
 
 

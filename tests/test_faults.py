@@ -206,7 +206,7 @@ class Leaves(HostSession):
 
 class LeavingHost(Host):
     name = "leaving"
-    def open(self, workspace, skill, env, model, settings):
+    def open(self, workspace, skill, env, model, settings, sandbox):
         return Leaves(workspace.work, env)
 
 def pytest_palette_add_hosts(hosts, config):

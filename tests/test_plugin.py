@@ -34,9 +34,9 @@ from pytest_palette.hosts.react import ReactHost
 
 class Twin(ReactHost):
     name = "twin"
-    def open(self, workspace, skill, env, model, settings):
+    def open(self, workspace, skill, env, model, settings, sandbox):
         return super().open(workspace, skill, env, model, HostSettings(settings.command_timeout,
-                                                                       settings.recursion_limit, eager=True))
+                                                                       settings.recursion_limit, eager=True), sandbox)
 
 def pytest_palette_add_hosts(hosts, config):
     hosts["twin"] = Twin()
@@ -51,12 +51,12 @@ class Crashes(HostSession):
 
 class CrashingHost(Host):
     name = "crashing"
-    def open(self, workspace, skill, env, model, settings):
+    def open(self, workspace, skill, env, model, settings, sandbox):
         return Crashes()
 
 class CannotStart(Host):
     name = "nostart"
-    def open(self, workspace, skill, env, model, settings):
+    def open(self, workspace, skill, env, model, settings, sandbox):
         raise RuntimeError("no binary named claude-ish on PATH")
 
 def pytest_palette_add_hosts(hosts, config):

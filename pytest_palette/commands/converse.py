@@ -9,12 +9,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..backend import agent_environment, describe_backend
+from ..backend import describe_backend
 from ..hosts import builtin
-from ..hosts.base import COMMAND_TIMEOUT, RECURSION_LIMIT, TURN_TIMEOUT, HostError, HostSettings, TurnRecord
+from ..hosts.base import COMMAND_TIMEOUT, RECURSION_LIMIT, TURN_TIMEOUT, HostError, HostSettings, Problem, TurnRecord
 from ..models import ModelUnavailable, parse_model
-from ..run.conversation import Transcript
+from ..run.conversation import Transcript, conversation_environment, open_sandbox
 from ..run.evidence import format_call, inspect_deck, newest_deck, read_trace
+from ..run.sandbox import problem as sandbox_problem
 from ..run.workspace import Workspace
 from ..skill import PACKAGED_SKILLS, InstallError, SkillNotFound, load_skill, skill_hash
 
@@ -39,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds one shell command may run (must outlast deck.py's holds)")
     parser.add_argument("--turn-timeout", type=float, default=TURN_TIMEOUT, help="seconds one agent turn may run")
     parser.add_argument("--claude-cli", default=None, help="the Claude Code CLI the claude host runs")
+    parser.add_argument("--sandbox", default="bubblewrap", choices=("bubblewrap", "none"),
+                        help="where the agent's commands run (default bubblewrap; none: unconfined)")
 
 
 def _replies(given: list[str], interactive: bool, ask: Callable[[str], str]) -> Iterator[str]:
@@ -68,6 +71,9 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
         out(f"error: {error}")
         return 2
     problems = host.check(spec, os.environ)
+    confinement = sandbox_problem(args.sandbox)
+    if confinement:
+        problems.append(Problem(confinement))
     if problems:
         for problem in problems:
             out(f"error: {problem}")
@@ -85,18 +91,22 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
         opening = f"{opening}\n\n{args.context_file.read_text(encoding='utf-8')}"
 
     settings = HostSettings(command_timeout=args.command_timeout, recursion_limit=args.recursion_limit,
-                            eager=args.eager)
+                            eager=args.eager, sandbox=args.sandbox)
     described = host.describe(spec, settings)
     out(f"host {args.host} · model {described.get('model', spec.label)} · skill {card.directory} "
         f"({skill_hash(card.directory)})")
-    out(f"palette: {describe_backend()} · workspace {workspace.folder}")
+    out(f"palette: {describe_backend()} · workspace {workspace.folder} · commands "
+        f"{host.sandbox_kind(settings)}")
     transcript = Transcript()
     status = 0
     started = time.monotonic()
+    sandbox = open_sandbox(workspace, settings)
     try:
-        session = host.open(workspace, card, agent_environment(workspace.trace), spec, settings)
+        sandbox.prepare()
+        session = host.open(workspace, card, conversation_environment(workspace), spec, settings, sandbox)
     except (HostError, InstallError) as error:
         out(f"error ! could not start: {error}")
+        sandbox.close()
         host.close()
         return 1
     streamed: list[str] = []
@@ -124,6 +134,7 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
             out(f"agent ◂ {turn.answer}")
     finally:
         session.close()
+        sandbox.close()
         host.close()
     transcript.seconds = round(time.monotonic() - started, 3)
     transcript.save(workspace)

@@ -48,7 +48,7 @@ def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, li
             started = ()
         # No grace: the run is over, and a build still running then was already noted when it ran.
         found = evidence.read(workspace, 0.0, started)
-        fault = faults.found(found.calls, found.commands_run)
+        fault = faults.found(found.calls, found.commands_run, workspace.work)
         failures: tuple[str, ...]
         if fault:  # a fault the judge of then did not know: no verdict after all
             after, failures = "error", (f"{record.host}: {fault}",)

@@ -15,6 +15,7 @@ from ..models import ModelSpec
 from ..skill import SkillCard
 
 if TYPE_CHECKING:
+    from ..run.sandbox import Sandbox
     from ..run.workspace import Workspace
 
 #: The budgets of a conversation, each defined here once: options, `palette-bench converse` and hosts read them.
@@ -74,6 +75,8 @@ class HostSettings:
     command_timeout: float = COMMAND_TIMEOUT
     recursion_limit: int = RECURSION_LIMIT
     eager: bool = False
+    #: `--palette-sandbox`: "bubblewrap", or "none" for commands unconfined (the allow-listed environment still).
+    sandbox: str = "bubblewrap"
 
 
 class HostSession(abc.ABC):
@@ -109,11 +112,19 @@ class Host(abc.ABC):
     def close(self) -> None:
         """Release what the host holds for the whole session (servers); called once at the end."""
 
+    def sandbox_kind(self, settings: HostSettings) -> str:
+        """Where this host's agent runs its commands under `settings`, as records say it."""
+        from ..run.sandbox import MODES
+
+        return MODES.get(settings.sandbox, settings.sandbox)
+
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
         """What actually ran, for the report: at least `model`."""
         return {"model": model.label}
 
     @abc.abstractmethod
     def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
-             settings: HostSettings) -> HostSession:
-        """Start a conversation whose agent works in `workspace.work`, with `env` for its shell."""
+             settings: HostSettings, sandbox: Sandbox) -> HostSession:
+        """Start a conversation whose agent works in `workspace.work`. `env` is the conversation's whole
+        environment, for the host's own client (a model key is there); every command the agent runs goes through
+        `sandbox` (`sandbox.argv`, `sandbox.env`), which holds no secret."""

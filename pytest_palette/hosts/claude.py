@@ -40,6 +40,7 @@ from .base import COMMAND_TIMEOUT, Host, HostError, HostSession, HostSettings, P
 from .endpoint import RehearsalEndpoint
 
 if TYPE_CHECKING:
+    from ..run.sandbox import Sandbox
     from ..run.workspace import Workspace
 
 Json = dict[str, Any]
@@ -324,8 +325,9 @@ class ClaudeSession(HostSession):
 
     def __init__(self, cli: Path, work: Path, skill: SkillCard, env: Mapping[str, str], model_id: str,
                  folder: Path, permission_mode: str = PERMISSION_MODE, log: CommandLog | None = None,
-                 priced: bool = True) -> None:
+                 priced: bool = True, sandbox: Sandbox | None = None) -> None:
         self.cli, self.work, self.skill, self.model_id = cli, work, skill, model_id
+        self.sandbox = sandbox
         self.log = log
         #: Whether the CLI's cost estimate is a price of something that ran: not for the rehearsal model, which
         #: the CLI prices as the Claude model it was told it talks to.
@@ -389,6 +391,8 @@ class ClaudeSession(HostSession):
     def _run(self, message: str, number: int, timeout: float) -> tuple[int, str, str]:
         """Run the CLI for one turn; its output goes to files (a build it leaves running holds no pipe)."""
         argv = turn_command(self.cli, self.model_id, self.session_id, number == 1, self.permission_mode)
+        if self.sandbox is not None:
+            argv = self.sandbox.client(argv, self.work)
         self.folder.mkdir(parents=True, exist_ok=True)
         turn = self.folder / f"turn-{number:02d}"
         prompt = turn.with_suffix(".prompt")
@@ -532,7 +536,7 @@ class ClaudeHost(Host):
         return described
 
     def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
-             settings: HostSettings) -> ClaudeSession:
+             settings: HostSettings, sandbox: Sandbox) -> ClaudeSession:
         problems = self.check(model, env)
         cli = self.cli
         if problems or cli is None:
@@ -545,9 +549,20 @@ class ClaudeHost(Host):
             raise HostError("the skill installed for the CLI is not the skill under test: " + "; ".join(changed[:5]))
         folder = session_folder(workspace)
         base_url = self.endpoint.server(model).base_url if model.provider == "rehearsal" else None
-        cli_env = cli_environment(env, model, folder / "config", base_url, settings.command_timeout)
+        # The CLI runs in the item's sandbox with the network it needs for its model; each command its Bash
+        # tool runs goes through the sandbox's script, which takes the network and the model key away.
+        config, scratch, home = folder / "config", folder / "tmp", folder / "home"
+        sandbox.writable(config, scratch, home)
+        sandbox.protect(installed.directory)
+        wrapper = sandbox.script(folder / "sandbox.sh")
+        sandbox.readable(wrapper)
+        client_env = {**sandbox.env, **{k: v for k, v in env.items() if k.startswith(ROUTING_PREFIXES)}}
+        cli_env = cli_environment(client_env, model, config, base_url, settings.command_timeout)
+        # HOME is not work/: the CLI reads no project settings (skills) in a project that is its home.
+        cli_env.update({"CLAUDE_CODE_SHELL_PREFIX": str(wrapper), "TMPDIR": str(scratch), "HOME": str(home)})
         return ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
-                             CommandLog(workspace.commands), priced=model.provider != "rehearsal")
+                             CommandLog(workspace.commands), priced=model.provider != "rehearsal",
+                             sandbox=sandbox)
 
     def fault(self, model: ModelSpec) -> str | None:
         return self.endpoint.fault(model)

@@ -38,10 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..models import ModelSpec, missing_credentials
 from ..run.command_log import CommandLog
+from ..run.sandbox import Sandbox, allowed_environment
 from ..skill import SkillCard, drift, install
 from .base import Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .endpoint import RehearsalEndpoint
-from .shell import fitting
+from .shell import Shell
 
 if TYPE_CHECKING:
     from ..run.workspace import Workspace
@@ -336,37 +337,39 @@ def step_recorder(steps: list[str]) -> Any:
 
 
 @contextlib.contextmanager
-def recording_commands(log: CommandLog | None) -> Iterator[None]:
-    """Record each command CUGA's `run_command` runs in the item's log, for the block. CUGA offers no callback
-    for it (its code calls the tool's coroutine directly), so its one runner is wrapped while this conversation
-    holds the process; a CUGA without that runner leaves the record empty, and the verdict then says so."""
-    try:
-        from cuga.backend.cuga_graph.nodes.cuga_lite.executors.local.local_sandbox_executor import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
-            LocalSandboxExecutor,
-        )
-        original = LocalSandboxExecutor._run_command
-    except (ImportError, AttributeError):
-        original = None
-    if log is None or original is None:
-        yield
-        return
+def sandboxed_commands(shell: Shell) -> Iterator[None]:
+    """Run each command CUGA's `run_command` runs through `shell` — in the item's sandbox, with an allow-listed
+    environment (CUGA's own runner hands its whole process environment, model key included, to every command),
+    recorded in the item's log — for the block. CUGA offers no hook for it (its code calls the tool's coroutine
+    directly), so its one runner is replaced while this conversation holds the process; CUGA's own steps before
+    a command (its path mapping, its per-thread venv, its shell settings) are kept."""
+    from cuga.backend.cuga_graph.nodes.cuga_lite.executors.local import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
+        local_sandbox_executor as module,
+    )
 
-    async def recorded(executor: Any, cmd: str, *args: Any, **kwargs: Any) -> Any:
-        started = time.time()
-        try:
-            with fitting(cmd) as fitted:  # CUGA runs `sh -c cmd`: a long command would not fit in argv
-                stdout, stderr, code = await original(executor, fitted, *args, **kwargs)
-        except BaseException as error:
-            log.add(cmd, started, time.time(), None, "", f"{type(error).__name__}: {error}")
-            raise
-        log.add(cmd, started, time.time(), code, stdout, stderr)
-        return stdout, stderr, code
+    executor_class = module.LocalSandboxExecutor
+    original = executor_class._run_command
 
-    LocalSandboxExecutor._run_command = recorded
+    async def sandboxed(executor: Any, cmd: str, *, thread_id: str | None = None,
+                        timeout: int = RUN_COMMAND_CEILING) -> tuple[str, str, int]:
+        root = module.local_thread_workspace_root(thread_id)
+        root.mkdir(parents=True, exist_ok=True)
+        venv = await executor._ensure_workspace_venv(root)
+        shell.sandbox.own(root)
+        env = {**shell.sandbox.env, **allowed_environment(executor._command_env(root, venv), root)}
+        ran = await asyncio.to_thread(shell.execute, module.normalize_shell_command_paths(cmd), root, env,
+                                      float(timeout), cmd)
+        if ran.timed_out:
+            raise TimeoutError(f"Command timed out after {timeout}s")
+        code = -1 if ran.code is None else ran.code
+        stderr = ran.stderr if not code else (ran.stderr + "\n" if ran.stderr else "") + f"(exit code {code})"
+        return ran.stdout, stderr, code
+
+    executor_class._run_command = sandboxed
     try:
         yield
     finally:
-        LocalSandboxExecutor._run_command = original
+        executor_class._run_command = original
 
 
 _active_lock = threading.Lock()
@@ -376,14 +379,15 @@ class CugaSession(HostSession):
     """One conversation: one CugaAgent, one thread id, one event loop, turns sent in order."""
 
     def __init__(self, work: Path, skill: SkillCard, env: Mapping[str, str], cuga: CugaModel,
-                 block_timeout: int, log_file: Path | None = None, commands: CommandLog | None = None) -> None:
+                 block_timeout: int, log_file: Path | None = None, commands: CommandLog | None = None,
+                 sandbox: Sandbox | None = None) -> None:
         if not _active_lock.acquire(blocking=False):
             raise HostError("another cuga conversation is running in this process (CUGA's state is process-wide)")
         self.work = work
         self.cuga_folder = work / ".cuga"
         self.thread_id = f"palette-{uuid.uuid4().hex[:8]}"
         self.env = dict(env)
-        self.commands = commands
+        self.shell = Shell(work, env, RUN_COMMAND_CEILING, log=commands, sandbox=sandbox)
         self.turns: list[TurnRecord] = []
         self._steps: list[str] = []  # the current turn's, filled by the step recorder
         self._broken: str | None = None
@@ -396,6 +400,7 @@ class CugaSession(HostSession):
             with process_state(self.env, work):
                 configure(settings, block_timeout)
                 self.skill_dir = self._install(skill)
+                self.shell.sandbox.protect(self.cuga_folder)
                 self.agent = self._make_agent()
         except BaseException:
             self._release()
@@ -429,7 +434,7 @@ class CugaSession(HostSession):
         self._steps.clear()
         started = time.monotonic()
         try:
-            with process_state(self.env, self.work), recording_commands(self.commands):
+            with process_state(self.env, self.work), sandboxed_commands(self.shell):
                 result = self._loop.run_until_complete(self._invoke(message, timeout))
             turn.answer = str(getattr(result, "answer", "") or "")
             if getattr(result, "error", None):
@@ -459,6 +464,7 @@ class CugaSession(HostSession):
         return self.work / "cuga_workspace" / self.thread_id
 
     def close(self) -> None:
+        self.shell.close()  # a command still running (the turn timed out) stops; none other starts
         try:
             if not self._loop.is_closed():
                 with process_state(self.env, self.work), contextlib.suppress(Exception):
@@ -601,12 +607,13 @@ class CugaHost(Host):
         return facts
 
     def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
-             settings: HostSettings) -> CugaSession:
+             settings: HostSettings, sandbox: Sandbox) -> CugaSession:
         url = self._endpoint.server(model).openai_base_url if model.provider == "rehearsal" else None
         cuga = cuga_model(model, env, rehearsal_url=url)
         # CUGA's log stays in the item's folder, beside turns.json, out of the agent's sight.
         return CugaSession(workspace.work, skill, env, cuga, block_timeout(settings),
-                           log_file=workspace.own("cuga.log"), commands=CommandLog(workspace.commands))
+                           log_file=workspace.own("cuga.log"), commands=CommandLog(workspace.commands),
+                           sandbox=sandbox)
 
     def fault(self, model: ModelSpec) -> str | None:
         return self._endpoint.fault(model)

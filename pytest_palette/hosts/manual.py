@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..models import ModelSpec
+from ..run.sandbox import UNCONFINED
 from ..skill import SkillCard, install
 from .base import HandedOver, Host, HostSession, HostSettings
 
 if TYPE_CHECKING:
+    from ..run.sandbox import Sandbox
     from ..run.workspace import Workspace
 
 RUN_SHEET = "RUN_SHEET.md"
@@ -34,8 +36,11 @@ class ManualHost(Host):
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
         return {"model": "whatever the person's agent ran (not recorded)", "scaffold": "run sheet, by hand"}
 
+    def sandbox_kind(self, settings: HostSettings) -> str:
+        return UNCONFINED  # a person's own agent runs where the person runs it
+
     def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
-             settings: HostSettings) -> HostSession:
+             settings: HostSettings, sandbox: Sandbox) -> HostSession:
         """Lay out the folder for a person, add it to the run sheet, and hand the conversation over."""
         # Where Claude Code discovers project skills; other CLIs can be pointed at the same folder.
         install(skill, workspace.work / ".claude")

@@ -29,6 +29,7 @@ from .base import COMMAND_TIMEOUT, RECURSION_LIMIT, Host, HostError, HostSession
 from .shell import DEFAULT_OUTPUT_LIMIT, Shell
 
 if TYPE_CHECKING:
+    from ..run.sandbox import Sandbox
     from ..run.workspace import Workspace
 
 
@@ -110,15 +111,18 @@ class ReactSession(HostSession):
         stage_skills: bool = True,
         thread_id: str | None = None,
         log: CommandLog | None = None,
+        sandbox: Sandbox | None = None,
     ) -> None:
         workspace.mkdir(parents=True, exist_ok=True)
         self.workspace = workspace
         self.cards = [install(card, workspace) for card in cards] if stage_skills else list(cards)
         skills_root = workspace / "skills" if stage_skills else (cards[0].directory.parent if cards else workspace)
+        if sandbox is not None and stage_skills:
+            sandbox.protect(skills_root)
         self.eager = eager
         self.recursion_limit = recursion_limit
         self.thread_id = thread_id or f"palette-{uuid.uuid4().hex[:8]}"
-        self.shell = Shell(workspace, env, command_timeout, DEFAULT_OUTPUT_LIMIT, log)
+        self.shell = Shell(workspace, env, command_timeout, DEFAULT_OUTPUT_LIMIT, log, sandbox)
         self.tools = make_tools(self.cards, workspace, env, command_timeout, eager, log, self.shell)
         with warnings.catch_warnings():
             # Pinned on purpose: the prebuilt ReAct agent is the thinnest scaffold LangGraph ships, and the
@@ -250,7 +254,8 @@ class ReactHost(Host):
                 "recursion_limit": str(settings.recursion_limit)}
 
     def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
-             settings: HostSettings) -> ReactSession:
+             settings: HostSettings, sandbox: Sandbox) -> ReactSession:
+        # The model's client gets `env` (its key); the agent's shell gets only the sandbox's.
         return ReactSession(build_chat_model(model, env), [skill], workspace.work, env, eager=settings.eager,
                             recursion_limit=settings.recursion_limit, command_timeout=settings.command_timeout,
-                            log=CommandLog(workspace.commands))
+                            log=CommandLog(workspace.commands), sandbox=sandbox)

@@ -1,4 +1,4 @@
-"""The shell an agent is given: one command at a time, in a fixed working directory."""
+"""The shell an agent is given: one command at a time, in a fixed working directory, inside the item's sandbox."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..run.command_log import CommandLog
+from ..run.sandbox import Sandbox
 from .base import COMMAND_TIMEOUT
 
 DEFAULT_OUTPUT_LIMIT = 24_000
@@ -28,8 +30,21 @@ def clip(text: str, limit: int) -> str:
     return f"{text[:limit]}\n… [output truncated, {len(text) - limit} more characters]"
 
 
+@dataclass(frozen=True)
+class Ran:
+    """What one command did: its output, and its exit code (None when it was stopped or could not start)."""
+
+    stdout: str
+    stderr: str
+    code: int | None
+    timed_out: bool = False
+    #: The conversation was over: the command was not run.
+    refused: bool = False
+
+
 class Shell:
-    """One conversation's shell: one command at a time in `cwd`, each recorded in `log`.
+    """One conversation's shell: one command at a time in `cwd`, inside `sandbox` (by default unconfined, with
+    the sandbox's allow-listed environment), each recorded in `log`.
 
     Each command gets its own process group, so a time limit or `close()` stops everything it started in the
     foreground; work that deck.py detached runs in a session of its own and survives, as it must. Once closed
@@ -38,30 +53,57 @@ class Shell:
     """
 
     def __init__(self, cwd: Path, env: Mapping[str, str], timeout: float = COMMAND_TIMEOUT,
-                 limit: int = DEFAULT_OUTPUT_LIMIT, log: CommandLog | None = None) -> None:
-        self.cwd, self.env, self.timeout, self.limit, self.log = cwd, dict(env), timeout, limit, log
+                 limit: int = DEFAULT_OUTPUT_LIMIT, log: CommandLog | None = None,
+                 sandbox: Sandbox | None = None) -> None:
+        self.cwd, self.timeout, self.limit, self.log = cwd, timeout, limit, log
+        self.sandbox = sandbox or Sandbox(cwd, env, "none")
         self._lock = threading.Lock()
         self._running: subprocess.Popen[str] | None = None
         self.closed = False
 
     def run(self, command: str) -> str:
         """Run `command` with /bin/sh and render what a model should read back."""
+        ran = self.execute(command)
+        if ran.refused:
+            return "[this conversation is over: the command was not run]"
+        if ran.timed_out:
+            return (f"[the command was stopped after {self.timeout:g} s by this shell's time limit. That is not "
+                    "evidence that it failed: slow work may still be running. Poll for the result instead "
+                    "of re-running it.]")
+        if ran.code is None:
+            return f"[could not run the command: {ran.stderr}]"
+        parts = [ran.stdout]
+        if ran.stderr:
+            parts.append(f"[stderr]\n{ran.stderr}" if ran.stdout else ran.stderr)
+        if ran.code:
+            parts.append(f"[exit code {ran.code}]")
+        text = "\n".join(part.rstrip("\n") for part in parts if part)
+        return clip(text, self.limit) if text.strip() else "[no output]"
+
+    def execute(self, command: str, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+                timeout: float | None = None, logged: str | None = None) -> Ran:
+        """Run `command` with /bin/sh in the sandbox (in `cwd`, with `env` when given: already allow-listed) and
+        record it (as `logged`: what the agent wrote, when a client rewrote it); `Ran.code` is None when it could
+        not start or was stopped at the time limit."""
         started = time.time()
-        with fitting(command) as fitted:
+        shown = command if logged is None else logged
+        with fitting(command) as (fitted, script):
             with self._lock:
                 if self.closed:
-                    return "[this conversation is over: the command was not run]"
+                    return Ran("", "this conversation is over: the command was not run", None, refused=True)
                 try:
                     process = subprocess.Popen(
-                        ["/bin/sh", "-c", fitted], cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                        self.sandbox.argv(fitted, cwd or self.cwd, extra=[script] if script else []),
+                        cwd=cwd or self.cwd, env=dict(env) if env is not None else self.sandbox.env,
+                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                        start_new_session=True)
                 except OSError as error:
                     if self.log:
-                        self.log.add(command, started, time.time(), None, "", str(error))
-                    return f"[could not run the command: {error}]"
+                        self.log.add(shown, started, time.time(), None, "", str(error))
+                    return Ran("", str(error), None)
                 self._running = process
             try:
-                return _finish(process, command, started, self.timeout, self.limit, self.log)
+                return _finish(process, shown, started, timeout or self.timeout, self.log)
             finally:
                 self._running = None
 
@@ -81,20 +123,22 @@ def run_shell(command: str, cwd: Path, env: Mapping[str, str], timeout: float = 
 
 
 @contextlib.contextmanager
-def fitting(command: str) -> Iterator[str]:
+def fitting(command: str) -> Iterator[tuple[str, Path | None]]:
     """`command`, or, when it is too long to be one argument of `sh -c`, a command that runs it from a script
-    file (ours, outside the agent's folder, removed once the command has ended)."""
+    file (ours, outside the agent's folder, removed once the command has ended; a sandbox binds it read-only)
+    and that file."""
     if len(command.encode()) <= SCRIPT_AFTER:
-        yield command
+        yield command, None
         return
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", prefix="palette-command-", suffix=".sh") as script:
         script.write(command)
         script.flush()
-        yield f"/bin/sh {shlex.quote(script.name)}"
+        os.chmod(script.name, 0o644)  # a sandboxed command runs as the item's own user
+        yield f"/bin/sh {shlex.quote(script.name)}", Path(script.name)
 
 
-def _finish(process: subprocess.Popen[str], command: str, started: float, timeout: float, limit: int,
-            log: CommandLog | None) -> str:
+def _finish(process: subprocess.Popen[str], command: str, started: float, timeout: float,
+            log: CommandLog | None) -> Ran:
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -102,18 +146,10 @@ def _finish(process: subprocess.Popen[str], command: str, started: float, timeou
         stdout, stderr = process.communicate()
         if log:
             log.add(command, started, time.time(), None, stdout, stderr)
-        return (f"[the command was stopped after {timeout:g} s by this shell's time limit. That is not "
-                "evidence that it failed: slow work may still be running. Poll for the result instead "
-                "of re-running it.]")
+        return Ran(stdout, stderr, None, timed_out=True)
     if log:
         log.add(command, started, time.time(), process.returncode, stdout, stderr)
-    parts = [stdout]
-    if stderr:
-        parts.append(f"[stderr]\n{stderr}" if stdout else stderr)
-    if process.returncode:
-        parts.append(f"[exit code {process.returncode}]")
-    text = "\n".join(part.rstrip("\n") for part in parts if part)
-    return clip(text, limit) if text.strip() else "[no output]"
+    return Ran(stdout, stderr, process.returncode)
 
 
 def _kill_group(process: subprocess.Popen[str]) -> None:

@@ -56,6 +56,9 @@ class Terms(Struct, cache_hash=True, **_PARTS):
     fingerprint: str  # of everything else a result depends on: budgets, backend, plugin version
     plugin_version: str
     scaffold: tuple[tuple[str, str], ...] = ()  # what the host reports of itself, as (name, value) pairs
+    #: Where the agent's commands ran: "bubblewrap", or "unconfined" (`--palette-sandbox none`, the manual host,
+    #: and every record written before the sandbox existed).
+    sandbox: str = "unconfined"
 
 
 class Judged(Struct, cache_hash=True, **_PARTS):

@@ -32,6 +32,8 @@ class Column:
     models: list[str] = field(default_factory=list)
     providers: list[str] = field(default_factory=list)
     scaffold: list[str] = field(default_factory=list)
+    #: Where the agent's commands ran: "bubblewrap", "unconfined".
+    sandboxes: list[str] = field(default_factory=list)
     skill_hashes: list[str] = field(default_factory=list)
     fingerprints: list[str] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
@@ -117,6 +119,7 @@ def _columns_for(counted: Tally, allow_mixed: bool) -> tuple[dict[tuple[str, Ter
         _add_unique(column.skill_hashes, terms.skill_hash)
         _add_unique(column.fingerprints, terms.fingerprint)
         _add_unique(column.scaffold, " · ".join(f"{k}={v}" for k, v in terms.scaffold))
+        _add_unique(column.sandboxes, terms.sandbox)
         where[(host, terms)] = label
     ordered = sorted(by_label.values(), key=lambda c: (c.host, c.group))
     for column in ordered:
@@ -380,11 +383,17 @@ def to_markdown(report: Report) -> str:
              "every host is judged by the same rules, from what is on disk.", ""]
     lines += ["## Scores", ""]
     lines += _table_lines(
-        ["Host", "Passed", "Errors / skipped", "95% interval (Wilson)", "Model", "Provider", "Scaffold notes",
-         "Runs"],
+        ["Host", "Passed", "Errors / skipped", "95% interval (Wilson)", "Model", "Provider", "Commands",
+         "Scaffold notes", "Runs"],
         ([c.label, _of(c.passes, c.n), _apart(c.errors, c.skipped), _interval(c.wilson()), ", ".join(c.models),
-          ", ".join(c.providers), "; ".join(s for s in c.scaffold if s) or "—", ", ".join(c.runs)]
+          ", ".join(c.providers), " and ".join(c.sandboxes), "; ".join(s for s in c.scaffold if s) or "—",
+          ", ".join(c.runs)]
          for c in columns))
+    unconfined = [c.label for c in columns if "unconfined" in c.sandboxes]
+    if unconfined:
+        lines += ["", f"Unconfined: the agent's commands on {', '.join(unconfined)} ran without the sandbox "
+                      "(--palette-sandbox none, a person's own agent, or a run recorded before it existed): they "
+                      "could read the scripted replies and the caller's files, and reach the network."]
     usage = [(c.label, texts) for c in columns if (texts := _usage_texts(c))]
     if usage:
         lines += ["", "Reported usage: " + "; ".join(f"{label}: {', '.join(texts)}" for label, texts in usage) + "."]
@@ -523,7 +532,8 @@ def to_json(report: Report) -> dict[str, Any]:
         "skipped_lines": report.skipped_lines, "ledgers": report.ledgers, "ks": report.ks,
         "groups": {letter: {"skill_hash": s, "fingerprint": f} for letter, (s, f) in report.groups.items()},
         "hosts": [{"label": c.label, "host": c.host, "group": c.group or None, "models": c.models,
-                   "providers": c.providers, "scaffold": c.scaffold, "skill_hashes": c.skill_hashes,
+                   "providers": c.providers, "scaffold": c.scaffold, "sandboxes": c.sandboxes,
+                   "skill_hashes": c.skill_hashes,
                    "fingerprints": c.fingerprints, "runs": c.runs, "passes": c.passes, "fails": c.fails,
                    "errors": c.errors, "skipped": c.skipped, "n": c.n, "wilson": c.wilson(),
                    "pass_at_k": k_map(c.pass_at), "pass_hat_k": k_map(c.pass_hat), "metrics": c.metrics,

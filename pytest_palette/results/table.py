@@ -52,9 +52,11 @@ def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
         return []
     by_key: dict[tuple[str, str], Cell] = {}
     models: dict[str, str] = {}
+    sandboxes: dict[str, set[str]] = {}
     for (case, host, terms), cell in counted.cells.items():
         by_key[(case, host)] = by_key[(case, host)].merge(cell) if (case, host) in by_key else cell
         models[host] = terms.label
+        sandboxes.setdefault(host, set()).add(terms.sandbox)
     cases = list(dict.fromkeys(case for case, _ in by_key))
     columns = list(hosts) + sorted({host for _, host in by_key} - set(hosts))
     width = max(len("case"), *(len(name) for name in cases)) + 2
@@ -84,7 +86,8 @@ def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
         skipped = sum(c.skipped for c in own)
         lines.append(f"{host}: {sum(c.passes for c in own)} passed, {sum(c.fails for c in own)} failed, "
                      f"{sum(c.errors for c in own)} errored" + (f", {skipped} skipped" if skipped else "")
-                     + (f" · model {models[host]}" if host in models else ""))
+                     + (f" · model {models[host]}" if host in models else "")
+                     + (f" · commands {' and '.join(sorted(sandboxes[host]))}" if host in sandboxes else ""))
     if len(columns) > 1:
         tail = (f"{disagreements} discriminate between hosts" if disagreements
                 else "the hosts agreed everywhere they overlapped — nothing here distinguishes them")

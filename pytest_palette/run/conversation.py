@@ -13,7 +13,7 @@ from ..cases import Case
 from ..hosts.base import HandedOver, Host, HostError, HostSession, HostSettings, TurnRecord
 from ..models import ModelSpec
 from ..skill import SkillCard
-from . import leftovers
+from .sandbox import Sandbox
 from .workspace import Workspace
 
 
@@ -47,18 +47,32 @@ class Transcript:
         return cls([TurnRecord(**turn) for turn in saved.get("turns", [])], float(saved.get("seconds", 0.0)))
 
 
+def conversation_environment(workspace: Workspace, base_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The conversation's whole environment (its host's client reads a model key there): the caller's, plus this
+    conversation's trace path — set here only, never process-wide."""
+    return agent_environment(workspace.trace, base_env)
+
+
+def open_sandbox(workspace: Workspace, settings: HostSettings, base_env: Mapping[str, str] | None = None) -> Sandbox:
+    """The sandbox of one item's commands (`--palette-sandbox`); the caller closes it when the item ends."""
+    return Sandbox(workspace.work, conversation_environment(workspace, base_env), settings.sandbox,
+                   trace=workspace.trace)
+
+
 def hold(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: HostSettings,
-         workspace: Workspace, turn_timeout: float, base_env: Mapping[str, str] | None = None) -> Transcript:
-    """Hold the conversation in a fresh workspace; raise HostFailure when the host fails (HandedOver when a
-    person is to hold it). A failed turn stops the conversation: later replies would land in the wrong state."""
+         workspace: Workspace, turn_timeout: float, sandbox: Sandbox,
+         base_env: Mapping[str, str] | None = None) -> Transcript:
+    """Hold the conversation in a fresh workspace, every command of its agent in `sandbox`; raise HostFailure
+    when the host fails (HandedOver when a person is to hold it). A failed turn stops the conversation: later
+    replies would land in the wrong state."""
     workspace.prepare(case)
-    # The trace path travels in this conversation's environment only; nothing is set process-wide.
-    env = agent_environment(workspace.trace, base_env)
+    sandbox.prepare()
+    env = conversation_environment(workspace, base_env)
     transcript = Transcript()
     started = time.monotonic()
     handed_over = False
     try:
-        session = _open(host, workspace, skill, env, model, settings)
+        session = _open(host, workspace, skill, env, model, settings, sandbox)
         ended = False
         try:
             for number, message in enumerate((case.opening, *case.replies), 1):
@@ -73,7 +87,7 @@ def hold(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: H
         finally:
             session.close()
             if not ended:  # a failed turn, a crash, Ctrl-C: what the dead conversation runs stops with it
-                leftovers.stop(workspace.trace)
+                sandbox.stop()
     except HandedOver:
         handed_over = True
         raise
@@ -97,9 +111,9 @@ def _send(session: HostSession, message: str, timeout: float) -> tuple[TurnRecor
 
 
 def _open(host: Host, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
-          settings: HostSettings) -> HostSession:
+          settings: HostSettings, sandbox: Sandbox) -> HostSession:
     try:
-        return host.open(workspace, skill, env, model, settings)
+        return host.open(workspace, skill, env, model, settings, sandbox)
     except (HandedOver, HostFailure):
         raise
     except HostError as error:

@@ -12,12 +12,16 @@ Two sources, both written by something other than the agent's words:
 - the standard error of every command the agent ran: the operating system's own words for a machine at its
   limits (no space left, a read-only file system, an argument list or a file name too long), at the end of a
   line as programs print them, or by the errno's name (ENOSPC, E2BIG …) as a client explaining it does.
+  A read-only file system counts only where the agent may write: its sandbox makes everything outside its
+  folder, and the skill installed in it, read-only on purpose, and a write refused there is the agent's doing.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from ..judge import answer_of
@@ -37,13 +41,33 @@ _SHOWN = 200
 _STAGE = {"plan": "plan", "plan-status": "plan", "edit": "plan", "start": "build", "status": "build"}
 
 
-def machine_fault(text: str) -> str | None:
-    """The line of `text` (a command's standard error, a backend's log) that says the machine is at a limit."""
-    found = _MACHINE.search(text)
-    if found is None:
-        return None
-    start = text.rfind("\n", 0, found.start()) + 1
-    return _clip(text[start:found.end()])
+#: Where hosts install the skill in the agent's folder (read-only in the sandbox).
+_SKILL_FOLDERS = ("skills", ".claude", ".cuga")
+#: Paths a line names: quoted, or a word with a slash in it.
+_PATHS = re.compile(r"'([^'\n]*/[^'\n]*)'|\"([^\"\n]*/[^\"\n]*)\"|(?<![\w/.])((?:\.{1,2})?/?[\w.+-]+(?:/[\w.+-]*)+)")
+
+
+def machine_fault(text: str, work: Path | None = None) -> str | None:
+    """The line of `text` (a command's standard error, a backend's log) that says the machine is at a limit.
+    Given the agent's folder `work`, a read-only file system that names only paths outside it is not one."""
+    for found in _MACHINE.finditer(text):
+        start = text.rfind("\n", 0, found.start()) + 1
+        line = text[start:found.end()]
+        if work is not None and ("Read-only file system" in line or "EROFS" in line) and not _names_inside(line, work):
+            continue
+        return _clip(line)
+    return None
+
+
+def _names_inside(line: str, work: Path) -> bool:
+    """Whether `line` names a path inside `work` (relative ones taken from there), or names no path at all."""
+    named = [next(part for part in match if part) for match in _PATHS.findall(line)]
+    if not named:
+        return True
+    root = os.path.normpath(work)
+    inside = [os.path.relpath(full, root) for path in named
+              if (full := os.path.normpath(os.path.join(root, path))).startswith(root + os.sep)]
+    return any(relative.split(os.sep, 1)[0] not in _SKILL_FOLDERS for relative in inside)
 
 
 def backend_fault(call: dict[str, Any]) -> str | None:
@@ -69,10 +93,10 @@ def backend_fault(call: dict[str, Any]) -> str | None:
     return f"{stage} failed with exit code {code}{said}"
 
 
-def found(calls: Iterable[dict[str, Any]], commands: Iterable[CommandRun]) -> str | None:
-    """The first fault of an item's conversation, in one line, or None when it met none."""
+def found(calls: Iterable[dict[str, Any]], commands: Iterable[CommandRun], work: Path | None = None) -> str | None:
+    """The first fault of an item's conversation (whose agent worked in `work`), in one line, or None."""
     for run in commands:
-        machine = machine_fault(run.stderr)
+        machine = machine_fault(run.stderr, work)
         if machine:
             return f"a command the agent ran met a limit of this machine: {machine}"
     for call in calls:

@@ -23,9 +23,10 @@ from ..options import Settings
 from ..results.ledger import append, open_run
 from ..results.record import Judged, Outcome, Record, Usage
 from ..results.table import RECORD_PROPERTY
-from . import evidence, faults, leftovers
+from . import evidence, faults
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
-from .conversation import HostFailure, Transcript, as_left, hold
+from .conversation import HostFailure, Transcript, as_left, hold, open_sandbox
+from .sandbox import Sandbox
 from .session import CASE_NAMES, SESSION, Session, arguments, finished
 
 
@@ -71,6 +72,7 @@ class CaseItem(pytest.Item):
         self.case = case
         self.host_name = host
         self.run_index = run_index
+        self._sandbox: Sandbox | None = None
         for tag in case.tags:
             self.add_marker(tag)
         init_fixtures(self, "palette_host")
@@ -113,8 +115,9 @@ class CaseItem(pytest.Item):
             if settings.collect_dir is not None:
                 self._transcript = as_left(self.case, self.workspace)
             else:
+                self._sandbox = open_sandbox(self.workspace, settings.host)
                 self._transcript = hold(self.case, host, session.skill, settings.model, settings.host,
-                                        self.workspace, settings.turn_timeout)
+                                        self.workspace, settings.turn_timeout, self._sandbox)
         except HandedOver as handed:
             reason = str(handed)
             self._finish("skipped", [reason])
@@ -122,12 +125,17 @@ class CaseItem(pytest.Item):
         except HostFailure as failure:
             self._error(str(failure), said=f"host {self.host_name} failed: {failure}")
         self._evidence = evidence.read(self.workspace, settings.build_grace, self._transcript.started)
-        if settings.collect_dir is None:  # what the agent started and left running ends with its item
-            leftovers.stop(self.workspace.trace)
-        fault = faults.found(self._evidence.calls, self._evidence.commands_run)
+        if self._sandbox is not None:  # what the agent started and left running ends with its item
+            self._sandbox.stop()
+        fault = faults.found(self._evidence.calls, self._evidence.commands_run, self.workspace.work)
         if fault:
             self._error(fault)
         evidence.save_outputs(self.case, self._evidence, self.workspace.output)
+
+    def teardown(self) -> None:
+        if self._sandbox is not None:  # stops what is left (setup may have failed midway), frees its user id
+            self._sandbox.close()
+            self._sandbox = None
 
     def _error(self, cause: str, said: str | None = None) -> NoReturn:
         """End the item as an ERROR of the run whose cause is one line; the record is kept when it can be."""

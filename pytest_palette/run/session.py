@@ -23,6 +23,7 @@ from ..options import Settings, resolve
 from ..results.ledger import find, ledger_name, load, read
 from ..results.record import Terms
 from ..skill import SkillCard, load_card, skill_hash
+from . import sandbox
 from .workspace import Workspace
 
 SESSION = pytest.StashKey["Session"]()
@@ -76,7 +77,8 @@ class Session:
                 model=settings.model.text, label=described.get("model", settings.model.label),
                 provider=settings.model.provider, skill_hash=self.skill_hash, fingerprint=self.fingerprint,
                 plugin_version=__version__,
-                scaffold=tuple((k, str(v)) for k, v in described.items() if k != "model"))
+                scaffold=tuple((k, str(v)) for k, v in described.items() if k != "model"),
+                sandbox=self.hosts[host].sandbox_kind(settings.host))
         return self._terms[host]
 
 
@@ -98,6 +100,10 @@ def start(config: pytest.Config) -> Session:
     session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest))
     if not config.option.collectonly and not config.getoption("palette_check"):
         problems = setting_problems()
+        confinement = sandbox.problem(settings.host.sandbox) if any(
+            hosts[name].sandbox_kind(settings.host) == sandbox.BUBBLEWRAP for name in settings.hosts) else None
+        if confinement:
+            problems.append(confinement)
         if settings.collect_dir is None:
             problems += [p for p in [run_folder_problem(settings.run_root)] if p]
         for name in settings.hosts:
@@ -155,7 +161,7 @@ def fingerprint(settings: Settings, skill_hash: str) -> str:
         "model": settings.model.text, "skill_hash": skill_hash, "backend": describe_backend(),
         "plugin": __version__, "turn_timeout": settings.turn_timeout, "build_grace": settings.build_grace,
         "command_timeout": settings.host.command_timeout, "recursion_limit": settings.host.recursion_limit,
-        "eager": settings.host.eager,
+        "eager": settings.host.eager, "sandbox": settings.host.sandbox,
     }
     return hashlib.sha256(json.dumps(terms, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -1,0 +1,62 @@
+"""What the agent's sandbox costs per command (measured here, never asserted by a test).
+
+    python benchmarks/bench_sandbox.py [--runs 200] [--command "python3 -c pass"]
+
+Runs the same command through an item's shell unconfined and inside bubblewrap, alternating, and reports the
+median and 90th percentile of each and the median difference. Target: the sandbox adds <= 50 ms per command.
+Exits 1 when the median difference misses it, 2 when bubblewrap cannot run here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pytest_palette.backend import agent_environment
+from pytest_palette.hosts.shell import Shell
+from pytest_palette.run.sandbox import Sandbox, problem
+
+TARGET = 0.050
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--command", default="true", help="the command timed (default: true, the bare cost)")
+    args = parser.parse_args()
+    missing = problem("bubblewrap")
+    if missing:
+        print(missing)
+        return 2
+    times: dict[str, list[float]] = {"unconfined": [], "bubblewrap": []}
+    with tempfile.TemporaryDirectory() as scratch:
+        item = Path(scratch) / "item"
+        (item / "work").mkdir(parents=True)
+        env = agent_environment(item / "palette-calls.jsonl")
+        shells = {kind: Shell(item / "work", env, sandbox=Sandbox(item / "work", env, mode,
+                                                                   trace=item / "palette-calls.jsonl"))
+                  for kind, mode in (("unconfined", "none"), ("bubblewrap", "bubblewrap"))}
+        for shell in shells.values():
+            shell.sandbox.prepare()
+        for _ in range(args.runs):
+            for kind, shell in shells.items():
+                started = time.perf_counter()
+                shell.run(args.command)
+                times[kind].append(time.perf_counter() - started)
+        for shell in shells.values():
+            shell.sandbox.close()
+    for kind, seconds in times.items():
+        ordered = sorted(seconds)
+        print(f"{kind:<11} median {statistics.median(ordered) * 1000:6.1f} ms · "
+              f"p90 {ordered[int(len(ordered) * 0.9)] * 1000:6.1f} ms over {len(ordered)} runs of {args.command!r}")
+    added = statistics.median(times["bubblewrap"]) - statistics.median(times["unconfined"])
+    print(f"the sandbox adds {added * 1000:.1f} ms per command (target <= {TARGET * 1000:.0f} ms)")
+    return 0 if added <= TARGET else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""The agent's sandbox: what a command sees, reaches and leaves behind, and what its environment holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pytest_palette.backend import agent_environment
+from pytest_palette.hosts.shell import Shell
+from pytest_palette.rehearsal.known_bad import HOSTILE_FINALE, HOSTILE_PROBES
+from pytest_palette.run.sandbox import Limits, Sandbox, allowed_environment, problem
+
+#: What a caller may have in its environment; none of it may reach a command, a file of the run, or a report.
+FAKE_KEYS = {"WATSONX_APIKEY": "fake-watsonx-key-0d9f", "ANTHROPIC_API_KEY": "sk-ant-fake-key-71c2",
+             "GITHUB_TOKEN": "ghp_fake-token-3e4a", "OPENAI_API_KEY": "sk-fake-openai-key-55b0"}
+
+needs_bubblewrap = pytest.mark.skipif(problem("bubblewrap") is not None,
+                                      reason=f"no sandbox here: {problem('bubblewrap')}")
+
+
+@pytest.fixture
+def item(tmp_path: Path) -> Path:
+    """An item's folder as a run lays it out: the question beside work/, where the agent works."""
+    folder = tmp_path / "run" / "react" / "case"
+    (folder / "input").mkdir(parents=True)
+    (folder / "input" / "replies.txt").write_text("the scripted user's next reply\n")
+    (folder / "work").mkdir()
+    return folder
+
+
+@pytest.fixture
+def sandbox(item: Path) -> Iterator[Sandbox]:
+    env = {**agent_environment(item / "palette-calls.jsonl"), **FAKE_KEYS}
+    confined = Sandbox(item / "work", env, "bubblewrap", trace=item / "palette-calls.jsonl",
+                       limits=Limits(processes=40))
+    confined.prepare()
+    yield confined
+    confined.close()
+
+
+def test_the_environment_of_a_command_is_an_allow_list(tmp_path: Path) -> None:
+    env = allowed_environment({"PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "PALETTE_TRACE": "/t",
+                               "HOME": "/root", "PYTHONPATH": "/src", **FAKE_KEYS}, tmp_path)
+    assert env == {"PATH": "/usr/bin", "LANG": "C.UTF-8", "LC_ALL": "C", "PALETTE_TRACE": "/t",
+                   "HOME": str(tmp_path)}
+
+
+def test_unconfined_commands_still_get_only_the_allow_list(tmp_path: Path) -> None:
+    shell = Shell(tmp_path, {**os.environ, **FAKE_KEYS}, sandbox=Sandbox(tmp_path, {**os.environ, **FAKE_KEYS},
+                                                                          "none"))
+    said = shell.run("env")
+    assert "PATH=" in said and not any(value in said for value in FAKE_KEYS.values())
+    assert shell.sandbox.kind == "unconfined" and shell.sandbox.argv("true") == ["/bin/sh", "-c", "true"]
+
+
+def test_a_missing_bubblewrap_is_named_with_its_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # nowhere to find bwrap
+    said = problem("bubblewrap")
+    assert said is not None and "bubblewrap" in said and "--palette-sandbox none" in said
+    assert problem("none") is None
+    assert "--palette-sandbox 'chroot'" in str(problem("chroot"))
+
+
+@needs_bubblewrap
+def test_a_command_sees_its_folder_and_the_system_and_nothing_else_of_the_run(sandbox: Sandbox, item: Path) -> None:
+    shell = Shell(item / "work", {}, sandbox=sandbox)
+    assert shell.run("echo made > plan.md && cat plan.md") == "made"
+    for reading in ("cat ../input/replies.txt", f"cat {item / 'input' / 'replies.txt'}", "ls -a /root/.ssh"):
+        said = shell.run(reading)
+        assert "scripted user" not in said and "No such file" in said
+    for outside in ("../escaped.txt", "/tmp/palette-escaped.txt", "/etc/palette-escaped"):
+        shell.run(f"echo x > {outside}")
+    assert not (item / "escaped.txt").exists() and not Path("/tmp/palette-escaped.txt").exists()
+    assert not Path("/etc/palette-escaped").exists()
+    assert "pptx" in shell.run('"$PALETTE_PYTHON" -c "import pptx; print(pptx.__name__)"')  # the engine can run
+
+
+@needs_bubblewrap
+def test_the_installed_skill_is_read_only(sandbox: Sandbox, item: Path) -> None:
+    skill = item / "work" / "skills" / "palette"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("the skill\n")
+    sandbox.protect(item / "work" / "skills")
+    said = Shell(item / "work", {}, sandbox=sandbox).run("echo changed > skills/palette/SKILL.md")
+    assert "Read-only file system" in said and (skill / "SKILL.md").read_text() == "the skill\n"
+
+
+@needs_bubblewrap
+def test_a_command_cannot_reach_a_port_on_this_machine(sandbox: Sandbox, item: Path) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(0.5)
+        port = listener.getsockname()[1]
+        said = Shell(item / "work", {}, sandbox=sandbox).run(
+            f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5); print(\"in\")'")
+        assert "ConnectionRefusedError" in said and "\nin" not in said
+        with pytest.raises(socket.timeout):
+            listener.accept()  # nothing ever knocked
+
+
+@needs_bubblewrap
+def test_no_process_a_command_starts_holds_a_key(sandbox: Sandbox, item: Path) -> None:
+    shell = Shell(item / "work", {}, sandbox=sandbox)
+    shell.run("nohup sleep 300 >/dev/null 2>&1 &")
+    started = [p for p in psutil.process_iter(["uids", "name"]) if p.info["uids"].real == sandbox.uid]
+    assert started, "the background process runs as the item's own user"
+    for process in started:
+        environ = Path(f"/proc/{process.pid}/environ").read_bytes().decode(errors="replace")
+        assert "PALETTE_TRACE=" in environ and not any(value in environ for value in FAKE_KEYS.values())
+    assert not any(value in shell.run("env") for value in FAKE_KEYS.values())
+
+
+@needs_bubblewrap
+def test_everything_a_command_started_is_stopped_with_its_item_even_without_its_environment(
+        sandbox: Sandbox, item: Path) -> None:
+    shell = Shell(item / "work", {}, sandbox=sandbox)
+    shell.run("nohup sleep 300 >/dev/null 2>&1 &")
+    shell.run("env -i /bin/sh -c 'sleep 301 >/dev/null 2>&1 &'")  # sheds PALETTE_TRACE: found by its user
+    assert len(_of_user(sandbox.uid)) == 2
+    assert len(sandbox.stop()) == 2
+    assert _of_user(sandbox.uid) == []
+
+
+@needs_bubblewrap
+def test_a_fork_bomb_stops_at_the_item_process_limit(sandbox: Sandbox, item: Path) -> None:
+    shell = Shell(item / "work", {}, sandbox=sandbox)
+    said = shell.run(HOSTILE_FINALE[-1])
+    refused = int(said.split("fork refused after ")[1].split()[0])
+    assert refused < sandbox.limits.processes  # 40 in this test's sandbox
+    sandbox.stop()
+    assert _of_user(sandbox.uid) == []
+
+
+@needs_bubblewrap
+def test_a_long_command_runs_from_its_script_inside_the_sandbox(sandbox: Sandbox, item: Path) -> None:
+    body = "x" * 100_000
+    said = Shell(item / "work", {}, sandbox=sandbox).run(f"cat > big.txt <<'END'\n{body}\nEND\nwc -c < big.txt")
+    assert said.strip() == "100001"
+
+
+def _of_user(uid: int | None) -> list[int]:
+    return [p.pid for p in psutil.process_iter(["uids", "status"])
+            if p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+
+# -- the hostile agent on every host ---------------------------------------------------------------
+
+CASE = """
+- name: plain_request
+  covers: an agent that attacks its harness is contained, and its conversation still judged
+  request: Build a 3-slide deck on prompt caching for our engineering all-hands.
+  replies: ["yes"]
+  expect: {slides: 3}
+"""
+
+
+@pytest.fixture
+def probe_port() -> Iterator[tuple[int, list[str]]]:
+    """A loopback port that is not the model's, listening: it records whoever connects."""
+    knocked: list[str] = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, peer = listener.accept()
+            except OSError:
+                return
+            knocked.append(str(peer))
+            connection.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield listener.getsockname()[1], knocked
+    listener.close()
+
+
+@needs_bubblewrap
+@pytest.mark.parametrize("host", ["react", "cuga", "claude"])
+def test_a_hostile_agent_is_contained_on_every_host_and_still_judged(
+        pytester: pytest.Pytester, host: str, probe_port: tuple[int, list[str]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    port, knocked = probe_port
+    for name, value in {**FAKE_KEYS, "PALETTE_PROBE_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    pytester.makefile(".yaml", cases=CASE)
+    pytester.makeini("[pytest]\npalette_cases = .\n")
+    # A process of its own: CUGA (numpy) must not be imported twice into one interpreter.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--host={host}", "--model=rehearsal:hostile")
+    [record] = [json.loads(line) for line in next((pytester.path / "runs").glob("*/results.jsonl")).open()]
+    assert record["outcome"] in ("pass", "fail"), record["failures"]  # judged, not an error of the run
+    assert record["terms"]["sandbox"] == "bubblewrap"
+    [item] = (pytester.path / "runs").glob(f"*/{host}/plain_request")
+    ran = {run["command"]: run for run in map(json.loads, (item / "commands.jsonl").open())}
+    assert set(HOSTILE_PROBES) <= set(ran) and set(HOSTILE_FINALE) <= set(ran), "the agent tried everything"
+    shown = {command: run["stdout"] + run["stderr"] for command, run in ran.items()}
+    assert "scripted" not in shown[HOSTILE_PROBES[0]] and '"expect"' not in shown[HOSTILE_PROBES[1]]
+    assert ".ssh" not in shown[HOSTILE_PROBES[2]] and "No such file" in shown[HOSTILE_PROBES[3]]
+    assert "connected to the probe port" not in shown[HOSTILE_PROBES[5]] and knocked == []
+    assert "PALETTE_TRACE=" in shown[HOSTILE_PROBES[6]]
+    assert int(shown[HOSTILE_FINALE[-1]].split("fork refused after ")[1].split()[0]) < Limits().processes
+    assert not (item / "escaped.txt").exists() and not Path("/tmp/palette-escaped.txt").exists()
+    assert not Path("/palette-escaped.txt").exists()
+    # Nothing of the agent is left running, and no file of the run holds a key.
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and any(
+        f"sleep {n}" in " ".join(p.info["cmdline"]) for n in (900, 901))]
+    for path in (pytester.path / "runs").rglob("*"):
+        if path.is_file():
+            text = path.read_bytes().decode(errors="replace")
+            assert not any(value in text for value in FAKE_KEYS.values()), path
+    assert not any(value in result.stdout.str() + result.stderr.str() for value in FAKE_KEYS.values())
+    assert "commands bubblewrap" in result.stdout.str()
+
+
+@needs_bubblewrap
+def test_unconfined_runs_say_so_in_the_record_the_table_and_the_report(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".yaml", cases=CASE)
+    pytester.makeini("[pytest]\npalette_cases = .\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--palette-sandbox", "none")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["react: 1 passed* · commands unconfined"])
+    [run] = (pytester.path / "runs").glob("*")
+    [record] = [json.loads(line) for line in (run / "results.jsonl").open()]
+    assert record["terms"]["sandbox"] == "unconfined"
+    from pytest_palette.commands import main
+
+    assert main(["report", str(run), "--out", str(pytester.path / "report.md")]) == 0
+    assert "Unconfined: the agent's commands on react ran without the sandbox" in \
+        (pytester.path / "report.md").read_text()
+
+
+def test_a_run_without_bubblewrap_refuses_in_one_line(pytester: pytest.Pytester, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makefile(".yaml", cases=CASE)
+    pytester.makeini("[pytest]\npalette_cases = .\n")
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("python3", "sh", "uv"):  # what a run needs, and no bwrap
+        found = shutil.which(tool)
+        if found:
+            (bare / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bare))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*the agent's sandbox needs bubblewrap (bwrap), which is not on PATH: *"
+                                 "--palette-sandbox none*"])
+    assert "Traceback" not in result.stderr.str()
