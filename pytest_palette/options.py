@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from .cases import MAX_CONTEXT
 from .hosts.base import COMMAND_TIMEOUT, RECURSION_LIMIT, TURN_TIMEOUT, HostSettings
 from .models import ModelSpec, ModelUnavailable, parse_model
 from .results.ledger import run_ledgers
+from .results.prices import PriceError, PriceTable, load_prices
 from .skill import PACKAGED_SKILLS
 
 DEFAULT_BUILD_GRACE = 60.0
@@ -63,6 +65,12 @@ def add_options(parser: pytest.Parser) -> None:
                     choices=("bubblewrap", "none"),
                     help="where the agent's commands run: bubblewrap (default: work/ only, no network, no "
                          "secrets, limits) or none (unconfined; every record and report says so)")
+    group.addoption("--palette-prices", default=None, dest="palette_prices", metavar="FILE",
+                    help="a YAML or JSON price table, USD per million tokens per model ({model: {input: USD, "
+                         "output: USD}}): the cost of models whose client reports none")
+    group.addoption("--palette-max-cost", type=float, default=None, dest="palette_max_cost", metavar="USD",
+                    help="stop starting items once this session has recorded that much cost (per ledger: xdist "
+                         "workers share it, shards do not); the rest are recorded as skipped")
     group.addoption("--palette-claude-cli", default=None, dest="palette_claude_cli", metavar="PATH",
                     help="the Claude Code CLI the claude host runs (default: the one bundled in claude-agent-sdk, "
                          "else `claude` on PATH)")
@@ -91,6 +99,11 @@ class Settings:
     run_id: str | None = None
     resume_dir: Path | None = None
     max_context: int = MAX_CONTEXT
+    #: The user's price table (--palette-prices), and the file it came from.
+    prices: PriceTable | None = None
+    prices_file: Path | None = None
+    #: --palette-max-cost: USD this session may record before it stops starting items.
+    max_cost: float | None = None
 
 
 def _number(config: pytest.Config, option: str, ini: str | None, default: float) -> float:
@@ -167,7 +180,19 @@ def resolve(config: pytest.Config) -> Settings:
     collect_dir = (config.invocation_params.dir / collect).resolve() if collect else None
     if collect_dir is not None and not collect_dir.is_dir():
         raise pytest.UsageError(f"--palette-collect {collect}: no run folder at {collect_dir}")
+    prices_given = config.getoption("palette_prices")
+    prices_file = (config.invocation_params.dir / prices_given).resolve() if prices_given else None
+    try:
+        prices = load_prices(prices_file) if prices_file is not None else None
+    except PriceError as error:
+        raise pytest.UsageError(f"--palette-prices {error}") from None
+    max_cost = config.getoption("palette_max_cost")
+    if max_cost is not None and not (math.isfinite(max_cost) and max_cost > 0):
+        raise pytest.UsageError(f"--palette-max-cost must be a number of USD more than 0 (got {max_cost:g})")
     return Settings(
+        prices=prices,
+        prices_file=prices_file,
+        max_cost=max_cost,
         runs=runs or 1,
         max_context=max_context or MAX_CONTEXT,
         shard=shard,

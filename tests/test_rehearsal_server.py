@@ -267,6 +267,10 @@ def test_codeact_streams_chunks_that_reassemble_into_the_same_answer(server: Reh
     assert len(deltas) > 3  # really split, so a client must reassemble
     assert "".join(d["delta"].get("content") or "" for d in deltas) == whole
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] > 0
+    # The same usage a whole answer reports, and only when asked for (stream_options.include_usage).
+    assert chunks[-1]["usage"] == chat(server, messages)["usage"]
+    status, _, plain = call(f"{server.openai_base_url}/chat/completions", body | {"stream_options": {}})
+    assert status == 200 and all("usage" not in json.loads(payload) for _, payload in sse(plain)[:-1])
 
 
 # -- OpenAI function calling -----------------------------------------------------------------------
@@ -408,6 +412,10 @@ def test_claude_first_answer_streams_a_skill_call(server: RehearsalServer) -> No
                                    "input": {"skill": "palette"}}]
     delta = json.loads(events[-2][1])
     assert delta["delta"]["stop_reason"] == "tool_use" and delta["usage"]["output_tokens"] > 0
+    # A streamed answer reports the usage a whole one does: input tokens at the start, output at the end.
+    whole = json.loads(messages_call(server, claude_request(CLAUDE_OPENING))[1])["usage"]
+    assert start["usage"]["input_tokens"] == whole["input_tokens"] > 0
+    assert delta["usage"]["output_tokens"] == whole["output_tokens"]
 
 
 @pytest.mark.parametrize("together", [False, True], ids=["base-directory-apart", "base-directory-with-result"])

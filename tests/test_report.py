@@ -300,4 +300,9 @@ def test_usage_is_summed_per_host_over_the_runs_that_reported_it(tmp_path: Path)
     claude, react = report.columns
     assert claude.usage == {"turns": 400, "input_tokens": 600, "output_tokens": 200, "cost_usd": None}
     assert react.usage == {"turns": 400, "input_tokens": None, "output_tokens": None, "cost_usd": 50.0}
-    assert "claude: 400 turns, 600 input tokens, 200 output tokens; react: 400 turns, $50.00" in to_markdown(report)
+    markdown = to_markdown(report)
+    assert "Reported usage: claude: 400 turns; react: 400 turns." in markdown
+    # Tokens without a price are said to be unpriced, naming the model; a cost of a schema-1 record kept no source.
+    assert "| claude | 600 | 200 | 4 | — | — | no price for rehearsal: pass --palette-prices |" in markdown
+    assert "| react | — | — | — | $50.00 | $0.25 | recorded (its source not said) |" in markdown
+    assert from_ledger["hosts"][0]["unpriced"] == {"runs": 200, "models": ["rehearsal"]}

@@ -62,7 +62,7 @@ class TurnRecord:
     steps: list[str] = field(default_factory=list)
     # Reported by hosts whose client counts them (the claude host); None when the client does not say.
     num_turns: int | None = None  # model round trips within this turn, as the client counts them
-    cost_usd: float | None = None  # the client's own estimate at list prices
+    cost_usd: float | None = None  # what the client says this turn cost (None for the rehearsal model)
     usage: dict[str, int] = field(default_factory=dict)  # token counts, as the client reports them
     #: When the message was sent (epoch seconds), set by the harness: the judge orders calls by turns with it.
     started_at: float | None = None

@@ -532,7 +532,8 @@ class ClaudeHost(Host):
                      "permission_mode": self.permission_mode,
                      "bash_timeout": f"{settings.command_timeout:g} s"}
         if model.provider == "rehearsal":
-            described["cost_usd"] = "the CLI's list-price estimate for cli_model, not a charge"
+            # The CLI's estimate would price cli_model, which did not run: only a price table prices it.
+            described["cost_usd"] = "not kept (the CLI's estimate prices cli_model, which did not run)"
         return described
 
     def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,

@@ -322,9 +322,10 @@ def code_steps(text: str) -> list[str]:
     return lines
 
 
-def step_recorder(steps: list[str]) -> Any:
+def step_recorder(steps: list[str], usage: dict[str, int] | None = None) -> Any:
     """A LangChain callback that appends each model answer's tool calls to `steps` (CUGA's
-    `InvokeResult.tool_calls` stays empty for load_skill and run_command)."""
+    `InvokeResult.tool_calls` stays empty for load_skill and run_command), and adds the tokens each model
+    call reported to `usage`."""
     from langchain_core.callbacks import BaseCallbackHandler
 
     class StepRecorder(BaseCallbackHandler):
@@ -332,8 +333,32 @@ def step_recorder(steps: list[str]) -> Any:
             for generations in getattr(response, "generations", []):
                 for generation in generations:
                     steps.extend(code_steps(str(getattr(generation, "text", "") or "")))
+            if usage is not None:
+                for name, count in reported_usage(response).items():
+                    usage[name] = usage.get(name, 0) + count
 
     return StepRecorder()
+
+
+def reported_usage(response: Any) -> dict[str, int]:
+    """The tokens one model call reported, as LangChain carries them: each answer's `usage_metadata` (set
+    for streamed and most other responses), else the call's `llm_output["token_usage"]` (OpenAI's names);
+    {} when the client reported none."""
+    usage: dict[str, int] = {}
+    for generations in getattr(response, "generations", None) or []:
+        for generation in generations:
+            reported = getattr(getattr(generation, "message", None), "usage_metadata", None) or {}
+            for name in ("input_tokens", "output_tokens"):
+                if isinstance(reported.get(name), int):
+                    usage[name] = usage.get(name, 0) + reported[name]
+    if usage:
+        return usage
+    # Both places describe the same call: read the second only when the first is empty, never add them.
+    totals = (getattr(response, "llm_output", None) or {}).get("token_usage") or {}
+    for ours, theirs in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens")):
+        if isinstance(totals.get(theirs), int):
+            usage[ours] = totals[theirs]
+    return usage
 
 
 @contextlib.contextmanager
@@ -390,6 +415,7 @@ class CugaSession(HostSession):
         self.shell = Shell(work, env, RUN_COMMAND_CEILING, log=commands, sandbox=sandbox)
         self.turns: list[TurnRecord] = []
         self._steps: list[str] = []  # the current turn's, filled by the step recorder
+        self._usage: dict[str, int] = {}  # the current turn's tokens, likewise
         self._broken: str | None = None
         self._loop = asyncio.new_event_loop()
         self._sink: int | None = None
@@ -424,7 +450,7 @@ class CugaSession(HostSession):
         # No model=: CUGA builds its own client from its settings, the path a real deployment takes.
         return CugaAgent(cuga_folder=str(self.cuga_folder), auto_load_policies=False, enable_knowledge=False,
                          enable_skills=True, skills_folder=str(self.cuga_folder),
-                         callbacks=[step_recorder(self._steps)])
+                         callbacks=[step_recorder(self._steps, self._usage)])
 
     def send(self, message: str, timeout: float) -> TurnRecord:
         if self._broken:
@@ -432,6 +458,7 @@ class CugaSession(HostSession):
         turn = TurnRecord(sent=message)
         self.turns.append(turn)
         self._steps.clear()
+        self._usage.clear()
         started = time.monotonic()
         try:
             with process_state(self.env, self.work), sandboxed_commands(self.shell):
@@ -445,6 +472,7 @@ class CugaSession(HostSession):
             raise
         finally:
             turn.steps = list(self._steps)
+            turn.usage = dict(self._usage)
             turn.seconds = round(time.monotonic() - started, 3)
         return turn
 

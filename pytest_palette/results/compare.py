@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from . import stats
 from .ledger import Reading
+from .prices import money
 from .record import Record
 from .report import Column, Report, build_report
 from .tally import Cell, Tally
@@ -39,6 +40,36 @@ class Change:
         return "regression" if difference < 0 else "improvement" if difference > 0 else ""
 
 
+@dataclass(frozen=True)
+class Spent:
+    """What one host's runs on one side took, as recorded."""
+
+    input_tokens: float | None
+    output_tokens: float | None
+    cost_usd: float | None
+    counted: int  # runs that reported tokens
+    priced: int  # runs that had a cost
+    unpriced: list[str]  # models whose tokens had no price
+
+    @classmethod
+    def of(cls, column: Column) -> Spent:
+        runs = column.usage_runs
+        return cls(column.usage.get("input_tokens"), column.usage.get("output_tokens"), column.usage.get("cost_usd"),
+                   max(runs.get("input_tokens", 0), runs.get("output_tokens", 0)), runs.get("cost_usd", 0),
+                   column.unpriced_models)
+
+    def tokens_text(self) -> str:
+        if not self.counted:
+            return "—"
+        total = (self.input_tokens or 0) + (self.output_tokens or 0)
+        return f"{total / self.counted:,.0f}"
+
+    def cost_text(self) -> str:
+        if self.cost_usd is None or not self.priced:
+            return f"no price for {', '.join(self.unpriced)}" if self.unpriced else "—"
+        return f"{money(self.cost_usd)} ({money(self.cost_usd / self.priced)} a run)"
+
+
 @dataclass
 class HostComparison:
     host: str
@@ -47,6 +78,10 @@ class HostComparison:
     before_model: list[str]
     after_model: list[str]
     config_changes: list[str]
+    #: Tokens and cost on each side: (input tokens, output tokens, cost in USD, runs that reported tokens,
+    #: runs that had a cost), None where no run reported it.
+    spent_before: Spent | None = None
+    spent_after: Spent | None = None
 
 
 @dataclass
@@ -111,7 +146,8 @@ def compare(records_a: Records, records_b: Records) -> Comparison:
         pairs = [(c.before, c.after) for c in changes if c.host == host and c.before and c.after]
         test = stats.paired_test([b for b, _ in pairs], [a for _, a in pairs])
         old, new = old_hosts[host], new_hosts[host]
-        hosts.append(HostComparison(host, test, len(pairs), old.models, new.models, _config_changes(old, new)))
+        hosts.append(HostComparison(host, test, len(pairs), old.models, new.models, _config_changes(old, new),
+                                    Spent.of(old), Spent.of(new)))
     skill_before = sorted({s for c in before.columns for s in c.skill_hashes})
     skill_after = sorted({s for c in after.columns for s in c.skill_hashes})
     comparison = Comparison(changes, hosts, skill_before, skill_after)
@@ -145,6 +181,17 @@ def to_markdown(comparison: Comparison) -> str:
         test = host.test
         lines.append(f"| {host.host} | {host.shared} | {test.b} | {test.c} | {test.ties} | {test.p:.4g} | "
                      f"{test.verdict} | {'; '.join(host.config_changes) or '—'} |")
+    spent = [h for h in comparison.hosts if h.spent_before and h.spent_after
+             and (h.spent_before.counted or h.spent_after.counted or h.spent_before.priced or h.spent_after.priced)]
+    if spent:
+        lines += ["", "## Tokens and cost", "",
+                  "| Host | Tokens per run before | Tokens per run after | Cost before | Cost after |",
+                  "| --- | --- | --- | --- | --- |"]
+        for host in spent:
+            before, after = host.spent_before, host.spent_after
+            assert before is not None and after is not None
+            lines.append(f"| {host.host} | {before.tokens_text()} | {after.tokens_text()} | {before.cost_text()} | "
+                         f"{after.cost_text()} |")
     lines += ["", "## Case by case", "", "| Case | Host | Before | After | |", "| --- | --- | --- | --- | --- |"]
     for change in comparison.changes:
         flag = {"regression": "**regression**", "improvement": "**improvement**"}.get(change.flag, change.flag)

@@ -19,6 +19,7 @@ from msgspec import Meta, Struct
 
 SCHEMA = 2
 Outcome = Literal["pass", "fail", "error", "skipped"]
+CostSource = Literal["provider", "prices"]
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 #: The outcomes that are verdicts on the skill; errors and skips are not, and stay out of every denominator.
 JUDGED = ("pass", "fail")
@@ -96,6 +97,9 @@ class Usage(Struct, **_PARTS):
     cost_usd: Amount | None
     started_at: float
     ended_at: float
+    #: Where cost_usd came from: "provider" (the client reported it), "prices" (the user's --palette-prices
+    #: table applied to the tokens); None when there is no cost, and in records written before it was said.
+    cost_source: CostSource | None = None
 
 
 class Record(Struct, tag_field="schema", tag=SCHEMA, **_STRUCT):

@@ -14,6 +14,7 @@ from typing import Any
 from ..cases import DEFAULT_MAX_POLLS
 from . import stats
 from .ledger import Reading
+from .prices import money
 from .record import MARK, Record, Terms
 from .tally import SUMMED, Cell, Group, Tally, ceiling, judged_polls, tally
 
@@ -46,6 +47,13 @@ class Column:
     metrics: dict[str, Any] = field(default_factory=dict)
     #: Per summed usage field (tokens, cost, turns, …): the total over the runs that reported it, else None.
     usage: dict[str, float | None] = field(default_factory=dict)
+    #: Per summed usage field: how many runs reported it.
+    usage_runs: dict[str, int] = field(default_factory=dict)
+    #: Runs with a cost, by where it came from ("provider", "prices"; "" when the record did not say).
+    cost_from: dict[str, int] = field(default_factory=dict)
+    #: Runs that reported tokens but no cost, and the models they ran (no price was known for them).
+    unpriced: int = 0
+    unpriced_models: list[str] = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -166,6 +174,11 @@ def build_report(records: Tally | Reading | Iterable[Record], *, allow_mixed: bo
         group = merged.get(col, Group())
         column.runs = sorted(group.runs)
         column.usage = {name: _rounded(group.total(name)) for name in SUMMED}
+        column.usage_runs = {name: len(group.reported[name]) for name in SUMMED}
+        column.cost_from = dict(sorted(group.cost_from.items()))
+        column.unpriced = group.unpriced
+        column.unpriced_models = sorted({terms.model for (host, terms), own in counted.groups.items()
+                                         if own.unpriced and where[(host, terms)] == col})
         column.metrics = _metrics(own, group)
 
     disagreements = _disagreements(cases, columns, cells)
@@ -394,6 +407,7 @@ def to_markdown(report: Report) -> str:
         lines += ["", f"Unconfined: the agent's commands on {', '.join(unconfined)} ran without the sandbox "
                       "(--palette-sandbox none, a person's own agent, or a run recorded before it existed): they "
                       "could read the scripted replies and the caller's files, and reach the network."]
+    lines += _cost_lines(columns)
     usage = [(c.label, texts) for c in columns if (texts := _usage_texts(c))]
     if usage:
         lines += ["", "Reported usage: " + "; ".join(f"{label}: {', '.join(texts)}" for label, texts in usage) + "."]
@@ -426,14 +440,58 @@ def to_markdown(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Usage fields the tokens-and-cost table shows; every other summed field is listed in words after it.
+COSTED = ("input_tokens", "output_tokens", "cost_usd")
+#: Where a column's cost came from, in words.
+COST_FROM = {"provider": "reported by the client", "prices": "your --palette-prices table",
+             "": "recorded (its source not said)"}
+
+
+def _cost_lines(columns: list[Column]) -> list[str]:
+    """Tokens and cost per host, where each cost came from, and which model had no price."""
+    if not any(c.usage_runs.get(name) for c in columns for name in COSTED):
+        return []
+    lines = ["", "Tokens and cost, as each host's client reported its tokens; a cost from the client where it "
+                 "reports one, else from your price table, else none:", ""]
+    rows = []
+    for c in columns:
+        tokens_in, tokens_out, cost = (c.usage.get(name) for name in COSTED)
+        counted = c.usage_runs.get("input_tokens", 0) or c.usage_runs.get("output_tokens", 0)
+        per_run = ((tokens_in or 0) + (tokens_out or 0)) / counted if counted else None
+        priced = c.usage_runs.get("cost_usd", 0)
+        sources = [f"{COST_FROM.get(source, source)}" + (f" ({n} runs)" if len(c.cost_from) > 1 else "")
+                   for source, n in c.cost_from.items()]
+        if c.unpriced:
+            sources.append(f"no price for {', '.join(c.unpriced_models)}: pass --palette-prices"
+                           + (f" ({c.unpriced} runs)" if priced else ""))
+        rows.append([c.label, _count(tokens_in), _count(tokens_out), _count(per_run), _usd(cost),
+                     _usd(cost / priced if cost is not None and priced else None), "; ".join(sources) or "—"])
+    lines += _table_lines(["Host", "Input tokens", "Output tokens", "Tokens per run (in + out)", "Cost", "Cost per run",
+                           "Cost from"], rows)
+    rehearsed = [c.label for c in columns if c.cost_from.get("prices")
+                 and any(p == "rehearsal" for p in c.providers)]
+    if rehearsed:
+        lines += ["", f"The cost of {', '.join(rehearsed)} is your price table applied to the rehearsal model's "
+                      "estimated tokens: a scripted stand-in ran, nothing was charged."]
+    return lines
+
+
+def _count(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def _usd(value: float | None) -> str:
+    return "—" if value is None else money(value)
+
+
 def _usage_texts(column: Column) -> list[str]:
-    """A column's reported totals in words: money as money, every other count as "<total> <field name>"."""
+    """A column's other reported totals (turns, and any count added to the record) as "<total> <field name>"."""
     texts = []
     for name, total in column.usage.items():
-        if total is None:
+        if total is None or name in COSTED:
             continue
-        amount = f"${total:.2f}" if name == "cost_usd" else f"{total:,}" if isinstance(total, int) else f"{total:,.2f}"
-        texts.append(amount if name == "cost_usd" else f"{amount} {name.replace('_', ' ')}")
+        texts.append(f"{total:,}" if isinstance(total, int) else f"{total:,.2f}")
+        texts[-1] += f" {name.replace('_', ' ')}"
     return texts
 
 
@@ -537,7 +595,8 @@ def to_json(report: Report) -> dict[str, Any]:
                    "fingerprints": c.fingerprints, "runs": c.runs, "passes": c.passes, "fails": c.fails,
                    "errors": c.errors, "skipped": c.skipped, "n": c.n, "wilson": c.wilson(),
                    "pass_at_k": k_map(c.pass_at), "pass_hat_k": k_map(c.pass_hat), "metrics": c.metrics,
-                   "usage": c.usage} for c in report.columns],
+                   "usage": c.usage, "usage_runs": c.usage_runs, "cost_from": c.cost_from,
+                   "unpriced": {"runs": c.unpriced, "models": c.unpriced_models}} for c in report.columns],
         "cases": [{"case": case, "cells": {label: cell_json(cell) for label in (c.label for c in report.columns)
                                            if (cell := report.cell(case, label)) is not None}}
                   for case in report.cases],

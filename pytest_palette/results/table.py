@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from .prices import money
 from .record import MARK, Record, RecordError, from_json
-from .tally import Cell, Tally, tally
+from .tally import Cell, Group, Tally, tally
 
 #: The report property that carries an item's record (a JSON line).
 RECORD_PROPERTY = "palette.record"
@@ -86,7 +87,7 @@ def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
         skipped = sum(c.skipped for c in own)
         lines.append(f"{host}: {sum(c.passes for c in own)} passed, {sum(c.fails for c in own)} failed, "
                      f"{sum(c.errors for c in own)} errored" + (f", {skipped} skipped" if skipped else "")
-                     + (f" · model {models[host]}" if host in models else "")
+                     + (f" · model {models[host]}" if host in models else "") + _spending(counted, host)
                      + (f" · commands {' and '.join(sorted(sandboxes[host]))}" if host in sandboxes else ""))
     if len(columns) > 1:
         tail = (f"{disagreements} discriminate between hosts" if disagreements
@@ -113,3 +114,28 @@ def _text(cell: Cell | None) -> str:
     shown_seconds = f"{seconds[len(seconds) // 2]:.1f}s" if seconds else "—"
     shown_polls = f"{polls}p" if polls is not None else ""
     return f"{_outcome(cell):<5} {shown_slides:>4} {shown_seconds:>7} {shown_polls:>3}"
+
+
+#: Where a host's cost came from, in a few words.
+SOURCES = {"provider": "from the client", "prices": "from your --palette-prices", "": "recorded"}
+
+
+def _spending(counted: Tally, host: str) -> str:
+    """A host's tokens and cost for its footer: what its client reported, and where the cost came from (or
+    which model had no price)."""
+    spent = Group()
+    unpriced: set[str] = set()
+    for (name, terms), group in counted.groups.items():
+        if name == host:
+            spent.merge(group)
+            if group.unpriced:
+                unpriced.add(terms.model)
+    tokens_in, tokens_out, cost = (spent.total(name) for name in ("input_tokens", "output_tokens", "cost_usd"))
+    parts = []
+    if tokens_in is not None or tokens_out is not None:
+        parts.append(f"{tokens_in or 0:,.0f} in / {tokens_out or 0:,.0f} out tokens")
+    if cost is not None:
+        parts.append(f"{money(cost)} ({', '.join(SOURCES.get(s, s) for s in sorted(spent.cost_from))})")
+    if unpriced:
+        parts.append(f"no price for {', '.join(sorted(unpriced))}: pass --palette-prices")
+    return "".join(f" · {part}" for part in parts)

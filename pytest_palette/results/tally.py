@@ -17,8 +17,10 @@ from ..cases import DEFAULT_MAX_POLLS
 from .ledger import Reading, latest
 from .record import Judged, Record, Terms, Usage
 
-#: Usage fields a report sums per column (the rest are times, reported by their own metrics).
-SUMMED = tuple(name for name in Usage.__struct_fields__ if name not in ("seconds", "started_at", "ended_at"))
+#: Usage fields a report sums per column (the rest are times, reported by their own metrics, and where the
+#: cost came from, counted apart).
+SUMMED = tuple(name for name in Usage.__struct_fields__
+               if name not in ("seconds", "started_at", "ended_at", "cost_source"))
 
 Result = tuple[str, tuple[str, ...], "Judged | None"]  # (outcome, failures, judged)
 
@@ -112,6 +114,10 @@ class Group:
     last_end: float = -math.inf
     #: Per summed usage field, the values the runs reported (a host that does not count reports none).
     reported: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in SUMMED})
+    #: Runs with a cost, by where it came from (Usage.cost_source; "" in records that did not say).
+    cost_from: Counter[str] = field(default_factory=Counter)
+    #: Runs that reported tokens and no cost: no price was known for their model.
+    unpriced: int = 0
 
     def merge(self, other: Group) -> None:
         self.runs |= other.runs
@@ -119,6 +125,8 @@ class Group:
         self.last_end = max(self.last_end, other.last_end)
         for name, values in other.reported.items():
             self.reported[name] += values
+        self.cost_from.update(other.cost_from)
+        self.unpriced += other.unpriced
 
     def total(self, name: str) -> float | None:
         """The field's total over the runs that reported it (None when none did); fsum, so shards read in any
@@ -171,7 +179,10 @@ def tally(records: Reading | Iterable[Record]) -> Tally:
         group.merge(Group(runs={r.run_id for r in kept}, first_start=min(map(_STARTED, usages)),
                           last_end=max(map(_ENDED, usages)),
                           reported={name: [v for v in map(getter, usages) if v is not None]
-                                    for name, getter in _SUMMED_GETTERS}))
+                                    for name, getter in _SUMMED_GETTERS},
+                          cost_from=Counter(u.cost_source or "" for u in usages if u.cost_usd is not None),
+                          unpriced=sum(1 for u in usages if u.cost_usd is None
+                                       and (u.input_tokens is not None or u.output_tokens is not None))))
         result.case_hashes.setdefault(case, set()).update(r.case_hash for r in kept)
     return result
 

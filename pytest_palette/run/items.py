@@ -21,7 +21,8 @@ from ..hosts.base import HandedOver, Host
 from ..judge import Verdict, explain, judge
 from ..options import Settings
 from ..results.ledger import append, open_run
-from ..results.record import Judged, Outcome, Record, Usage
+from ..results.prices import FROM_PROVIDER, FROM_TABLE, Price
+from ..results.record import CostSource, Judged, Outcome, Record, Usage
 from ..results.table import RECORD_PROPERTY
 from . import evidence, faults
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
@@ -91,6 +92,11 @@ class CaseItem(pytest.Item):
         if reason:
             self._finish("skipped", [f"{self.host_name}: {reason}"])
             pytest.skip(f"{self.host_name}: {reason}")
+        # Judging a saved run (--palette-collect) spends nothing: the limit applies to conversations held.
+        over = session.over_budget() if session.settings.collect_dir is None else None
+        if over:
+            self._finish("skipped", [over])
+            pytest.skip(over)
         if self.case.problem:
             self._finish("error", [self.case.problem])
             # pytest.fail in setup makes an ERROR whose report is this text alone (setup reports do not
@@ -158,7 +164,8 @@ class CaseItem(pytest.Item):
             run_id=session.run_id, case=self.case.name, host=self.host_name, run_index=self.run_index,
             workspace=self.workspace.relative.as_posix(), outcome=outcome,
             failures=tuple(failures), judged=_judged(verdict) if verdict else None,
-            terms=session.terms(self.host_name), usage=_usage(self._transcript, self._started, time.time()),
+            terms=session.terms(self.host_name),
+            usage=_usage(self._transcript, self._started, time.time(), session.price),
             case_hash=self.case.digest(), tags=self.case.tags)
         self.user_properties += properties(record, append(session.ledger, record))
 
@@ -181,8 +188,9 @@ def _judged(verdict: Verdict) -> Judged:
                   calls_from=verdict.calls_from, notes=verdict.notes)
 
 
-def _usage(transcript: Transcript | None, started: float, ended: float) -> Usage:
-    """Time, turns, tokens and cost, summed over turns when the host reported them; None when it did not."""
+def _usage(transcript: Transcript | None, started: float, ended: float, price: Price | None = None) -> Usage:
+    """Time, turns, tokens and cost, summed over turns when the host reported them; None when it did not. The
+    cost is the client's when it reported one, else the user's price for the tokens, else None."""
     if transcript is None:
         return Usage(seconds=None, turns=None, input_tokens=None, output_tokens=None, cost_usd=None,
                      started_at=round(started, 3), ended_at=round(ended, 3))
@@ -191,12 +199,17 @@ def _usage(transcript: Transcript | None, started: float, ended: float) -> Usage
     outputs = [t.usage.get("output_tokens") for t in turns]
     costs = [t.cost_usd for t in turns]
     reported = any(v is not None for v in inputs + outputs)
+    input_tokens = sum(i or 0 for i in inputs) if reported else None
+    output_tokens = sum(o or 0 for o in outputs) if reported else None
+    cost: float | None = None
+    source: CostSource | None = None
+    if any(c is not None for c in costs):
+        cost, source = round(sum(c or 0.0 for c in costs), 6), FROM_PROVIDER
+    elif price is not None and reported:
+        cost, source = price.cost(input_tokens or 0, output_tokens or 0), FROM_TABLE
     return Usage(
-        seconds=transcript.seconds, turns=len(turns),
-        input_tokens=sum(i or 0 for i in inputs) if reported else None,
-        output_tokens=sum(o or 0 for o in outputs) if reported else None,
-        cost_usd=round(sum(c or 0.0 for c in costs), 6) if any(c is not None for c in costs) else None,
-        started_at=round(started, 3), ended_at=round(ended, 3))
+        seconds=transcript.seconds, turns=len(turns), input_tokens=input_tokens, output_tokens=output_tokens,
+        cost_usd=cost, cost_source=source, started_at=round(started, 3), ended_at=round(ended, 3))
 
 
 def properties(record: Record, line: bytes) -> list[tuple[str, object]]:

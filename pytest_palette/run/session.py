@@ -21,7 +21,8 @@ from ..backend import describe_backend, round_trip, run_folder_problem, setting_
 from ..hosts.base import Host
 from ..options import Settings, resolve
 from ..results.ledger import find, ledger_name, load, read
-from ..results.record import Terms
+from ..results.prices import Price, money, price_of
+from ..results.record import RecordError, Terms, from_json
 from ..skill import SkillCard, load_card, skill_hash
 from . import sandbox
 from .workspace import Workspace
@@ -44,6 +45,11 @@ class Session:
     _terms: dict[str, Terms] = field(default_factory=dict)
     #: The descriptor holding the run's lock (`claim`), on the process that runs the session.
     lock: int | None = None
+    #: When the session began, on the controller: the records this session wrote began after it.
+    began: float = field(default_factory=time.time)
+    #: The cost this session's records hold, as far as the ledger has been read (`spent`).
+    _spent: float = 0.0
+    _read_to: int = 0
 
     @property
     def run_dir(self) -> Path:
@@ -67,6 +73,42 @@ class Session:
         if self.lock is not None:
             os.close(self.lock)
             self.lock = None
+
+    @property
+    def price(self) -> Price | None:
+        """The user's price for the model under test, when their table names it."""
+        return price_of(self.settings.prices, self.settings.model)
+
+    def spent(self) -> float:
+        """USD recorded by this session's items so far: read from the ledger, which every xdist worker of the
+        session appends to (a shard has a ledger of its own, so the sum is per shard). Read on from where the
+        last look stopped; only whole lines, so a record being written is counted at the next look."""
+        try:
+            with self.ledger.open("rb") as ledger:
+                ledger.seek(self._read_to)
+                block = ledger.read()
+        except FileNotFoundError:
+            return self._spent
+        whole = block[:block.rfind(b"\n") + 1]
+        self._read_to += len(whole)
+        for line in whole.splitlines():
+            try:
+                record = from_json(line)
+            except RecordError:
+                continue  # not a record: the report warns about it, this sum has nothing to add
+            cost = record.usage.cost_usd
+            # A resumed run's ledger holds the earlier sessions' records too: they spent before this one began.
+            if cost and record.run_id == self.run_id and record.usage.started_at >= self.began:
+                self._spent += cost
+        return self._spent
+
+    def over_budget(self) -> str | None:
+        """Why no further item may start (--palette-max-cost reached), or None."""
+        limit = self.settings.max_cost
+        if limit is None:
+            return None
+        spent = self.spent()
+        return f"the run reached --palette-max-cost {money(limit)} after {money(spent)}" if spent >= limit else None
 
     def terms(self, host: str) -> Terms:
         """What every result of `host` in this session depends on, asked of the host once."""
@@ -94,7 +136,7 @@ def start(config: pytest.Config) -> Session:
     given: dict[str, Any] | None = getattr(config, "workerinput", {}).get("palette_session")
     if given is not None:
         return Session(settings, hosts, given["run_id"], skill, given["skill_hash"], given["fingerprint"],
-                       dict(given["unavailable"]))
+                       dict(given["unavailable"]), began=float(given["began"]))
     digest = skill_hash(settings.skill_dir)
     run_id = settings.run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
     session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest))
@@ -152,7 +194,7 @@ def claim(session: Session) -> None:
 def for_workers(session: Session) -> dict[str, Any]:
     """What an xdist worker receives instead of choosing again: plain values only."""
     return {"run_id": session.run_id, "skill_hash": session.skill_hash, "fingerprint": session.fingerprint,
-            "unavailable": dict(session.unavailable)}
+            "unavailable": dict(session.unavailable), "began": session.began}
 
 
 def fingerprint(settings: Settings, skill_hash: str) -> str:
@@ -215,7 +257,25 @@ def header(session: Session) -> list[str]:
         f"palette: run folder {session.run_dir}",
         *(f"palette: {name}: " + ", ".join(f"{k} {v}" for k, v in session.terms(name).scaffold)
           for name in settings.hosts),
+        *([cost_line(session)] if settings.prices is not None or settings.max_cost is not None else []),
     ]
+
+
+def cost_line(session: Session) -> str:
+    """Where this session's costs will come from, and its limit."""
+    settings, price = session.settings, session.price
+    model = settings.model
+    if price is not None:
+        said = (f"cost from --palette-prices {settings.prices_file} ({money(price.input)} input, "
+                f"{money(price.output)} output per million tokens)")
+    elif model.provider == "rehearsal":
+        said = "tokens, no cost: the rehearsal model is priced only when --palette-prices names it"
+    else:
+        said = (f"cost as the client reports it, else none: no price for {model.text}"
+                + (f" in {settings.prices_file}" if settings.prices_file else ": pass --palette-prices"))
+    if settings.max_cost is not None:
+        said += f" · no item starts after the session has recorded {money(settings.max_cost)} (--palette-max-cost)"
+    return f"palette: {said}"
 
 
 def arguments(config: pytest.Config) -> list[Path]:
