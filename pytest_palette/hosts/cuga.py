@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..models import ModelSpec, missing_credentials
+from ..models import NO_KEY_HINT, ModelSpec, missing_credentials
 from ..run.command_log import CommandLog
 from ..skill import SkillCard, drift, install
 from .base import Host, HostError, HostSession, HostSettings, Problem, TurnRecord
@@ -92,7 +92,8 @@ def credentials_needed(model: ModelSpec, env: Mapping[str, str]) -> list[str]:
         return []
     if model.provider == "openai":
         missing = [] if env.get("OPENAI_API_KEY") else ["OPENAI_API_KEY"]
-        hint = " (any OpenAI-compatible endpoint: also set OPENAI_BASE_URL)"
+        hint = (f" ({NO_KEY_HINT})" if model.base_url
+                else " (any OpenAI-compatible endpoint: also give --palette-base-url URL)")
     elif model.provider == "watsonx":
         missing, hint = missing_credentials(model, env), ""
     elif model.provider == "rits":
@@ -138,8 +139,10 @@ def cuga_model(model: ModelSpec, env: Mapping[str, str], rehearsal_url: str | No
         return CugaModel(settings_file, {"OPENAI_BASE_URL": rehearsal_url, "OPENAI_API_KEY": "dummy",
                                          "MODEL_NAME": model.text})
     variables = {"MODEL_NAME": model.model_id}
-    if model.provider == "openai" and env.get("OPENAI_BASE_URL"):
-        variables["OPENAI_BASE_URL"] = env["OPENAI_BASE_URL"]
+    # --palette-base-url first, then the caller's OPENAI_BASE_URL: CUGA's OpenAI client reads the variable.
+    base_url = model.base_url or env.get("OPENAI_BASE_URL") if model.provider == "openai" else None
+    if base_url:
+        variables["OPENAI_BASE_URL"] = base_url
     return CugaModel(settings_file, variables)
 
 
@@ -602,7 +605,8 @@ class CugaHost(Host):
 
     def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings) -> CugaSession:
-        url = self._endpoint.server(model).openai_base_url if model.provider == "rehearsal" else None
+        url = (self._endpoint.server(model, settings.rehearsal_faults).openai_base_url
+               if model.provider == "rehearsal" else None)
         cuga = cuga_model(model, env, rehearsal_url=url)
         # CUGA's log stays in the item's folder, beside turns.json, out of the agent's sight.
         return CugaSession(workspace.work, skill, env, cuga, block_timeout(settings),

@@ -93,6 +93,9 @@ class Usage(Struct, **_PARTS):
     cost_usd: Amount | None
     started_at: float
     ended_at: float
+    #: Model calls the host's client retried after a transient error (429, 5xx, reset, timeout), summed over the
+    #: turns; None when the client does not say (and in records written before retries were counted).
+    retries: Count | None = None
 
 
 class Record(Struct, tag_field="schema", tag=SCHEMA, **_STRUCT):

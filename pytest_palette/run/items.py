@@ -182,13 +182,15 @@ def _usage(transcript: Transcript | None, started: float, ended: float) -> Usage
     inputs = [t.usage.get("input_tokens") for t in turns]
     outputs = [t.usage.get("output_tokens") for t in turns]
     costs = [t.cost_usd for t in turns]
+    retries = [t.retries for t in turns]
     reported = any(v is not None for v in inputs + outputs)
     return Usage(
         seconds=transcript.seconds, turns=len(turns),
         input_tokens=sum(i or 0 for i in inputs) if reported else None,
         output_tokens=sum(o or 0 for o in outputs) if reported else None,
         cost_usd=round(sum(c or 0.0 for c in costs), 6) if any(c is not None for c in costs) else None,
-        started_at=round(started, 3), ended_at=round(ended, 3))
+        started_at=round(started, 3), ended_at=round(ended, 3),
+        retries=sum(r or 0 for r in retries) if any(r is not None for r in retries) else None)
 
 
 def properties(record: Record, line: bytes) -> list[tuple[str, object]]:
