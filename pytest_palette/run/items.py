@@ -120,6 +120,8 @@ class CaseItem(pytest.Item):
             self._finish("skipped", [reason])
             pytest.skip(reason)
         except HostFailure as failure:
+            # What the turns took before the failure (retries, tokens) still counts: read back what was kept.
+            self._transcript = Transcript.saved(self.workspace)
             self._error(str(failure), said=f"host {self.host_name} failed: {failure}")
         self._evidence = evidence.read(self.workspace, settings.build_grace, self._transcript.started)
         if settings.collect_dir is None:  # what the agent started and left running ends with its item
