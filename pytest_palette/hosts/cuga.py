@@ -93,7 +93,7 @@ def credentials_needed(model: ModelSpec, env: Mapping[str, str]) -> list[str]:
     if model.provider == "openai":
         missing = [] if env.get("OPENAI_API_KEY") else ["OPENAI_API_KEY"]
         hint = (f" ({NO_KEY_HINT})" if model.base_url
-                else " (any OpenAI-compatible endpoint: also give --palette-base-url URL)")
+                else " (any OpenAI-compatible endpoint: also give --palette-base-url URL, or set OPENAI_BASE_URL)")
     elif model.provider == "watsonx":
         missing, hint = missing_credentials(model, env), ""
     elif model.provider == "rits":
