@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_benchmark_suite import run_suite
+from test_benchmark_suite import REPO, run_suite
 
 from pytest_palette.hosts.base import HostSettings
 from pytest_palette.hosts.claude import cli_environment, find_cli, parse_stream
@@ -178,6 +178,23 @@ def test_a_call_still_failing_after_its_retries_raises_with_the_cause() -> None:
         assert (counter.count, len(server.injected)) == (1, 2)
 
 
+def test_cugas_count_reads_the_openai_sdks_own_retry_lines_for_the_block_only() -> None:
+    import asyncio
+
+    from pytest_palette.hosts.cuga import counting_retries
+
+    with RehearsalServer(faults=FaultSchedule.parse("429:0.3,500:0.2,seed=5")) as server:
+        # A client built without our hook, as CUGA builds its own; CUGA calls it asynchronously.
+        model = build_chat_model(parse_model("openai:rehearsal", server.openai_base_url), {"OPENAI_API_KEY": "x"})
+        with counting_retries() as counted:
+            for n in range(6):
+                asyncio.run(model.ainvoke(f"Build a deck about topic {n}"))
+        during = len(server.injected)
+        model.invoke("Build a deck about one more topic")
+        model.invoke("Build a deck about the last topic")
+    assert counted.count == during > 0  # each retry inside the block, none after it
+
+
 # -- claude: the CLI's own count ---------------------------------------------------------------------
 
 
@@ -191,9 +208,11 @@ def test_each_api_retry_line_of_the_cli_is_a_retry() -> None:
 
 def test_the_retry_bound_reaches_every_host_description() -> None:
     from pytest_palette.hosts.claude import ClaudeHost
+    from pytest_palette.hosts.cuga import CugaHost
     from pytest_palette.hosts.react import ReactHost
 
     settings = HostSettings(model_retries=3)
+    assert "not reach it" in CugaHost().describe(parse_model("rehearsal"), settings)["model_retries"]
     assert ReactHost().describe(parse_model("openai:m"), settings)["model_retries"] == "3"
     assert "model_retries" not in ReactHost().describe(parse_model("rehearsal"), settings)  # nothing to retry
     assert ClaudeHost().describe(parse_model("rehearsal"), settings)["model_retries"] == "3"
@@ -260,3 +279,22 @@ def test_claude_with_injected_429s_and_500s_judges_every_item_and_counts_the_cli
     assert retries == len(said) > 0
     assert {event["error_status"] for event in said} <= {429, 500} and {e["max_retries"] for e in said} == {4}
     assert f"{retries} retries" in to_markdown(build_report(load(tmp_path / "runs")))
+
+
+@pytest.mark.slow
+def test_cuga_with_injected_429s_and_500s_judges_every_item_and_counts_the_sdks_retries(
+        pytester: pytest.Pytester) -> None:
+    """In a process of its own (CUGA pulls numpy, which loads once per process)."""
+    from test_cuga_host import _REASON
+
+    if _REASON is not None:
+        pytest.skip(f"cuga host unavailable: {_REASON}")
+    runs = pytester.path / "runs"
+    result = pytester.runpytest_subprocess(
+        str(REPO / "cases"), "-m", "core", "--host", "cuga", "-p", "no:cacheprovider", "-p", "no:randomly",
+        f"--rootdir={REPO}", f"--palette-run-dir={runs}", "--palette-rehearsal-faults", FAULTS, timeout=1200)
+    result.assert_outcomes(passed=5)
+    records = _records(runs)
+    retries = sum(r.usage.retries or 0 for r in records)
+    assert {r.outcome for r in records} == {"pass"} and all(r.usage.retries is not None for r in records)
+    assert retries > 0 and f"{retries} retries" in to_markdown(build_report(load(runs)))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
@@ -372,6 +373,35 @@ def recording_commands(log: CommandLog | None) -> Iterator[None]:
         LocalSandboxExecutor._run_command = original
 
 
+class _RetryLines(logging.Handler):
+    """Counts the openai SDK's "Retrying request" lines: one per retry of a model call, whatever its cause."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Retrying request"):
+            self.count += 1
+
+
+@contextlib.contextmanager
+def counting_retries() -> Iterator[_RetryLines]:
+    """Count, for the block, the retries of the openai client CUGA builds for itself. CUGA gives no way to hand
+    it a client with our hook, so the SDK's own log line is the counting point; the logger is process-wide, as
+    CUGA's state is: one cuga conversation at a time per process (see _active_lock)."""
+    logger = logging.getLogger("openai._base_client")
+    handler, level = _RetryLines(), logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 _active_lock = threading.Lock()
 
 
@@ -431,8 +461,10 @@ class CugaSession(HostSession):
         self.turns.append(turn)
         self._steps.clear()
         started = time.monotonic()
+        retries = None
         try:
-            with process_state(self.env, self.work), recording_commands(self.commands):
+            with process_state(self.env, self.work), recording_commands(self.commands), \
+                    counting_retries() as retries:
                 result = self._loop.run_until_complete(self._invoke(message, timeout))
             turn.answer = str(getattr(result, "answer", "") or "")
             if getattr(result, "error", None):
@@ -444,6 +476,7 @@ class CugaSession(HostSession):
         finally:
             turn.steps = list(self._steps)
             turn.seconds = round(time.monotonic() - started, 3)
+            turn.retries = retries.count if retries is not None else None
         return turn
 
     async def _invoke(self, message: str, timeout: float) -> Any:
@@ -585,7 +618,10 @@ class CugaHost(Host):
         facts = {"model": model.label, "provider": model.provider,
                  "skill_loading": "lazy (CUGA's load_skill; --palette-eager does not apply)",
                  "sandbox_execution_timeout": f"{block_timeout(settings)} s",
-                 "run_command_timeout": f"{RUN_COMMAND_CEILING} s (fixed in cuga)"}
+                 "run_command_timeout": f"{RUN_COMMAND_CEILING} s (fixed in cuga)",
+                 # CUGA builds its OpenAI client itself, with the SDK's default bound.
+                 "model_retries": "2 (the openai SDK's default in CUGA's client; --palette-model-retries does "
+                                  "not reach it)"}
         if self.unavailable() or unsupported_reason(model):
             return facts
         try:
