@@ -1,16 +1,20 @@
 """Model names → chat models, with every missing credential named before anything runs.
 
-`rehearsal` is the offline stand-in; `watsonx:<model_id>` goes through langchain-ibm; any other
-`provider:model` goes through LangChain's `init_chat_model` when that provider's package is there.
+`rehearsal` is the offline stand-in; `watsonx:<model_id>` goes through langchain-ibm; `openai:<model>` through
+langchain-openai's ChatOpenAI, at OpenAI or at any OpenAI-compatible server named by `--palette-base-url` (vLLM,
+Ollama, a gateway); any other `provider:model` goes through LangChain's `init_chat_model` when that provider's
+package is there.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from .rehearsal.policy import RehearsalPolicy
 
@@ -29,6 +33,10 @@ PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
     "groq": ("GROQ_API_KEY",),
     "ollama": (),
 }
+#: The providers whose client can be pointed at another server with --palette-base-url.
+BASE_URL_PROVIDERS = ("openai", "anthropic")
+#: What to set when a local OpenAI-compatible server checks no key: the client refuses to start without one.
+NO_KEY_HINT = "a local server that checks no key (vLLM, Ollama) takes any value, e.g. OPENAI_API_KEY=none"
 
 
 class ModelUnavailable(RuntimeError):
@@ -42,6 +50,8 @@ class ModelSpec:
     text: str
     provider: str
     model_id: str
+    #: The server the provider's client talks to instead of its default (--palette-base-url); None: the default.
+    base_url: str | None = None
 
     @property
     def label(self) -> str:
@@ -50,10 +60,40 @@ class ModelSpec:
             return f"rehearsal:{self.model_id} (known-bad scripted agent, not a language model)"
         if self.provider == "rehearsal":
             return "rehearsal (scripted stand-in, not a language model)"
-        return f"{self.provider}:{self.model_id}"
+        # The endpoint is part of what ran: one model name served by two servers is two columns.
+        return f"{self.provider}:{self.model_id}" + (f" at {self.base_url}" if self.base_url else "")
 
 
-def parse_model(text: str) -> ModelSpec:
+def parse_model(text: str, base_url: str | None = None) -> ModelSpec:
+    """A `--model` value, with the `--palette-base-url` given beside it (checked here: a bad one is a usage error)."""
+    spec = _parse_model(text)
+    if base_url is None:
+        return spec
+    return replace(spec, base_url=checked_base_url(base_url, spec))
+
+
+def checked_base_url(url: str, spec: ModelSpec) -> str:
+    """`url` as a base URL for `spec`'s client; ModelUnavailable naming the flag when it cannot be one."""
+    value = url.strip().rstrip("/")
+    if spec.provider not in BASE_URL_PROVIDERS:
+        kinds = " and ".join(f"{provider}:<model>" for provider in BASE_URL_PROVIDERS)
+        raise ModelUnavailable(f"--palette-base-url applies to {kinds} models, not --model {spec.text}")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as error:
+        raise ModelUnavailable(f"--palette-base-url {url!r}: not a URL ({error})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ModelUnavailable(f"--palette-base-url {url!r}: give an http:// or https:// URL with a host, "
+                               "e.g. http://localhost:8000/v1")
+    if parts.username or parts.password or parts.query:
+        # The URL is printed in every report: a key in it would be published.
+        raise ModelUnavailable("--palette-base-url: the URL carries credentials or a query; put the key in the "
+                               "environment (OPENAI_API_KEY or ANTHROPIC_API_KEY) instead")
+    return value
+
+
+def _parse_model(text: str) -> ModelSpec:
     value = text.strip()
     if value == "rehearsal":
         return ModelSpec(value, "rehearsal", "rehearsal")
@@ -92,11 +132,13 @@ def check_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> None:
     """Raise ModelUnavailable naming everything missing for this model; return when it can run."""
     missing = missing_credentials(spec, env)
     if missing:
+        hint = f"; {NO_KEY_HINT}" if spec.provider == "openai" and spec.base_url else ""
         raise ModelUnavailable(f"--model {spec.text} needs {', '.join(missing)} in the environment; "
-                               f"{'it is' if len(missing) == 1 else 'they are'} not set")
-    needed = {"rehearsal": None, "watsonx": "langchain_ibm"}.get(spec.provider, "langchain")
+                               f"{'it is' if len(missing) == 1 else 'they are'} not set{hint}")
+    needed = {"rehearsal": None, "watsonx": "langchain_ibm", "openai": "langchain_openai"}.get(
+        spec.provider, "langchain")
     if needed and importlib.util.find_spec(needed) is None:
-        extra = ("" if needed == "langchain_ibm"
+        extra = ("" if needed in ("langchain_ibm", "langchain_openai")
                  else " (pip install 'pytest-palette[providers]' and the provider's package)")
         raise ModelUnavailable(f"--model {spec.text} needs the {needed} package, which is not installed{extra}")
 
@@ -108,8 +150,42 @@ def rehearsal_policy(spec: ModelSpec) -> RehearsalPolicy:
     return SCRIPTED[spec.model_id]() if spec.model_id in SCRIPTED else RehearsalPolicy()
 
 
-def build_chat_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> BaseChatModel:
-    """A chat model for the spec; credentials are checked first."""
+class RetryCounter:
+    """The retries a model client made, counted where the client says it is retrying.
+
+    The openai SDK stamps every attempt of one call with `x-stainless-retry-count` (0 on the first try, n on the
+    n-th retry, whatever caused it: 429, 5xx, a reset, a timeout); an httpx event hook on the client's own
+    connection pool sees every attempt, so each request stamped above 0 is one retry. Per client, so per
+    conversation: nothing process-wide.
+    """
+
+    HEADER = "x-stainless-retry-count"
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def saw(self, request: Any) -> None:
+        try:
+            retry = int(request.headers.get(self.HEADER) or 0)
+        except ValueError:
+            return
+        if retry > 0:
+            with self._lock:
+                self._count += 1
+
+    async def asaw(self, request: Any) -> None:
+        self.saw(request)
+
+
+def build_chat_model(spec: ModelSpec, env: Mapping[str, str] | None = None, *, max_retries: int | None = None,
+                     retries: RetryCounter | None = None) -> BaseChatModel:
+    """A chat model for the spec; credentials are checked first. `max_retries` bounds the client's own retries
+    of a transient error (where it has them); `retries` counts them (the openai client)."""
     check_model(spec, env)
     environ = os.environ if env is None else env
     if spec.provider == "rehearsal":
@@ -130,10 +206,34 @@ def build_chat_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> B
             temperature=0.1,
             max_tokens=16000,
         )
+    if spec.provider == "openai":
+        return _openai_chat_model(spec, environ, max_retries, retries)
     from langchain.chat_models import init_chat_model  # type: ignore[import-not-found, unused-ignore]
 
+    given: dict[str, Any] = {} if max_retries is None else {"max_retries": max_retries}
+    if spec.base_url:
+        given["base_url"] = spec.base_url
     try:
-        model: BaseChatModel = init_chat_model(spec.model_id, model_provider=spec.provider)
+        model: BaseChatModel = init_chat_model(spec.model_id, model_provider=spec.provider, **given)
         return model
     except (ImportError, ValueError) as error:
         raise ModelUnavailable(f"--model {spec.text}: {error}") from error
+
+
+def _openai_chat_model(spec: ModelSpec, environ: Mapping[str, str], max_retries: int | None,
+                       retries: RetryCounter | None) -> BaseChatModel:
+    """ChatOpenAI at OpenAI or at `spec.base_url`. The SDK retries 429s (honouring Retry-After), 5xx, resets and a
+    call's timeout itself, with backoff and jitter; its own http clients carry the hook that counts them."""
+    import openai
+    from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
+
+    hooks: dict[str, Any] = {}
+    if retries is not None:
+        hooks = {"http_client": openai.DefaultHttpxClient(event_hooks={"request": [retries.saw]}),
+                 "http_async_client": openai.DefaultAsyncHttpxClient(event_hooks={"request": [retries.asaw]})}
+    # The key only from the environment, held as a SecretStr: never in a repr, a file or a log.
+    return ChatOpenAI(model=spec.model_id, api_key=SecretStr(environ.get("OPENAI_API_KEY", "")),
+                      base_url=spec.base_url or environ.get("OPENAI_BASE_URL") or None,
+                      max_retries=2 if max_retries is None else max_retries,
+                      stream_usage=True, **hooks)

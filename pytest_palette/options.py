@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from .cases import MAX_CONTEXT
-from .hosts.base import COMMAND_TIMEOUT, RECURSION_LIMIT, TURN_TIMEOUT, HostSettings
+from .hosts.base import COMMAND_TIMEOUT, MODEL_RETRIES, RECURSION_LIMIT, TURN_TIMEOUT, HostSettings
 from .models import ModelSpec, ModelUnavailable, parse_model
+from .rehearsal.injection import FaultSchedule
 from .results.ledger import run_ledgers
 from .results.prices import PriceError, PriceTable, load_prices
 from .skill import PACKAGED_SKILLS
@@ -25,7 +26,18 @@ def add_options(parser: pytest.Parser) -> None:
                     help="agent host(s) to run every case on; repeat or comma-separate (default: react)")
     group.addoption("--model", default=None, dest="palette_model", metavar="MODEL",
                     help="model for every selected host: rehearsal (offline, the default), rehearsal:<known-bad>, "
-                         "watsonx:<model_id>, or provider:model")
+                         "watsonx:<model_id>, openai:<model> (any OpenAI-compatible server with --palette-base-url), "
+                         "or provider:model")
+    group.addoption("--palette-base-url", default=None, dest="palette_base_url", metavar="URL",
+                    help="the server an openai:<model> (react, cuga) or anthropic:<model> (claude) is reached at, "
+                         "e.g. http://localhost:8000/v1 for vLLM or http://localhost:11434/v1 for Ollama; the key "
+                         "comes from the environment (OPENAI_API_KEY / ANTHROPIC_API_KEY)")
+    group.addoption("--palette-model-retries", type=int, default=None, dest="palette_model_retries", metavar="N",
+                    help="retries of one model call after a transient error (429, 5xx, reset, timeout), with "
+                         f"backoff, before the item ERRORs (default {MODEL_RETRIES})")
+    group.addoption("--palette-rehearsal-faults", default=None, dest="palette_rehearsal_faults", metavar="SPEC",
+                    help="transient errors the rehearsal server injects (cuga, claude), e.g. 429:0.2,500:0.05,seed=7:"
+                         " kind:rate pairs, kinds 429, 5xx codes and reset; deterministic for a seed")
     group.addoption("--palette-cases", action="append", default=[], dest="palette_cases", metavar="DIR",
                     help="folders whose *.yaml files are case files (default: ini palette_cases, else 'cases')")
     group.addoption("--palette-skill", default=None, dest="palette_skill", metavar="DIR",
@@ -145,9 +157,19 @@ def resolve(config: pytest.Config) -> Settings:
     if duplicates:
         raise pytest.UsageError(f"--host names {', '.join(sorted(duplicates))} more than once")
     try:
-        model = parse_model(config.getoption("palette_model") or str(config.getini("palette_model")))
+        model = parse_model(config.getoption("palette_model") or str(config.getini("palette_model")),
+                            config.getoption("palette_base_url"))
     except ModelUnavailable as error:
         raise pytest.UsageError(str(error)) from None
+    retries = config.getoption("palette_model_retries")
+    if retries is not None and retries < 0:
+        raise pytest.UsageError(f"--palette-model-retries must be 0 or more (got {retries})")
+    faults = config.getoption("palette_rehearsal_faults")
+    if faults is not None:
+        try:
+            FaultSchedule.parse(faults)
+        except ValueError as error:
+            raise pytest.UsageError(f"--palette-rehearsal-faults {faults!r}: {error}") from None
     root = config.rootpath
     case_dirs = [root / d for d in config.getoption("palette_cases")] or list(config.getini("palette_cases"))
     if not case_dirs:
@@ -166,6 +188,11 @@ def resolve(config: pytest.Config) -> Settings:
     max_context = config.getoption("palette_max_context")
     if max_context is not None and max_context < 1:
         raise pytest.UsageError(f"--palette-max-context must be at least 1 byte (got {max_context})")
+    if faults is not None and (model.provider != "rehearsal" or not set(hosts) - {"react", "manual"}):
+        # Only the rehearsal server the cuga and claude hosts start injects them; react's rehearsal is in-process.
+        raise pytest.UsageError("--palette-rehearsal-faults applies to --model rehearsal on the cuga and claude hosts "
+                                "(for react, serve it: python -m pytest_palette.rehearsal.server --faults SPEC, then "
+                                "--model openai:rehearsal --palette-base-url URL)")
     shard = _shard(config.getoption("palette_shard"))
     resume = config.getoption("palette_resume")
     resume_dir = (config.invocation_params.dir / resume).resolve() if resume else None
@@ -211,5 +238,7 @@ def resolve(config: pytest.Config) -> Settings:
             recursion_limit=recursion or RECURSION_LIMIT,
             eager=bool(config.getoption("palette_eager")),
             sandbox=str(config.getoption("palette_sandbox") or "bubblewrap"),
+            model_retries=MODEL_RETRIES if retries is None else retries,
+            rehearsal_faults=faults,
         ),
     )

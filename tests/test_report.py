@@ -298,8 +298,10 @@ def test_usage_is_summed_per_host_over_the_runs_that_reported_it(tmp_path: Path)
     assert from_ledger.pop("ledgers") == [str(tmp_path / "results.jsonl")] and from_records.pop("ledgers") == []
     assert from_ledger == from_records
     claude, react = report.columns
-    assert claude.usage == {"turns": 400, "input_tokens": 600, "output_tokens": 200, "cost_usd": None}
-    assert react.usage == {"turns": 400, "input_tokens": None, "output_tokens": None, "cost_usd": 50.0}
+    assert claude.usage == {"turns": 400, "input_tokens": 600, "output_tokens": 200, "cost_usd": None,
+                            "retries": None}
+    assert react.usage == {"turns": 400, "input_tokens": None, "output_tokens": None, "cost_usd": 50.0,
+                           "retries": None}
     markdown = to_markdown(report)
     assert "Reported usage: claude: 400 turns; react: 400 turns." in markdown
     # Tokens without a price are said to be unpriced, naming the model; a cost of a schema-1 record kept no source.

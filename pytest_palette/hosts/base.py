@@ -24,6 +24,10 @@ TURN_TIMEOUT = 1500.0
 COMMAND_TIMEOUT = 300.0
 #: LangGraph's default of 25 steps is about 12 model turns: less than one deck.
 RECURSION_LIMIT = 120
+#: Retries of one model call after a transient error (429, 5xx, a reset, the call's timeout), by the client's own
+#: machinery, with backoff and jitter; then the turn fails and the item ERRORs naming the cause. The openai SDK's
+#: default is 2: a provider's rate limit often lasts longer than that.
+MODEL_RETRIES = 5
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ class TurnRecord:
     usage: dict[str, int] = field(default_factory=dict)  # token counts, as the client reports them
     #: When the message was sent (epoch seconds), set by the harness: the judge orders calls by turns with it.
     started_at: float | None = None
+    #: Model calls the client retried after a transient error in this turn; None when the client does not say.
+    retries: int | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,11 @@ class HostSettings:
     eager: bool = False
     #: `--palette-sandbox`: "bubblewrap", or "none" for commands unconfined (the allow-listed environment still).
     sandbox: str = "bubblewrap"
+    #: The most retries of one model call, where the host's client retries (all built-in hosts do).
+    model_retries: int = MODEL_RETRIES
+    #: Transient errors the rehearsal server injects (`--palette-rehearsal-faults`), for hosts that serve it
+    #: over HTTP; None: it injects none.
+    rehearsal_faults: str | None = None
 
 
 class HostSession(abc.ABC):

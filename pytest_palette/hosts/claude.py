@@ -112,11 +112,13 @@ def cli_model(model: ModelSpec) -> str:
 
 
 def cli_environment(base: Mapping[str, str], model: ModelSpec, config_dir: Path, base_url: str | None,
-                    command_timeout: float, as_root: bool | None = None) -> dict[str, str]:
+                    command_timeout: float, as_root: bool | None = None,
+                    max_retries: int | None = None) -> dict[str, str]:
     """The CLI's environment: `base` (this conversation's, PALETTE_TRACE included) made safe and quiet.
 
     For the rehearsal model every routing variable is dropped and the server put in their place; for a
-    real model the caller's ANTHROPIC_* (key, gateway) pass through.
+    real model the caller's ANTHROPIC_* (key, gateway) pass through, and `--palette-base-url` (the model's)
+    overrides the gateway. `max_retries` bounds the CLI's own retries of a transient API error.
     """
     env = {k: v for k, v in base.items() if k not in INHERITED}
     if model.provider == "rehearsal":
@@ -126,6 +128,10 @@ def cli_environment(base: Mapping[str, str], model: ModelSpec, config_dir: Path,
         # A proxy set for the outside world must not carry loopback traffic.
         env["NO_PROXY"] = ",".join(p for p in ("127.0.0.1", "localhost", env.get("NO_PROXY", "")) if p)
         env["no_proxy"] = env["NO_PROXY"]
+    elif model.base_url:
+        env["ANTHROPIC_BASE_URL"] = model.base_url
+    if max_retries is not None:
+        env["CLAUDE_CODE_MAX_RETRIES"] = str(max_retries)
     env.update(QUIET)
     env["CLAUDE_CONFIG_DIR"] = str(config_dir)
     # The Bash tool's ceiling must outlast deck.py's holds (90 s plan, 60 s status), as on the react host.
@@ -170,6 +176,8 @@ class CliOutput:
     result: Json | None = None
     #: The Bash commands that ended, with the times the CLI stamped on the call and on its result.
     commands: list[CommandRun] = field(default_factory=list)
+    #: API calls the CLI retried after a transient error: one `system/api_retry` line each.
+    retries: int = 0
 
 
 def parse_stream(lines: Iterable[str]) -> CliOutput:
@@ -188,6 +196,8 @@ def parse_stream(lines: Iterable[str]) -> CliOutput:
         if kind == "system" and event.get("subtype") == "init":
             out.skills = [str(s) for s in event.get("skills") or []]
             out.session_id = event.get("session_id")
+        elif kind == "system" and event.get("subtype") == "api_retry":
+            out.retries += 1
         elif kind in ("assistant", "user"):
             out.steps += _steps(event)
             _commands(event, running, out.commands)
@@ -350,6 +360,7 @@ class ClaudeSession(HostSession):
             out = parse_stream(stdout.splitlines())
             self._record(out)
             turn.steps = [redact(step, self._secrets) for step in out.steps]
+            turn.retries = out.retries
             self._check(out, returncode, stderr)
             result = out.result or {}
             turn.answer = redact(str(result.get("result") or ""), self._secrets)
@@ -359,20 +370,21 @@ class ClaudeSession(HostSession):
         except HostError as error:
             turn.error = str(error)
             if not turn.steps:  # stopped mid-turn: what the CLI streamed before that is in its output file
-                turn.steps = self._streamed_steps(number)
+                turn.steps, turn.retries = self._streamed_steps(number)
             error.turn = turn
             raise
         finally:
             turn.seconds = round(time.monotonic() - started, 3)
         return turn
 
-    def _streamed_steps(self, number: int) -> list[str]:
+    def _streamed_steps(self, number: int) -> tuple[list[str], int | None]:
+        """The steps and retries of a turn stopped mid-way, from its output file."""
         streamed = self.folder / f"turn-{number:02d}.jsonl"
         if not streamed.is_file():
-            return []
+            return [], None
         out = parse_stream(self._scrub(streamed).splitlines())
         self._record(out)
-        return [redact(step, self._secrets) for step in out.steps]
+        return [redact(step, self._secrets) for step in out.steps], out.retries
 
     def _record(self, out: CliOutput) -> None:
         """Our own record of the commands the CLI ran this turn (the output was scrubbed of secrets)."""
@@ -530,7 +542,8 @@ class ClaudeHost(Host):
             client = "Claude Code (not installed)"
         described = {"model": model.label, "client": client, "cli_model": cli_model(model),
                      "permission_mode": self.permission_mode,
-                     "bash_timeout": f"{settings.command_timeout:g} s"}
+                     "bash_timeout": f"{settings.command_timeout:g} s",
+                     "model_retries": str(settings.model_retries)}
         if model.provider == "rehearsal":
             # The CLI's estimate would price cli_model, which did not run: only a price table prices it.
             described["cost_usd"] = "not kept (the CLI's estimate prices cli_model, which did not run)"
@@ -549,7 +562,8 @@ class ClaudeHost(Host):
         if changed:
             raise HostError("the skill installed for the CLI is not the skill under test: " + "; ".join(changed[:5]))
         folder = session_folder(workspace)
-        base_url = self.endpoint.server(model).base_url if model.provider == "rehearsal" else None
+        base_url = (self.endpoint.server(model, settings.rehearsal_faults).base_url if model.provider == "rehearsal"
+                    else None)
         # The CLI runs in the item's sandbox with the network it needs for its model; each command its Bash
         # tool runs goes through the sandbox's script, which takes the network and the model key away.
         config, scratch, home = folder / "config", folder / "tmp", folder / "home"
@@ -558,7 +572,8 @@ class ClaudeHost(Host):
         wrapper = sandbox.script(folder / "sandbox.sh")
         sandbox.readable(wrapper)
         client_env = {**sandbox.env, **{k: v for k, v in env.items() if k.startswith(ROUTING_PREFIXES)}}
-        cli_env = cli_environment(client_env, model, config, base_url, settings.command_timeout)
+        cli_env = cli_environment(client_env, model, config, base_url, settings.command_timeout,
+                                  max_retries=settings.model_retries)
         # HOME is not work/: the CLI reads no project settings (skills) in a project that is its home.
         cli_env.update({"CLAUDE_CODE_SHELL_PREFIX": str(wrapper), "TMPDIR": str(scratch), "HOME": str(home)})
         return ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,

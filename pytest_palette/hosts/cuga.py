@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..models import ModelSpec, missing_credentials
+from ..models import NO_KEY_HINT, ModelSpec, missing_credentials
 from ..run.command_log import CommandLog
 from ..run.sandbox import Sandbox, allowed_environment
 from ..skill import SkillCard, drift, install
@@ -93,7 +94,8 @@ def credentials_needed(model: ModelSpec, env: Mapping[str, str]) -> list[str]:
         return []
     if model.provider == "openai":
         missing = [] if env.get("OPENAI_API_KEY") else ["OPENAI_API_KEY"]
-        hint = " (any OpenAI-compatible endpoint: also set OPENAI_BASE_URL)"
+        hint = (f" ({NO_KEY_HINT})" if model.base_url
+                else " (any OpenAI-compatible endpoint: also give --palette-base-url URL, or set OPENAI_BASE_URL)")
     elif model.provider == "watsonx":
         missing, hint = missing_credentials(model, env), ""
     elif model.provider == "rits":
@@ -139,8 +141,10 @@ def cuga_model(model: ModelSpec, env: Mapping[str, str], rehearsal_url: str | No
         return CugaModel(settings_file, {"OPENAI_BASE_URL": rehearsal_url, "OPENAI_API_KEY": "dummy",
                                          "MODEL_NAME": model.text})
     variables = {"MODEL_NAME": model.model_id}
-    if model.provider == "openai" and env.get("OPENAI_BASE_URL"):
-        variables["OPENAI_BASE_URL"] = env["OPENAI_BASE_URL"]
+    # --palette-base-url first, then the caller's OPENAI_BASE_URL: CUGA's OpenAI client reads the variable.
+    base_url = model.base_url or env.get("OPENAI_BASE_URL") if model.provider == "openai" else None
+    if base_url:
+        variables["OPENAI_BASE_URL"] = base_url
     return CugaModel(settings_file, variables)
 
 
@@ -397,6 +401,35 @@ def sandboxed_commands(shell: Shell) -> Iterator[None]:
         executor_class._run_command = original
 
 
+class _RetryLines(logging.Handler):
+    """Counts the openai SDK's "Retrying request" lines: one per retry of a model call, whatever its cause."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Retrying request"):
+            self.count += 1
+
+
+@contextlib.contextmanager
+def counting_retries() -> Iterator[_RetryLines]:
+    """Count, for the block, the retries of the openai client CUGA builds for itself. CUGA gives no way to hand
+    it a client with our hook, so the SDK's own log line is the counting point; the logger is process-wide, as
+    CUGA's state is: one cuga conversation at a time per process (see _active_lock)."""
+    logger = logging.getLogger("openai._base_client")
+    handler, level = _RetryLines(), logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 _active_lock = threading.Lock()
 
 
@@ -460,8 +493,10 @@ class CugaSession(HostSession):
         self._steps.clear()
         self._usage.clear()
         started = time.monotonic()
+        retries = None
         try:
-            with process_state(self.env, self.work), sandboxed_commands(self.shell):
+            with process_state(self.env, self.work), sandboxed_commands(self.shell), \
+                    counting_retries() as retries:
                 result = self._loop.run_until_complete(self._invoke(message, timeout))
             turn.answer = str(getattr(result, "answer", "") or "")
             if getattr(result, "error", None):
@@ -474,6 +509,7 @@ class CugaSession(HostSession):
             turn.steps = list(self._steps)
             turn.usage = dict(self._usage)
             turn.seconds = round(time.monotonic() - started, 3)
+            turn.retries = retries.count if retries is not None else None
         return turn
 
     async def _invoke(self, message: str, timeout: float) -> Any:
@@ -616,7 +652,10 @@ class CugaHost(Host):
         facts = {"model": model.label, "provider": model.provider,
                  "skill_loading": "lazy (CUGA's load_skill; --palette-eager does not apply)",
                  "sandbox_execution_timeout": f"{block_timeout(settings)} s",
-                 "run_command_timeout": f"{RUN_COMMAND_CEILING} s (fixed in cuga)"}
+                 "run_command_timeout": f"{RUN_COMMAND_CEILING} s (fixed in cuga)",
+                 # CUGA builds its OpenAI client itself, with the SDK's default bound.
+                 "model_retries": "2 (the openai SDK's default in CUGA's client; --palette-model-retries does "
+                                  "not reach it)"}
         if self.unavailable() or unsupported_reason(model):
             return facts
         try:
@@ -636,7 +675,8 @@ class CugaHost(Host):
 
     def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings, sandbox: Sandbox) -> CugaSession:
-        url = self._endpoint.server(model).openai_base_url if model.provider == "rehearsal" else None
+        url = (self._endpoint.server(model, settings.rehearsal_faults).openai_base_url
+               if model.provider == "rehearsal" else None)
         cuga = cuga_model(model, env, rehearsal_url=url)
         # CUGA's log stays in the item's folder, beside turns.json, out of the agent's sight.
         return CugaSession(workspace.work, skill, env, cuga, block_timeout(settings),

@@ -9,17 +9,19 @@ from __future__ import annotations
 import threading
 
 from ..models import ModelSpec, rehearsal_policy
+from ..rehearsal.injection import FaultSchedule
 from ..rehearsal.server import RehearsalServer
 
 
 class RehearsalEndpoint:
     def __init__(self) -> None:
-        self._servers: dict[str, RehearsalServer] = {}
+        self._servers: dict[str, RehearsalServer] = {}  # by model id
         self._lock = threading.Lock()
 
-    def server(self, model: ModelSpec) -> RehearsalServer:
+    def server(self, model: ModelSpec, faults: str | None = None) -> RehearsalServer:
         """The running server for a `rehearsal` or `rehearsal:<known-bad>` model: a new one when the last
-        stopped answering, so one dead server does not fail every later item."""
+        stopped answering, so one dead server does not fail every later item. `faults` is a fault schedule
+        (`--palette-rehearsal-faults`) for a new server; one session gives every item the same."""
         if model.provider != "rehearsal":
             raise ValueError(f"{model.text} is not served by the rehearsal endpoint")
         with self._lock:
@@ -28,7 +30,9 @@ class RehearsalEndpoint:
                 running.stop()
                 running = None
             if running is None:
-                running = self._servers[model.model_id] = RehearsalServer(rehearsal_policy(model)).start()
+                schedule = FaultSchedule.parse(faults) if faults else None
+                running = self._servers[model.model_id] = RehearsalServer(rehearsal_policy(model),
+                                                                          faults=schedule).start()
             return running
 
     def fault(self, model: ModelSpec) -> str | None:

@@ -22,7 +22,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from langgraph.prebuilt import create_react_agent
 
-from ..models import ModelSpec, ModelUnavailable, build_chat_model, check_model
+from ..models import ModelSpec, ModelUnavailable, RetryCounter, build_chat_model, check_model
 from ..run.command_log import CommandLog
 from ..skill import SkillCard, install
 from .base import COMMAND_TIMEOUT, RECURSION_LIMIT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
@@ -112,8 +112,11 @@ class ReactSession(HostSession):
         thread_id: str | None = None,
         log: CommandLog | None = None,
         sandbox: Sandbox | None = None,
+        retries: RetryCounter | None = None,
     ) -> None:
         workspace.mkdir(parents=True, exist_ok=True)
+        #: Counts the model client's retries, when its client lets us (openai:<model>); None: not counted.
+        self.retries = retries
         self.workspace = workspace
         self.cards = [install(card, workspace) for card in cards] if stage_skills else list(cards)
         skills_root = workspace / "skills" if stage_skills else (cards[0].directory.parent if cards else workspace)
@@ -146,6 +149,7 @@ class ReactSession(HostSession):
         turn = TurnRecord(sent=message)
         self.turns.append(turn)
         started = time.monotonic()
+        retried = self.retries.count if self.retries else 0
         updates: queue.Queue[tuple[str, Any]] = queue.Queue()
         worker = threading.Thread(target=self._stream, args=(message, updates), daemon=True)
         worker.start()
@@ -162,7 +166,10 @@ class ReactSession(HostSession):
                 if kind == "done":
                     break
                 if kind == "error":
-                    raise HostError(payload) from None
+                    retries = self.retries.count - retried if self.retries else 0
+                    # A call that failed after its retries names them: the cause was not a one-off.
+                    raise HostError(payload + (f" (after {retries} retried model call(s) in this turn)"
+                                               if retries else "")) from None
                 for name, count in _usage(payload).items():
                     turn.usage[name] = turn.usage.get(name, 0) + count
                 for line, answer in _describe(payload):
@@ -178,6 +185,8 @@ class ReactSession(HostSession):
             raise
         finally:
             turn.seconds = round(time.monotonic() - started, 3)
+            if self.retries is not None:
+                turn.retries = self.retries.count - retried
         return turn
 
     def close(self) -> None:
@@ -249,13 +258,20 @@ class ReactHost(Host):
         return problems
 
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
-        return {"model": model.label, "provider": model.provider,
-                "skill_loading": "eager" if settings.eager else "lazy",
-                "recursion_limit": str(settings.recursion_limit)}
+        described = {"model": model.label, "provider": model.provider,
+                     "skill_loading": "eager" if settings.eager else "lazy",
+                     "recursion_limit": str(settings.recursion_limit)}
+        if model.provider != "rehearsal":  # the in-process rehearsal model makes no call that could fail
+            described["model_retries"] = str(settings.model_retries)
+        return described
 
     def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings, sandbox: Sandbox) -> ReactSession:
+        # Counted where the client stamps its retries (the openai SDK); other clients retry uncounted.
+        retries = RetryCounter() if model.provider == "openai" else None
         # The model's client gets `env` (its key); the agent's shell gets only the sandbox's.
-        return ReactSession(build_chat_model(model, env), [skill], workspace.work, env, eager=settings.eager,
+        chat = build_chat_model(model, env, max_retries=None if model.provider == "rehearsal" else
+                                settings.model_retries, retries=retries)
+        return ReactSession(chat, [skill], workspace.work, env, eager=settings.eager,
                             recursion_limit=settings.recursion_limit, command_timeout=settings.command_timeout,
-                            log=CommandLog(workspace.commands), sandbox=sandbox)
+                            log=CommandLog(workspace.commands), sandbox=sandbox, retries=retries)

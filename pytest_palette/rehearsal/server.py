@@ -2,19 +2,25 @@
 
 CUGA reaches it as an OpenAI-compatible endpoint (`OPENAI_BASE_URL=<base_url>/v1`) and the Claude
 Code CLI as an Anthropic one (`ANTHROPIC_BASE_URL=<base_url>`). Each request is answered by one
-policy, chosen when the server is made, from the messages that request carries and nothing else.
+policy, chosen when the server is made, from the messages that request carries and nothing else. Given a
+fault schedule (rehearsal/injection.py), it fails some model calls the way providers do (429, 5xx, a reset).
 
     python -m pytest_palette.rehearsal.server --port 8765    # serve until interrupted
+    python -m pytest_palette.rehearsal.server --faults 429:0.2,500:0.05,seed=7
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import signal
+import socket
+import struct
 import threading
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -22,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import anthropic_wire, openai_wire
+from .injection import MAX_IN_A_ROW, RETRY_AFTER_MS, STATUS_KINDS, FaultSchedule
 from .policy import MODEL_NAME, RehearsalPolicy
 
 log = logging.getLogger(__name__)
@@ -65,7 +72,12 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "GET" and route == "/v1/models":
                 self.send_json(200, models())
             elif method == "POST" and route in POST_ROUTES:
-                POST_ROUTES[route](self, self.read_json())
+                body = self.read_json()
+                fault = self.server.fault_for(route, body) if route in MODEL_ROUTES else None
+                if fault is None:
+                    POST_ROUTES[route](self, body)
+                else:
+                    self.send_fault(fault)
             else:
                 raise HttpError(404, "not_found_error", f"no route for {method} {route or '/'}")
         except HttpError as error:
@@ -121,6 +133,26 @@ class _Handler(BaseHTTPRequestHandler):
     def count_tokens(self, request: Json) -> None:
         self.send_json(200, anthropic_wire.count_tokens(request))
 
+    def send_fault(self, kind: str) -> None:
+        """An injected transient error, as a provider sends it."""
+        if kind == "reset":
+            # SO_LINGER 0: closing sends RST, so the client sees a reset connection, not a clean end.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            self.connection.close()
+            return
+        status = int(kind)
+        data = json.dumps({"type": "error", "error": {"type": STATUS_KINDS[kind],
+                                                      "message": f"injected by the rehearsal server ({kind})"}})
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if status == 429:
+            self.send_header("Retry-After", "1")
+            self.send_header("retry-after-ms", str(RETRY_AFTER_MS))
+        self.end_headers()
+        self.wfile.write(data.encode())
+
     def send_json(self, status: int, body: Json) -> None:
         self.send_body(status, "application/json", json.dumps(body).encode())
 
@@ -143,16 +175,38 @@ POST_ROUTES: dict[str, Callable[[_Handler, Json], None]] = {
     "/v1/messages": _Handler.messages,
     "/v1/messages/count_tokens": _Handler.count_tokens,
 }
+#: The routes that are model calls: the ones a fault schedule fails.
+MODEL_ROUTES = ("/v1/chat/completions", "/v1/messages")
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, policy: RehearsalPolicy, port: int) -> None:
+    def __init__(self, policy: RehearsalPolicy, port: int, faults: FaultSchedule | None = None) -> None:
         super().__init__((HOST, port), _Handler)
         self.policy = policy
+        self.faults = faults
         self.served: list[tuple[str, str]] = []
+        self.injected: list[tuple[str, str]] = []
+        self._calls = 0
+        self._faulted: Counter[str] = Counter()
         self._lock = threading.Lock()
+
+    def fault_for(self, route: str, body: Json) -> str | None:
+        """The fault this model call meets, if any (and remembered); None: answer it."""
+        if self.faults is None:
+            return None
+        # A retry resends the same body: it is how the server knows a call it has already failed.
+        key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        with self._lock:
+            kind = self.faults.draw(self._calls)
+            self._calls += 1
+            if kind is not None and not self.faults.always and self._faulted[key] >= MAX_IN_A_ROW:
+                kind = None
+            if kind is not None:
+                self._faulted[key] += 1
+                self.injected.append((route, kind))
+        return kind
 
     def record(self, route: str, answer: Json) -> None:
         """Remember what each model call got (route, kind of answer), for a harness to check."""
@@ -167,15 +221,17 @@ class _Server(ThreadingHTTPServer):
 class RehearsalServer:
     """The rehearsal policy served on 127.0.0.1 at a free port, for the life of a `with` block."""
 
-    def __init__(self, policy: RehearsalPolicy | None = None, port: int = 0) -> None:
+    def __init__(self, policy: RehearsalPolicy | None = None, port: int = 0,
+                 faults: FaultSchedule | None = None) -> None:
         self.policy = policy or RehearsalPolicy()
+        self.faults = faults
         self._port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> RehearsalServer:
         if self._server is None:
-            self._server = _Server(self.policy, self._port)
+            self._server = _Server(self.policy, self._port, self.faults)
             self._thread = threading.Thread(target=self._server.serve_forever, name="rehearsal-server",
                                             kwargs={"poll_interval": 0.1}, daemon=True)
             self._thread.start()
@@ -227,21 +283,36 @@ class RehearsalServer:
         """(route, "tool_call" | "text") for each model call answered so far."""
         return list(self._server.served) if self._server is not None else []
 
+    @property
+    def injected(self) -> list[tuple[str, str]]:
+        """(route, fault kind) for each model call the fault schedule failed so far."""
+        return list(self._server.injected) if self._server is not None else []
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_palette.rehearsal.server",
                                      description="Serve the rehearsal model on 127.0.0.1 until interrupted.")
     parser.add_argument("--port", type=int, default=0, help="port to bind (0 picks a free one)")
+    parser.add_argument("--faults", default=None, metavar="SPEC",
+                        help="transient errors to inject, e.g. 429:0.2,500:0.05,seed=7 (kinds: "
+                             "429, 500, 502, 503, 529, reset)")
     args = parser.parse_args(argv)
+    try:
+        faults = FaultSchedule.parse(args.faults) if args.faults is not None else None
+    except ValueError as error:
+        parser.error(f"--faults {args.faults!r}: {error}")
     stopping = threading.Event()
     # A handler, not KeyboardInterrupt: an interrupt that lands mid-print or mid-start still stops cleanly.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())
-    server = RehearsalServer(port=args.port).start()
+    server = RehearsalServer(port=args.port, faults=faults).start()
     try:
-        print(f"rehearsal model serving at {server.base_url}", flush=True)
+        print(f"rehearsal model serving at {server.base_url}" + (f", injecting {faults}" if faults else ""),
+              flush=True)
         print(f"  CUGA / OpenAI clients:  OPENAI_BASE_URL={server.openai_base_url} OPENAI_API_KEY=dummy",
               flush=True)
+        print(f"  pytest (react, cuga):   --model openai:rehearsal --palette-base-url {server.openai_base_url} "
+              "with OPENAI_API_KEY=dummy", flush=True)
         print(f"  Claude Code:            ANTHROPIC_BASE_URL={server.base_url} ANTHROPIC_API_KEY=sk-ant-dummy",
               flush=True)
         while not stopping.wait(0.2):

@@ -100,6 +100,9 @@ class Usage(Struct, **_PARTS):
     #: Where cost_usd came from: "provider" (the client reported it), "prices" (the user's --palette-prices
     #: table applied to the tokens); None when there is no cost, and in records written before it was said.
     cost_source: CostSource | None = None
+    #: Model calls the host's client retried after a transient error (429, 5xx, reset, timeout), summed over the
+    #: turns; None when the client does not say (and in records written before retries were counted).
+    retries: Count | None = None
 
 
 class Record(Struct, tag_field="schema", tag=SCHEMA, **_STRUCT):

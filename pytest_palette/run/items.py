@@ -129,6 +129,8 @@ class CaseItem(pytest.Item):
             self._finish("skipped", [reason])
             pytest.skip(reason)
         except HostFailure as failure:
+            # What the turns took before the failure (retries, tokens) still counts: read back what was kept.
+            self._transcript = Transcript.saved(self.workspace)
             self._error(str(failure), said=f"host {self.host_name} failed: {failure}")
         self._evidence = evidence.read(self.workspace, settings.build_grace, self._transcript.started)
         if self._sandbox is not None:  # what the agent started and left running ends with its item
@@ -198,6 +200,7 @@ def _usage(transcript: Transcript | None, started: float, ended: float, price: P
     inputs = [t.usage.get("input_tokens") for t in turns]
     outputs = [t.usage.get("output_tokens") for t in turns]
     costs = [t.cost_usd for t in turns]
+    retries = [t.retries for t in turns]
     reported = any(v is not None for v in inputs + outputs)
     input_tokens = sum(i or 0 for i in inputs) if reported else None
     output_tokens = sum(o or 0 for o in outputs) if reported else None
@@ -209,7 +212,8 @@ def _usage(transcript: Transcript | None, started: float, ended: float, price: P
         cost, source = price.cost(input_tokens or 0, output_tokens or 0), FROM_TABLE
     return Usage(
         seconds=transcript.seconds, turns=len(turns), input_tokens=input_tokens, output_tokens=output_tokens,
-        cost_usd=cost, cost_source=source, started_at=round(started, 3), ended_at=round(ended, 3))
+        cost_usd=cost, cost_source=source, started_at=round(started, 3), ended_at=round(ended, 3),
+        retries=sum(r or 0 for r in retries) if any(r is not None for r in retries) else None)
 
 
 def properties(record: Record, line: bytes) -> list[tuple[str, object]]:

@@ -205,6 +205,8 @@ def fingerprint(settings: Settings, skill_hash: str) -> str:
         "command_timeout": settings.host.command_timeout, "recursion_limit": settings.host.recursion_limit,
         "eager": settings.host.eager, "sandbox": settings.host.sandbox,
     }
+    if settings.model.base_url:  # only when given, so the fingerprints of earlier runs still match
+        terms["base_url"] = settings.model.base_url
     return hashlib.sha256(json.dumps(terms, sort_keys=True).encode()).hexdigest()[:16]
 
 

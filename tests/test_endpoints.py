@@ -1,0 +1,300 @@
+"""Any endpoint, and retries: `--palette-base-url` for OpenAI- and Anthropic-compatible servers, the rehearsal
+server's injected faults (429 with Retry-After, 5xx, resets), and the retries each client made, counted in the turn,
+the record and the report.
+
+The runs drive the shipped core cases through a real client over loopback HTTP: react through LangChain's ChatOpenAI
+at the rehearsal server's OpenAI endpoint, claude through the Claude Code CLI at its Anthropic endpoint.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from test_benchmark_suite import REPO, run_suite
+
+from pytest_palette.hosts.base import HostSettings
+from pytest_palette.hosts.claude import cli_environment, find_cli, parse_stream
+from pytest_palette.hosts.cuga import credentials_needed, cuga_model
+from pytest_palette.models import ModelUnavailable, RetryCounter, build_chat_model, check_model, parse_model
+from pytest_palette.rehearsal.injection import MAX_IN_A_ROW, FaultSchedule
+from pytest_palette.rehearsal.server import RehearsalServer
+from pytest_palette.results.ledger import load
+from pytest_palette.results.report import build_report, to_markdown
+
+CORE = {"plain_request", "approve_casually", "pasted_notes", "edit_slide_count", "conditional_yes"}
+#: A fake key with a shape no file of ours holds by accident: the runs below must not write it anywhere.
+FAKE_KEY = "sk-palette-fake-key-5e1f0c"
+FAULTS = "429:0.2,500:0.05,seed=7"
+
+
+# -- --palette-base-url ------------------------------------------------------------------------------
+
+
+def test_a_base_url_goes_with_openai_and_anthropic_models_and_shows_in_the_label() -> None:
+    spec = parse_model("openai:qwen2.5:7b", "http://localhost:11434/v1/")
+    assert (spec.provider, spec.model_id, spec.base_url) == ("openai", "qwen2.5:7b", "http://localhost:11434/v1")
+    assert spec.label == "openai:qwen2.5:7b at http://localhost:11434/v1"
+    assert parse_model("anthropic:claude-sonnet-4-5", "https://gateway.example/").base_url == "https://gateway.example"
+    assert parse_model("openai:gpt-4o").base_url is None
+
+
+@pytest.mark.parametrize(("model", "url", "says"), [
+    ("rehearsal", "http://localhost:8000/v1", "applies to openai:<model> and anthropic:<model>"),
+    ("watsonx:m", "http://localhost:8000/v1", "applies to"),
+    ("openai:m", "localhost:8000/v1", "http:// or https://"),
+    ("openai:m", "ftp://host/v1", "http:// or https://"),
+    ("openai:m", "http://host:port/v1", "not a URL"),
+    ("openai:m", "http://user:sk-secret@host/v1", "credentials"),
+    ("openai:m", "http://host/v1?key=sk-secret", "credentials"),
+])
+def test_a_bad_base_url_is_one_line_naming_the_flag_and_never_echoing_a_key(model: str, url: str, says: str) -> None:
+    with pytest.raises(ModelUnavailable) as raised:
+        parse_model(model, url)
+    message = str(raised.value)
+    assert message.startswith("--palette-base-url") and says in message and "\n" not in message
+    assert "sk-secret" not in message
+
+
+def test_a_local_server_without_a_key_is_told_what_to_set() -> None:
+    spec = parse_model("openai:llama3", "http://localhost:8000/v1")
+    with pytest.raises(ModelUnavailable, match=r"OPENAI_API_KEY.*OPENAI_API_KEY=none"):
+        check_model(spec, {})
+    [problem] = credentials_needed(spec, {})
+    assert "OPENAI_API_KEY=none" in problem
+    check_model(spec, {"OPENAI_API_KEY": "none"})  # then it is ready
+
+
+def test_the_key_comes_from_the_environment_and_never_shows(tmp_path: Path) -> None:
+    model = build_chat_model(parse_model("openai:m", "http://127.0.0.1:9/v1"), {"OPENAI_API_KEY": FAKE_KEY},
+                             max_retries=3)
+    assert FAKE_KEY not in repr(model) and FAKE_KEY not in str(model.model_dump())
+    assert (model.openai_api_base, model.max_retries) == ("http://127.0.0.1:9/v1", 3)  # type: ignore[attr-defined]
+
+
+def test_cuga_and_claude_take_the_base_url(tmp_path: Path) -> None:
+    cuga = cuga_model(parse_model("openai:m", "http://127.0.0.1:8000/v1"), {"OPENAI_BASE_URL": "http://other/v1"})
+    assert cuga.env == {"MODEL_NAME": "m", "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}  # the flag wins
+    env = cli_environment({"ANTHROPIC_API_KEY": FAKE_KEY, "ANTHROPIC_BASE_URL": "http://old"},
+                          parse_model("anthropic:claude-sonnet-4-5", "http://127.0.0.1:4000"), tmp_path, None, 300.0,
+                          max_retries=7)
+    assert (env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_API_KEY"]) == ("http://127.0.0.1:4000", FAKE_KEY)
+    assert env["CLAUDE_CODE_MAX_RETRIES"] == "7"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--palette-base-url", "http://localhost:8000/v1"], "--palette-base-url applies to"),
+    (["--palette-rehearsal-faults", "418:0.5", "--host", "claude"], "--palette-rehearsal-faults '418:0.5'"),
+    (["--palette-rehearsal-faults", "429:0.2"], "--palette-rehearsal-faults applies to --model rehearsal on"),
+    (["--palette-model-retries", "-1"], "--palette-model-retries must be 0 or more"),
+])
+def test_bad_options_are_usage_errors_naming_the_flag(pytester: pytest.Pytester, args: list[str], says: str) -> None:
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--palette-run-dir", str(pytester.path / "r"),
+                                          *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert says in "\n".join(result.errlines)
+
+
+# -- the fault schedule ------------------------------------------------------------------------------
+
+
+def test_a_schedule_is_parsed_and_its_draws_are_fixed_by_the_seed() -> None:
+    schedule = FaultSchedule.parse("429:0.2, 500:0.05, seed=7")
+    assert schedule == FaultSchedule((("429", 0.2), ("500", 0.05)), 7) and str(schedule) == "429:0.2,500:0.05,seed=7"
+    draws = [schedule.draw(i) for i in range(4000)]
+    assert draws == [FaultSchedule.parse(FAULTS).draw(i) for i in range(4000)]  # the same seed, the same faults
+    assert draws != [FaultSchedule.parse("429:0.2,500:0.05,seed=8").draw(i) for i in range(4000)]
+    counted = Counter(draws)
+    assert 700 < counted["429"] < 900 and 140 < counted["500"] < 260  # 800 and 200 expected
+    assert FaultSchedule.parse("429:1").always and not schedule.always
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("", "no fault named"), ("429", "kind:rate"), ("418:0.1", "kind:rate"), ("429:x", "not a number"),
+    ("429:1.5", "between 0 and 1"), ("429:0.6,500:0.6", "more than 1"), ("429:0.1,seed=x", "whole number"),
+])
+def test_a_bad_schedule_says_why(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        FaultSchedule.parse(text)
+
+
+def _post(server: RehearsalServer, body: dict[str, object]) -> tuple[int, dict[str, str], bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        connection.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def test_a_429_asks_for_a_short_wait_and_a_call_is_never_failed_more_than_twice() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "Build a deck"}]}
+    with RehearsalServer(faults=FaultSchedule.parse("429:0.99")) as server:
+        statuses = []
+        for _ in range(MAX_IN_A_ROW + 1):
+            status, headers, data = _post(server, body)
+            statuses.append(status)
+            if status == 429:
+                assert headers["retry-after"] == "1" and headers["retry-after-ms"] == "100"
+                assert json.loads(data)["error"]["type"] == "rate_limit_error"
+        assert statuses == [429] * MAX_IN_A_ROW + [200]  # the same call, the third time, gets through
+        assert server.injected == [("/v1/chat/completions", "429")] * MAX_IN_A_ROW
+        assert len(server.served) == 1
+        status, _, _ = _post(server, {**body, "messages": [{"role": "user", "content": "Another deck"}]})
+        assert status == 429  # a new call draws again
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        connection.request("GET", "/v1/models")
+        assert connection.getresponse().status == 200  # listing models is not a model call: never failed
+
+
+def test_a_reset_closes_the_connection_without_an_answer() -> None:
+    with RehearsalServer(faults=FaultSchedule.parse("reset:1")) as server, pytest.raises(
+            (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine)):
+        _post(server, {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+
+
+def test_the_openai_client_retries_each_fault_and_the_counter_sees_each_retry() -> None:
+    with RehearsalServer(faults=FaultSchedule.parse("429:0.3,500:0.1,reset:0.1,seed=3")) as server:
+        counter = RetryCounter()
+        model = build_chat_model(parse_model("openai:rehearsal", server.openai_base_url),
+                                 {"OPENAI_API_KEY": "dummy"}, max_retries=MAX_IN_A_ROW, retries=counter)
+        for n in range(8):
+            assert model.invoke(f"Build a deck about topic {n}").content
+        kinds = {kind for _, kind in server.injected}
+        assert counter.count == len(server.injected) and {"429", "500", "reset"} <= kinds
+
+
+def test_a_call_still_failing_after_its_retries_raises_with_the_cause() -> None:
+    with RehearsalServer(faults=FaultSchedule.parse("500:1")) as server:
+        counter = RetryCounter()
+        model = build_chat_model(parse_model("openai:rehearsal", server.openai_base_url),
+                                 {"OPENAI_API_KEY": "dummy"}, max_retries=1, retries=counter)
+        with pytest.raises(Exception, match="500"):
+            model.invoke("Build a deck")
+        assert (counter.count, len(server.injected)) == (1, 2)
+
+
+def test_cugas_count_reads_the_openai_sdks_own_retry_lines_for_the_block_only() -> None:
+    import asyncio
+
+    from pytest_palette.hosts.cuga import counting_retries
+
+    with RehearsalServer(faults=FaultSchedule.parse("429:0.3,500:0.2,seed=5")) as server:
+        # A client built without our hook, as CUGA builds its own; CUGA calls it asynchronously.
+        model = build_chat_model(parse_model("openai:rehearsal", server.openai_base_url), {"OPENAI_API_KEY": "x"})
+        with counting_retries() as counted:
+            for n in range(6):
+                asyncio.run(model.ainvoke(f"Build a deck about topic {n}"))
+        during = len(server.injected)
+        model.invoke("Build a deck about one more topic")
+        model.invoke("Build a deck about the last topic")
+    assert counted.count == during > 0  # each retry inside the block, none after it
+
+
+# -- claude: the CLI's own count ---------------------------------------------------------------------
+
+
+def test_each_api_retry_line_of_the_cli_is_a_retry() -> None:
+    lines = [json.dumps({"type": "system", "subtype": "init", "skills": ["palette"], "session_id": "s"}),
+             *(json.dumps({"type": "system", "subtype": "api_retry", "attempt": n, "max_retries": 5,
+                           "retry_delay_ms": 100, "error_status": 429, "error": "rate_limit"}) for n in (1, 2)),
+             json.dumps({"type": "result", "result": "ok"})]
+    assert parse_stream(lines).retries == 2 and parse_stream(lines[:1]).retries == 0
+
+
+def test_the_retry_bound_reaches_every_host_description() -> None:
+    from pytest_palette.hosts.claude import ClaudeHost
+    from pytest_palette.hosts.cuga import CugaHost
+    from pytest_palette.hosts.react import ReactHost
+
+    settings = HostSettings(model_retries=3)
+    assert "not reach it" in CugaHost().describe(parse_model("rehearsal"), settings)["model_retries"]
+    assert ReactHost().describe(parse_model("openai:m"), settings)["model_retries"] == "3"
+    assert "model_retries" not in ReactHost().describe(parse_model("rehearsal"), settings)  # nothing to retry
+    assert ClaudeHost().describe(parse_model("rehearsal"), settings)["model_retries"] == "3"
+
+
+# -- whole runs over HTTP ----------------------------------------------------------------------------
+
+
+def _records(runs: Path) -> list:  # type: ignore[type-arg]
+    return sorted(load(runs).latest.values(), key=lambda r: r.case)
+
+
+def _files_holding(folder: Path, secret: str) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+@pytest.mark.slow
+def test_react_runs_the_core_cases_through_an_openai_compatible_endpoint(tmp_path: Path) -> None:
+    with RehearsalServer() as server:
+        url = server.openai_base_url
+        results = run_suite(tmp_path, "openai:rehearsal", "-m", "core", "--palette-base-url", url,
+                            env={"OPENAI_API_KEY": FAKE_KEY})
+        served = server.served
+    # Judged as with the in-process rehearsal model: every core case passes.
+    assert results == {case: [] for case in CORE}
+    assert len(served) >= 30 and {route for route, _ in served} == {"/v1/chat/completions"}
+    records = _records(tmp_path / "runs")
+    assert {r.outcome for r in records} == {"pass"} and len(records) == 5
+    assert {r.terms.label for r in records} == {f"openai:rehearsal at {url}"}
+    assert all(r.usage.retries == 0 and r.usage.input_tokens for r in records)  # counted, and none were needed
+    assert _files_holding(tmp_path, FAKE_KEY) == []
+
+
+@pytest.mark.slow
+def test_react_with_injected_429s_and_500s_judges_every_item_and_counts_each_retry(tmp_path: Path) -> None:
+    with RehearsalServer(faults=FaultSchedule.parse(FAULTS)) as server:
+        results = run_suite(tmp_path, "openai:rehearsal", "-m", "core", "--palette-base-url",
+                            server.openai_base_url, env={"OPENAI_API_KEY": FAKE_KEY})
+        injected = server.injected
+    assert results == {case: [] for case in CORE}  # no ERROR: run_suite refuses one
+    assert {kind for _, kind in injected} == {"429", "500"}
+    records = _records(tmp_path / "runs")
+    retries = sum(r.usage.retries or 0 for r in records)
+    # Every injected fault was one retry of the openai client, and each is in the records.
+    assert retries == len(injected) > 5
+    turns = [turn for r in records for turn in
+             json.loads((tmp_path / "runs" / r.run_id / str(r.workspace) / "turns.json").read_text())["turns"]]
+    assert sum(turn["retries"] for turn in turns) == retries
+    assert f"{retries} retries" in to_markdown(build_report(load(tmp_path / "runs")))
+    assert _files_holding(tmp_path, FAKE_KEY) == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(find_cli() is None, reason="no Claude Code CLI: pip install claude-agent-sdk")
+def test_claude_with_injected_429s_and_500s_judges_every_item_and_counts_the_clis_retries(tmp_path: Path) -> None:
+    results = run_suite(tmp_path, "rehearsal", "-m", "core", "--host", "claude",
+                        "--palette-rehearsal-faults", FAULTS, "--palette-model-retries", "4")
+    assert results == {case: [] for case in CORE}
+    records = _records(tmp_path / "runs")
+    retries = sum(r.usage.retries or 0 for r in records)
+    # What the CLI said it retried, line by line in its own output, is what the records hold.
+    said = [json.loads(line) for path in (tmp_path / "runs").rglob("turn-*.jsonl")
+            for line in path.read_text().splitlines() if '"api_retry"' in line]
+    assert retries == len(said) > 0
+    assert {event["error_status"] for event in said} <= {429, 500} and {e["max_retries"] for e in said} == {4}
+    assert f"{retries} retries" in to_markdown(build_report(load(tmp_path / "runs")))
+
+
+@pytest.mark.slow
+def test_cuga_with_injected_429s_and_500s_judges_every_item_and_counts_the_sdks_retries(
+        pytester: pytest.Pytester) -> None:
+    """In a process of its own (CUGA pulls numpy, which loads once per process)."""
+    from test_cuga_host import _REASON
+
+    if _REASON is not None:
+        pytest.skip(f"cuga host unavailable: {_REASON}")
+    runs = pytester.path / "runs"
+    result = pytester.runpytest_subprocess(
+        str(REPO / "cases"), "-m", "core", "--host", "cuga", "-p", "no:cacheprovider", "-p", "no:randomly",
+        f"--rootdir={REPO}", f"--palette-run-dir={runs}", "--palette-rehearsal-faults", FAULTS, timeout=1200)
+    result.assert_outcomes(passed=5)
+    records = _records(runs)
+    retries = sum(r.usage.retries or 0 for r in records)
+    assert {r.outcome for r in records} == {"pass"} and all(r.usage.retries is not None for r in records)
+    assert retries > 0 and f"{retries} retries" in to_markdown(build_report(load(runs)))
