@@ -13,6 +13,7 @@ from .cases import MAX_CONTEXT
 from .hosts.base import COMMAND_TIMEOUT, MODEL_RETRIES, RECURSION_LIMIT, TURN_TIMEOUT, HostSettings
 from .models import ModelSpec, ModelUnavailable, parse_model
 from .rehearsal.injection import FaultSchedule
+from .rehearsal.latency import ModelLatency
 from .results.ledger import run_ledgers
 from .results.prices import PriceError, PriceTable, load_prices
 from .skill import PACKAGED_SKILLS
@@ -38,6 +39,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-rehearsal-faults", default=None, dest="palette_rehearsal_faults", metavar="SPEC",
                     help="transient errors the rehearsal server injects (cuga, claude), e.g. 429:0.2,500:0.05,seed=7:"
                          " kind:rate pairs, kinds 429, 5xx codes and reset; deterministic for a seed")
+    group.addoption("--palette-rehearsal-latency", default=None, dest="palette_rehearsal_latency", metavar="SPEC",
+                    help="the rehearsal model's time per call, on every host: SECONDS[,jitter=SECONDS][,seed=N], "
+                         "e.g. 2,jitter=0.5 (a real model's latency, to measure the harness under it)")
     group.addoption("--palette-cases", action="append", default=[], dest="palette_cases", metavar="DIR",
                     help="folders whose *.yaml files are case files (default: ini palette_cases, else 'cases')")
     group.addoption("--palette-skill", default=None, dest="palette_skill", metavar="DIR",
@@ -80,6 +84,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-prices", default=None, dest="palette_prices", metavar="FILE",
                     help="a YAML or JSON price table, USD per million tokens per model ({model: {input: USD, "
                          "output: USD}}): the cost of models whose client reports none")
+    group.addoption("--palette-conversations", type=int, default=None, dest="palette_conversations", metavar="N",
+                    help="hold up to N conversations at once in this process, ahead of their items (threads; "
+                         "not with xdist's -n): a sweep against a real model waits on the model and the backend")
     group.addoption("--palette-max-cost", type=float, default=None, dest="palette_max_cost", metavar="USD",
                     help="stop starting items once this session has recorded that much cost (per ledger: xdist "
                          "workers share it, shards do not); the rest are recorded as skipped")
@@ -116,6 +123,8 @@ class Settings:
     prices_file: Path | None = None
     #: --palette-max-cost: USD this session may record before it stops starting items.
     max_cost: float | None = None
+    #: Conversations held at once in this process (`--palette-conversations`); 1: each in its item's setup.
+    conversations: int = 1
 
 
 def _number(config: pytest.Config, option: str, ini: str | None, default: float) -> float:
@@ -170,6 +179,12 @@ def resolve(config: pytest.Config) -> Settings:
             FaultSchedule.parse(faults)
         except ValueError as error:
             raise pytest.UsageError(f"--palette-rehearsal-faults {faults!r}: {error}") from None
+    latency = config.getoption("palette_rehearsal_latency")
+    if latency is not None:
+        try:
+            ModelLatency.parse(latency)
+        except ValueError as error:
+            raise pytest.UsageError(f"--palette-rehearsal-latency {latency!r}: {error}") from None
     root = config.rootpath
     case_dirs = [root / d for d in config.getoption("palette_cases")] or list(config.getini("palette_cases"))
     if not case_dirs:
@@ -216,7 +231,14 @@ def resolve(config: pytest.Config) -> Settings:
     max_cost = config.getoption("palette_max_cost")
     if max_cost is not None and not (math.isfinite(max_cost) and max_cost > 0):
         raise pytest.UsageError(f"--palette-max-cost must be a number of USD more than 0 (got {max_cost:g})")
+    conversations = config.getoption("palette_conversations")
+    if conversations is not None and conversations < 1:
+        raise pytest.UsageError(f"--palette-conversations must be 1 or more (got {conversations})")
+    if (conversations or 1) > 1 and config.getoption("numprocesses", None):
+        raise pytest.UsageError("--palette-conversations and -n (xdist) both spread conversations: choose one "
+                                "(--palette-conversations holds them in one process, which costs far less memory)")
     return Settings(
+        conversations=conversations or 1,
         prices=prices,
         prices_file=prices_file,
         max_cost=max_cost,
@@ -240,5 +262,6 @@ def resolve(config: pytest.Config) -> Settings:
             sandbox=str(config.getoption("palette_sandbox") or "bubblewrap"),
             model_retries=MODEL_RETRIES if retries is None else retries,
             rehearsal_faults=faults,
+            rehearsal_latency=latency,
         ),
     )

@@ -15,7 +15,7 @@ from .options import add_options
 from .results.table import TableReporter
 from .run import session as palette_session
 from .run._private import configured, settle_rootdir
-from .run.items import CaseFile, CaseItem, is_case_file, select, timeouts
+from .run.items import CaseFile, CaseItem, hold_ahead, is_case_file, select, timeouts
 from .run.session import SESSION
 
 
@@ -43,6 +43,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = palette_session.start(config)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(TableReporter(config.stash[SESSION].settings.hosts), "palette-table")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """`--palette-conversations N`: start the items' conversations ahead of them; pytest's loop then runs the
+    items, each collecting its own."""
+    palette = session.config.stash[SESSION]
+    if not (session.testsfailed or session.config.option.collectonly):
+        palette.overlap = hold_ahead(session.items, palette)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    palette = session.config.stash.get(SESSION, None)
+    if palette is not None and palette.overlap is not None:  # Ctrl-C, -x: conversations not collected end here
+        palette.overlap.close()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

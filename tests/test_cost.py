@@ -163,7 +163,7 @@ def test_every_host_records_tokens_offline_and_a_table_naming_the_rehearsal_mode
     result.stdout.fnmatch_lines([
         "palette: cost from --palette-prices */prices.yaml ($2.50 input, $10.00 output per million tokens)",
         f"{host}: 1 passed, 0 failed, 0 errored · model rehearsal* · {usage.input_tokens:,} in / "
-        f"{usage.output_tokens:,} out tokens · {money(usage.cost_usd)} (from your --palette-prices)"])
+        f"{usage.output_tokens:,} out tokens · {money(usage.cost_usd)} (from your --palette-prices) · commands *"])
 
 
 def test_without_a_price_the_rehearsal_model_gets_tokens_and_no_dollars(pytester: pytest.Pytester) -> None:
@@ -174,7 +174,8 @@ def test_without_a_price_the_rehearsal_model_gets_tokens_and_no_dollars(pytester
     [run] = (pytester.path / "runs").iterdir()
     [item] = load(run).latest.values()
     assert item.usage.input_tokens and item.usage.cost_usd is None and item.usage.cost_source is None
-    result.stdout.fnmatch_lines(["react: 1 passed* out tokens · no price for rehearsal: pass --palette-prices"])
+    result.stdout.fnmatch_lines(["react: 1 passed* out tokens · no price for rehearsal: pass --palette-prices · "
+                                 "commands *"])
     assert palette_bench(["report", str(run), "--out", str(pytester.path / "report.md")]) == 0
     report = (pytester.path / "report.md").read_text()
     assert f"| react | {item.usage.input_tokens:,} | {item.usage.output_tokens:,} |" in report

@@ -111,11 +111,9 @@ def test_a_command_cannot_reach_a_port_on_this_machine(sandbox: Sandbox, item: P
 def test_no_process_a_command_starts_holds_a_key(sandbox: Sandbox, item: Path) -> None:
     shell = Shell(item / "work", {}, sandbox=sandbox)
     shell.run("nohup sleep 300 >/dev/null 2>&1 &")
-    started = [p for p in psutil.process_iter(["uids", "name"]) if p.info["uids"].real == sandbox.uid]
-    assert started, "the background process runs as the item's own user"
-    for process in started:
-        environ = Path(f"/proc/{process.pid}/environ").read_bytes().decode(errors="replace")
-        assert "PALETTE_TRACE=" in environ and not any(value in environ for value in FAKE_KEYS.values())
+    [sleeper] = _sleeping(sandbox.uid, 1)  # as the item's own user
+    environ = Path(f"/proc/{sleeper.pid}/environ").read_bytes().decode(errors="replace")
+    assert "PALETTE_TRACE=" in environ and not any(value in environ for value in FAKE_KEYS.values())
     assert not any(value in shell.run("env") for value in FAKE_KEYS.values())
 
 
@@ -125,8 +123,8 @@ def test_everything_a_command_started_is_stopped_with_its_item_even_without_its_
     shell = Shell(item / "work", {}, sandbox=sandbox)
     shell.run("nohup sleep 300 >/dev/null 2>&1 &")
     shell.run("env -i /bin/sh -c 'sleep 301 >/dev/null 2>&1 &'")  # sheds PALETTE_TRACE: found by its user
-    assert len(_of_user(sandbox.uid)) == 2
-    assert len(sandbox.stop()) == 2
+    sleeping = _sleeping(sandbox.uid, 2)
+    assert {p.pid for p in sleeping} <= set(sandbox.stop())
     assert _of_user(sandbox.uid) == []
 
 
@@ -145,6 +143,18 @@ def test_a_long_command_runs_from_its_script_inside_the_sandbox(sandbox: Sandbox
     body = "x" * 100_000
     said = Shell(item / "work", {}, sandbox=sandbox).run(f"cat > big.txt <<'END'\n{body}\nEND\nwc -c < big.txt")
     assert said.strip() == "100001"
+
+
+def _sleeping(uid: int | None, count: int) -> list[psutil.Process]:
+    """The `sleep`s of `uid` once there are `count` of them: a background command is forked before it is
+    exec'd, so just after its shell returned it may still be a shell or nohup."""
+    for _ in range(2000):
+        found = [p for p in psutil.process_iter(["uids", "name", "status"]) if p.info["uids"].real == uid
+                 and p.info["name"] == "sleep" and p.info["status"] != psutil.STATUS_ZOMBIE]
+        if len(found) >= count:
+            return found
+        threading.Event().wait(0.01)
+    raise AssertionError(f"{count} sleep(s) of user {uid} never appeared")
 
 
 def _of_user(uid: int | None) -> list[int]:

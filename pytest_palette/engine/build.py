@@ -67,6 +67,9 @@ def build_deck(plan_path: Path, out_dir: Path, family_name: str | None, delay: f
     family = get_family(family_name)  # fail on a bad family before any work
     plan = read_plan(plan_path)
     out_dir.mkdir(parents=True, exist_ok=True)
+    if delay > 0:  # before python-pptx and Pillow load: a build waiting on a slow service holds little memory
+        progress(f"simulated latency: {delay:g}s (PALETTE_ENGINE_LATENCY)")
+        simulate(delay)
     # Deferred imports: python-pptx and Pillow cost ~0.3 s that plan/edit should not pay.
     from .previews import write_previews
     from .render import render_pptx
@@ -82,9 +85,6 @@ def build_deck(plan_path: Path, out_dir: Path, family_name: str | None, delay: f
         write_previews(plan, layouts, family, temps[2:])
         kinds = [layout.kind for layout in layouts]
         temps[1].write_text(json.dumps(describe(plan, family.name, kinds), indent=2) + "\n", encoding="utf-8")
-        if delay > 0:
-            progress(f"simulated latency: {delay:g}s (PALETTE_ENGINE_LATENCY)")
-            simulate(delay)
         for temp, path in reversed(list(zip(temps, final, strict=True))):  # deck.pptx last
             os.replace(temp, path)
     finally:

@@ -88,6 +88,8 @@ class HostSettings:
     #: Transient errors the rehearsal server injects (`--palette-rehearsal-faults`), for hosts that serve it
     #: over HTTP; None: it injects none.
     rehearsal_faults: str | None = None
+    #: The rehearsal model's time per call (`--palette-rehearsal-latency`); None: it answers at once.
+    rehearsal_latency: str | None = None
 
 
 class HostSession(abc.ABC):
@@ -108,6 +110,9 @@ class Host(abc.ABC):
     """A scaffold that drives the skill: the harness opens one session per case and run."""
 
     name: str = ""
+    #: Whether one process may hold several of its conversations at once (--palette-conversations); a host
+    #: whose client keeps process-wide state says False, and its conversations are held one at a time.
+    concurrent: bool = True
 
     def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
         """What stops this host from running `model` here (a model it cannot run, missing credentials, a client

@@ -562,7 +562,7 @@ class ClaudeHost(Host):
         if changed:
             raise HostError("the skill installed for the CLI is not the skill under test: " + "; ".join(changed[:5]))
         folder = session_folder(workspace)
-        base_url = (self.endpoint.server(model, settings.rehearsal_faults).base_url if model.provider == "rehearsal"
+        base_url = (self.endpoint.server(model, settings).base_url if model.provider == "rehearsal"
                     else None)
         # The CLI runs in the item's sandbox with the network it needs for its model; each command its Bash
         # tool runs goes through the sandbox's script, which takes the network and the model key away.

@@ -603,6 +603,7 @@ class CugaHost(Host):
     """IBM's CUGA agent through its Python SDK; the rehearsal model is served to it over loopback HTTP."""
 
     name = "cuga"
+    concurrent = False  # CUGA's configuration, os.environ and cwd are the process's (see above)
 
     def __init__(self) -> None:
         self._endpoint = RehearsalEndpoint()
@@ -675,7 +676,7 @@ class CugaHost(Host):
 
     def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings, sandbox: Sandbox) -> CugaSession:
-        url = (self._endpoint.server(model, settings.rehearsal_faults).openai_base_url
+        url = (self._endpoint.server(model, settings).openai_base_url
                if model.provider == "rehearsal" else None)
         cuga = cuga_model(model, env, rehearsal_url=url)
         # CUGA's log stays in the item's folder, beside turns.json, out of the agent's sight.

@@ -10,7 +10,9 @@ import threading
 
 from ..models import ModelSpec, rehearsal_policy
 from ..rehearsal.injection import FaultSchedule
+from ..rehearsal.latency import ModelLatency
 from ..rehearsal.server import RehearsalServer
+from .base import HostSettings
 
 
 class RehearsalEndpoint:
@@ -18,10 +20,11 @@ class RehearsalEndpoint:
         self._servers: dict[str, RehearsalServer] = {}  # by model id
         self._lock = threading.Lock()
 
-    def server(self, model: ModelSpec, faults: str | None = None) -> RehearsalServer:
+    def server(self, model: ModelSpec, settings: HostSettings | None = None) -> RehearsalServer:
         """The running server for a `rehearsal` or `rehearsal:<known-bad>` model: a new one when the last
-        stopped answering, so one dead server does not fail every later item. `faults` is a fault schedule
-        (`--palette-rehearsal-faults`) for a new server; one session gives every item the same."""
+        stopped answering, so one dead server does not fail every later item. A new server injects the
+        settings' faults (`--palette-rehearsal-faults`) and waits their latency (`--palette-rehearsal-latency`);
+        one session gives every item the same."""
         if model.provider != "rehearsal":
             raise ValueError(f"{model.text} is not served by the rehearsal endpoint")
         with self._lock:
@@ -30,9 +33,11 @@ class RehearsalEndpoint:
                 running.stop()
                 running = None
             if running is None:
-                schedule = FaultSchedule.parse(faults) if faults else None
-                running = self._servers[model.model_id] = RehearsalServer(rehearsal_policy(model),
-                                                                          faults=schedule).start()
+                faults = settings.rehearsal_faults if settings else None
+                latency = settings.rehearsal_latency if settings else None
+                running = self._servers[model.model_id] = RehearsalServer(
+                    rehearsal_policy(model), faults=FaultSchedule.parse(faults) if faults else None,
+                    latency=ModelLatency.parse(latency) if latency else None).start()
             return running
 
     def fault(self, model: ModelSpec) -> str | None:

@@ -271,7 +271,7 @@ class ReactHost(Host):
         retries = RetryCounter() if model.provider == "openai" else None
         # The model's client gets `env` (its key); the agent's shell gets only the sandbox's.
         chat = build_chat_model(model, env, max_retries=None if model.provider == "rehearsal" else
-                                settings.model_retries, retries=retries)
+                                settings.model_retries, retries=retries, latency=settings.rehearsal_latency)
         return ReactSession(chat, [skill], workspace.work, env, eager=settings.eager,
                             recursion_limit=settings.recursion_limit, command_timeout=settings.command_timeout,
                             log=CommandLog(workspace.commands), sandbox=sandbox, retries=retries)

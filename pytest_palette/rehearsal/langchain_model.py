@@ -22,6 +22,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
 from .conversation import AgentSaid, Conversation, Event, LoadSkill, Reply, RunCommand, ToolResult, UserSaid
+from .latency import ModelLatency
 from .openai_wire import estimate_tokens, tool_roles
 from .policy import RehearsalPolicy
 
@@ -41,6 +42,8 @@ class RehearsalChatModel(BaseChatModel):
 
     policy: RehearsalPolicy = Field(default_factory=RehearsalPolicy)
     model_name: str = "rehearsal"
+    #: A real model's latency per call (`--palette-rehearsal-latency`); None answers at once.
+    latency: ModelLatency | None = None
 
     @property
     def _llm_type(self) -> str:
@@ -66,6 +69,8 @@ class RehearsalChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        if self.latency is not None:
+            self.latency.wait()
         roles = tool_roles(kwargs.get("tools") or [])
         conversation = to_conversation(messages, roles)
         action = self.policy.next_action(conversation)

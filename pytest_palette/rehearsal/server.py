@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 from . import anthropic_wire, openai_wire
 from .injection import MAX_IN_A_ROW, RETRY_AFTER_MS, STATUS_KINDS, FaultSchedule
+from .latency import ModelLatency
 from .policy import MODEL_NAME, RehearsalPolicy
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif method == "POST" and route in POST_ROUTES:
                 body = self.read_json()
                 fault = self.server.fault_for(route, body) if route in MODEL_ROUTES else None
+                if route in MODEL_ROUTES and self.server.latency is not None:
+                    self.server.latency.wait()  # a real model's time to answer (or to fail)
                 if fault is None:
                     POST_ROUTES[route](self, body)
                 else:
@@ -182,10 +185,12 @@ MODEL_ROUTES = ("/v1/chat/completions", "/v1/messages")
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, policy: RehearsalPolicy, port: int, faults: FaultSchedule | None = None) -> None:
+    def __init__(self, policy: RehearsalPolicy, port: int, faults: FaultSchedule | None = None,
+                 latency: ModelLatency | None = None) -> None:
         super().__init__((HOST, port), _Handler)
         self.policy = policy
         self.faults = faults
+        self.latency = latency
         self.served: list[tuple[str, str]] = []
         self.injected: list[tuple[str, str]] = []
         self._calls = 0
@@ -222,16 +227,17 @@ class RehearsalServer:
     """The rehearsal policy served on 127.0.0.1 at a free port, for the life of a `with` block."""
 
     def __init__(self, policy: RehearsalPolicy | None = None, port: int = 0,
-                 faults: FaultSchedule | None = None) -> None:
+                 faults: FaultSchedule | None = None, latency: ModelLatency | None = None) -> None:
         self.policy = policy or RehearsalPolicy()
         self.faults = faults
+        self.latency = latency
         self._port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> RehearsalServer:
         if self._server is None:
-            self._server = _Server(self.policy, self._port, self.faults)
+            self._server = _Server(self.policy, self._port, self.faults, self.latency)
             self._thread = threading.Thread(target=self._server.serve_forever, name="rehearsal-server",
                                             kwargs={"poll_interval": 0.1}, daemon=True)
             self._thread.start()

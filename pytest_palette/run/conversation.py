@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from ..backend import agent_environment
@@ -61,7 +61,8 @@ def open_sandbox(workspace: Workspace, settings: HostSettings, base_env: Mapping
 
 def hold(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: HostSettings,
          workspace: Workspace, turn_timeout: float, sandbox: Sandbox,
-         base_env: Mapping[str, str] | None = None) -> Transcript:
+         base_env: Mapping[str, str] | None = None,
+         on_open: Callable[[HostSession], None] | None = None) -> Transcript:
     """Hold the conversation in a fresh workspace, every command of its agent in `sandbox`; raise HostFailure
     when the host fails (HandedOver when a person is to hold it). A failed turn stops the conversation: later
     replies would land in the wrong state."""
@@ -73,6 +74,8 @@ def hold(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: H
     handed_over = False
     try:
         session = _open(host, workspace, skill, env, model, settings, sandbox)
+        if on_open is not None:  # so a session that ends early can close this conversation from outside
+            on_open(session)
         ended = False
         try:
             for number, message in enumerate((case.opening, *case.replies), 1):

@@ -8,6 +8,7 @@ that finishes leaves exactly one record in the run's ledger, and carries it on i
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from ..results.table import RECORD_PROPERTY
 from . import evidence, faults
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
 from .conversation import HostFailure, Transcript, as_left, hold, open_sandbox
+from .overlap import Conversation, Overlap
 from .sandbox import Sandbox
 from .session import CASE_NAMES, SESSION, Session, arguments, finished
 
@@ -83,25 +85,53 @@ class CaseItem(pytest.Item):
         return self.config.stash[SESSION]
 
     def setup(self) -> None:
-        self._started = time.time()
         self._transcript: Transcript | None = None
         session = self.palette_session
         host: Host = fill_fixtures(self)["palette_host"]
+        if session.overlap is not None and session.overlap.holds(self.nodeid):
+            self._setup_held(host)  # its conversation was started ahead of it (--palette-conversations)
+            return
+        self._started = time.time()
         self.workspace = session.workspace(self.host_name, self.case.name, self.run_index)
         reason = session.unavailable.get(self.host_name)
         if reason:
             self._finish("skipped", [f"{self.host_name}: {reason}"])
             pytest.skip(f"{self.host_name}: {reason}")
-        # Judging a saved run (--palette-collect) spends nothing: the limit applies to conversations held.
-        over = session.over_budget() if session.settings.collect_dir is None else None
-        if over:
-            self._finish("skipped", [over])
-            pytest.skip(over)
         if self.case.problem:
             self._finish("error", [self.case.problem])
             # pytest.fail in setup makes an ERROR whose report is this text alone (setup reports do not
             # go through repr_failure).
             pytest.fail(f"case {self.case.name} cannot run here: {self.case.problem}", pytrace=False)
+        self._setup_held(host)
+
+    def holds_conversation(self) -> bool:
+        """Whether this item will hold a conversation (not skipped, not a case that cannot run, not judging a
+        saved run): the ones --palette-conversations starts ahead."""
+        session = self.palette_session
+        return (session.settings.collect_dir is None and not session.unavailable.get(self.host_name)
+                and not self.case.problem)
+
+    def converse(self, host: Host, conversation: Conversation | None = None) -> Transcript | str:
+        """Open this item's folder and sandbox and hold its conversation — in its setup, or ahead of it in a
+        thread of its own (`conversation` then says what to close should the session end first). A str is the
+        reason it was not held: the run already spent --palette-max-cost."""
+        session = self.palette_session
+        settings = session.settings
+        self._started = time.time()
+        self.workspace = session.workspace(self.host_name, self.case.name, self.run_index)
+        over = session.over_budget()
+        if over:
+            return over
+        open_run(session.ledger)  # before an agent can write anything into the run
+        self._sandbox = open_sandbox(self.workspace, settings.host)
+        on_open = None
+        if conversation is not None:
+            conversation.closers.append(self._sandbox.stop)
+            on_open = functools.partial(setattr, conversation, "session")
+        return hold(self.case, host, session.skill, settings.model, settings.host, self.workspace,
+                    settings.turn_timeout, self._sandbox, on_open=on_open)
+
+    def _setup_held(self, host: Host) -> None:
         try:
             self._hold(host)
         except OSError as error:  # the run folder went read-only, or the disk filled, under the harness
@@ -113,17 +143,23 @@ class CaseItem(pytest.Item):
             raise
 
     def _hold(self, host: Host) -> None:
-        """Hold the conversation and read what it left; a fault of the host, backend or machine is an ERROR."""
+        """Hold the conversation (or collect the one held ahead) and read what it left; a fault of the host,
+        backend or machine is an ERROR."""
         session = self.palette_session
         settings = session.settings
-        open_run(session.ledger)  # before an agent can write anything into the run
         try:
             if settings.collect_dir is not None:
+                open_run(session.ledger)
                 self._transcript = as_left(self.case, self.workspace)
             else:
-                self._sandbox = open_sandbox(self.workspace, settings.host)
-                self._transcript = hold(self.case, host, session.skill, settings.model, settings.host,
-                                        self.workspace, settings.turn_timeout, self._sandbox)
+                overlap = session.overlap
+                held = overlap.collect(self.nodeid) if overlap is not None and overlap.holds(self.nodeid) else \
+                    self.converse(host)
+                if isinstance(held, str):  # --palette-max-cost was reached before it started
+                    self._finish("skipped", [held])
+                    pytest.skip(held)
+                assert isinstance(held, Transcript)
+                self._transcript = held
         except HandedOver as handed:
             reason = str(handed)
             self._finish("skipped", [reason])
@@ -262,3 +298,18 @@ def timeouts(items: list[pytest.Item], settings: Settings) -> None:
         if isinstance(item, CaseItem):
             turns = 1 + len(item.case.replies)
             item.add_marker(pytest.mark.timeout(settings.turn_timeout * turns + settings.build_grace + 60))
+
+
+def hold_ahead(items: list[pytest.Item], session: Session) -> Overlap | None:
+    """Start the conversations of `items` ahead of them, `--palette-conversations` at once (None when 1)."""
+    if session.settings.conversations <= 1:
+        return None
+    overlap = Overlap(session.settings.conversations)
+    jobs = []
+    for item in items:
+        if isinstance(item, CaseItem) and item.holds_conversation():
+            host = session.hosts[item.host_name]
+            jobs.append((item.nodeid, None if host.concurrent else item.host_name,
+                         functools.partial(item.converse, host)))
+    overlap.start(jobs)
+    return overlap

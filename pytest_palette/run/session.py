@@ -25,6 +25,7 @@ from ..results.prices import Price, money, price_of
 from ..results.record import RecordError, Terms, from_json
 from ..skill import SkillCard, load_card, skill_hash
 from . import sandbox
+from .overlap import Overlap
 from .workspace import Workspace
 
 SESSION = pytest.StashKey["Session"]()
@@ -50,6 +51,8 @@ class Session:
     #: The cost this session's records hold, as far as the ledger has been read (`spent`).
     _spent: float = 0.0
     _read_to: int = 0
+    #: The conversations held ahead of their items (--palette-conversations), once the run loop starts.
+    overlap: Overlap | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -66,8 +69,10 @@ class Session:
         return found if self.settings.collect_dir is not None else found.fresh()
 
     def close(self) -> None:
-        """The session's end: every host released, the run's lock let go (a session held in-process, as a
-        pytester run, must not keep it)."""
+        """The session's end: every conversation still held closed, every host released, the run's lock let
+        go (a session held in-process, as a pytester run, must not keep it)."""
+        if self.overlap is not None:
+            self.overlap.close()
         for host in self.hosts.values():
             host.close()
         if self.lock is not None:

@@ -1,0 +1,104 @@
+"""Conversations held ahead of their items, several at a time in one process (`--palette-conversations N`).
+
+A real model keeps a conversation waiting most of its time — on the model, on the backend — so a sweep is
+latency-bound, and an xdist worker per conversation pays a whole interpreter (imports, a model client, a few
+hundred MB) to wait. Here one process holds up to N conversations at once, each in a thread of its own: the
+items still run, report and are judged one by one in collection order, but an item's setup only waits for a
+conversation that started long before it. Threads suffice: a conversation's work is in its subprocesses (the
+agent's commands, deck.py, the engine) and in waiting, and the GIL is free while it waits.
+
+A host whose client keeps process-wide state (`Host.concurrent` False: CUGA) holds its conversations one at a
+time, still ahead of its items. The threads are daemons: a session that ends early (Ctrl-C, -x) closes every
+conversation still running — its host session, its sandbox and every process in it — and does not wait for a
+turn to time out.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from ..hosts.base import HostSession
+
+
+@dataclass
+class Conversation:
+    """One conversation held ahead of its item: its result, and what to close if the session ends first."""
+
+    future: Future[object] = field(default_factory=Future)
+    session: HostSession | None = None
+    closers: list[Callable[[], object]] = field(default_factory=list)
+
+
+class Overlap:
+    """Runs the conversations of items ahead of them, at most `limit` at once (one at a time per serial host)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._slots = threading.BoundedSemaphore(limit)
+        self._serial: dict[str, threading.Lock] = {}
+        self._held: dict[str, Conversation] = {}
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+
+    def start(self, jobs: Iterable[tuple[str, str | None, Callable[[Conversation], object]]]) -> None:
+        """Start `(key, serial group or None, hold)` jobs in order; `hold(conversation)` returns the result an
+        item collects with `collect(key)`, and registers what must be closed should the session end first."""
+        jobs = list(jobs)
+        for key, _, _ in jobs:
+            self._held[key] = Conversation()
+        threading.Thread(target=self._feed, args=(jobs,), name="palette-overlap", daemon=True).start()
+
+    def _feed(self, jobs: list[tuple[str, str | None, Callable[[Conversation], object]]]) -> None:
+        # Started in collection order, so the item pytest runs next is never the one still waiting to start.
+        for key, group, hold in jobs:
+            self._slots.acquire()
+            if self._closed.is_set():
+                self._slots.release()
+                self._held[key].future.cancel()
+                continue
+            serial = self._serial.setdefault(group, threading.Lock()) if group else None
+            threading.Thread(target=self._run, args=(self._held[key], hold, serial), daemon=True,
+                             name=f"palette-conversation-{key}").start()
+
+    def _run(self, conversation: Conversation, hold: Callable[[Conversation], object],
+             serial: threading.Lock | None) -> None:
+        try:
+            if serial is not None:
+                serial.acquire()
+            try:
+                if not conversation.future.set_running_or_notify_cancel():
+                    return
+                if self._closed.is_set():
+                    conversation.future.set_exception(RuntimeError("the session ended before this conversation"))
+                    return
+                try:
+                    conversation.future.set_result(hold(conversation))
+                except BaseException as error:  # handed to the item, which reports it as its own
+                    conversation.future.set_exception(error)
+            finally:
+                if serial is not None:
+                    serial.release()
+        finally:
+            self._slots.release()
+
+    def holds(self, key: str) -> bool:
+        return key in self._held
+
+    def collect(self, key: str) -> object:
+        """The result of the conversation started for `key` (waits for it); raises what holding it raised."""
+        return self._held.pop(key).future.result()
+
+    def close(self) -> None:
+        """The session ends: start nothing more, and close every conversation still held — its host session
+        (no further command runs) and what it registered (its sandbox: every process in it stops)."""
+        self._closed.set()
+        for conversation in list(self._held.values()):
+            conversation.future.cancel()
+            if conversation.future.running():
+                if conversation.session is not None:
+                    conversation.session.close()
+                for close in conversation.closers:
+                    close()

@@ -1,0 +1,134 @@
+"""Conversations held ahead of their items (--palette-conversations) and the rehearsal model's latency."""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import CancelledError
+from pathlib import Path
+
+import pytest
+
+from pytest_palette.hosts.base import HostSession, TurnRecord
+from pytest_palette.rehearsal.latency import ModelLatency
+from pytest_palette.run.overlap import Conversation, Overlap
+
+#: The shipped interaction cases, the core five among them (`-m core`).
+CORE = str(Path(__file__).resolve().parent.parent / "cases" / "interaction.yaml")
+
+
+def test_a_latency_spec_reads_seconds_jitter_and_seed() -> None:
+    latency = ModelLatency.parse("2,jitter=0.5,seed=3")
+    delays = [latency.delay(n) for n in range(200)]
+    assert all(1.5 <= d <= 2.5 for d in delays) and len(set(delays)) > 100  # spread over the interval
+    assert delays == [ModelLatency.parse("2,jitter=0.5,seed=3").delay(n) for n in range(200)]  # deterministic
+    assert delays != [ModelLatency.parse("2,jitter=0.5,seed=4").delay(n) for n in range(200)]
+    assert ModelLatency.parse("0.2").delay(7) == 0.2 and str(ModelLatency.parse("2,jitter=0.5")) == "2 s a call ± 0.5 s"
+
+
+@pytest.mark.parametrize(("spec", "said"), [
+    ("", "expected seconds per call"), ("fast", "seconds 'fast' is not a number"), ("-1", "is not a number"),
+    ("2,jitter=3", "jitter 3 is larger than the latency 2"), ("2,wobble=1", "'wobble=1' is not jitter="),
+])
+def test_a_bad_latency_spec_says_what_is_wrong(spec: str, said: str) -> None:
+    with pytest.raises(ValueError, match=said):
+        ModelLatency.parse(spec)
+
+
+class _Waits(HostSession):
+    def __init__(self) -> None:
+        self.closed = threading.Event()
+
+    def send(self, message: str, timeout: float) -> TurnRecord:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def test_closing_ends_what_is_held_and_starts_nothing_more() -> None:
+    overlap = Overlap(2)
+    sessions = [_Waits() for _ in range(4)]
+    started: list[int] = []
+    stopped: list[int] = []
+
+    def job(number: int):  # type: ignore[no-untyped-def]
+        def hold(conversation: Conversation) -> object:
+            conversation.session = sessions[number]
+            conversation.closers.append(lambda: stopped.append(number))
+            started.append(number)
+            sessions[number].closed.wait(60)  # a turn that only ends when its session is closed
+            return number
+        return hold
+
+    overlap.start([(f"item{n}", None, job(n)) for n in range(4)])
+    while len(started) < 2:  # two in flight, the limit
+        threading.Event().wait(0.01)
+    overlap.close()
+    assert sorted(started) == [0, 1] and sorted(stopped) == [0, 1]
+    assert all(sessions[n].closed.is_set() for n in (0, 1)) and not sessions[2].closed.is_set()
+    assert overlap.collect("item0") == 0
+    with pytest.raises((CancelledError, RuntimeError)):  # never started: cancelled, or told the session ended
+        overlap.collect("item3")
+
+
+def test_a_serial_hosts_conversations_never_overlap() -> None:
+    overlap = Overlap(4)
+    inside = threading.Semaphore(1)
+    clashes: list[str] = []
+
+    def hold(conversation: Conversation) -> object:
+        if not inside.acquire(blocking=False):
+            clashes.append("two at once")
+            return None
+        threading.Event().wait(0.05)
+        inside.release()
+        return "held"
+
+    overlap.start([(f"item{n}", "cuga", hold) for n in range(4)])
+    assert [overlap.collect(f"item{n}") for n in range(4)] == ["held"] * 4 and clashes == []
+
+
+def _here(pytester: pytest.Pytester) -> list[str]:
+    """The shipped cases run from the test's own folder, their runs written there too."""
+    return ["-p", "no:cacheprovider", "--rootdir", str(pytester.path), "--palette-run-dir",
+            str(pytester.path / "runs")]
+
+
+def _windows(run: Path) -> list[tuple[float, float]]:
+    records = [json.loads(line) for line in (run / "results.jsonl").open()]
+    return [(r["usage"]["started_at"], r["usage"]["started_at"] + r["usage"]["seconds"]) for r in records]
+
+
+def _most_at_once(windows: list[tuple[float, float]]) -> int:
+    return max(sum(start <= at < end for start, end in windows) for at, _ in windows)
+
+
+def test_conversations_are_held_together_and_every_item_is_still_judged(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(CORE, *_here(pytester), "-m", "core", "--palette-conversations", "5",
+                                           "--palette-rehearsal-latency", "0.2")
+    result.assert_outcomes(passed=5)
+    [run] = (pytester.path / "runs").glob("*")
+    # All five start at once and each waits on the model several times: they are held together.
+    assert _most_at_once(_windows(run)) > 1
+
+
+def test_a_host_with_process_wide_state_holds_one_conversation_at_a_time(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(CORE, *_here(pytester), "-m", "core", "--host", "cuga",
+                                           "--palette-conversations", "5")
+    result.assert_outcomes(passed=5)
+    [run] = (pytester.path / "runs").glob("*")
+    assert _most_at_once(_windows(run)) == 1
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    (["--palette-conversations", "0"], "--palette-conversations must be 1 or more (got 0)"),
+    (["--palette-conversations", "4", "-n", "2"], "--palette-conversations and -n (xdist) both spread*"),
+    (["--palette-rehearsal-latency", "2,jitter=5"], "--palette-rehearsal-latency '2,jitter=5': jitter 5 is*"),
+])
+def test_bad_concurrency_settings_are_one_line_usage_errors(pytester: pytest.Pytester, given: list[str],
+                                                            said: str) -> None:
+    result = pytester.runpytest_subprocess(CORE, *_here(pytester), *given)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{said}"])
+    assert "Traceback" not in result.stderr.str()
