@@ -265,3 +265,7 @@ def test_a_run_without_bubblewrap_refuses_in_one_line(pytester: pytest.Pytester,
     result.stderr.fnmatch_lines(["*the agent's sandbox needs bubblewrap (bwrap), which is not on PATH: *"
                                  "--palette-sandbox none*"])
     assert "Traceback" not in result.stderr.str()
+    checked = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--palette-check")
+    assert checked.ret == 1
+    checked.stdout.fnmatch_lines(["agent's commands: bubblewrap: NOT ready",
+                                  "  ✗ the agent's sandbox needs bubblewrap*"])

@@ -241,8 +241,14 @@ def check(session: Session, write: Any) -> int:
     write(f"settings and run folder: {'ready' if not found else 'NOT ready'}", green=not found, red=bool(found))
     for said_wrong in found:
         write(f"  ✗ {said_wrong}")
+    confinement = sandbox.problem(settings.host.sandbox)
+    kind = sandbox.MODES.get(settings.host.sandbox, settings.host.sandbox)
+    write(f"agent's commands: {kind}: {'ready' if not confinement else 'NOT ready'}", green=not confinement,
+          red=bool(confinement))
+    if confinement:
+        write(f"  ✗ {confinement}")
     missing, said = round_trip(session.skill)
-    ready = missing is None and not found
+    ready = missing is None and not found and not confinement
     write(f"backend: {describe_backend()}: {'ready' if ready else 'NOT ready'} ({said})", green=ready, red=not ready)
     if missing:
         write(f"  ✗ {missing}")
@@ -261,7 +267,8 @@ def header(session: Session) -> list[str]:
     return [
         f"palette: hosts {', '.join(settings.hosts)} · model {settings.model.label}",
         f"palette: skill {settings.skill_dir} ({session.skill_hash}) · {describe_backend()}",
-        f"palette: run folder {session.run_dir}",
+        f"palette: run folder {session.run_dir} · the agent's commands "
+        + " and ".join(sorted({session.hosts[name].sandbox_kind(settings.host) for name in settings.hosts})),
         *(f"palette: {name}: " + ", ".join(f"{k} {v}" for k, v in session.terms(name).scaffold)
           for name in settings.hosts),
         *([cost_line(session)] if settings.prices is not None or settings.max_cost is not None else []),
