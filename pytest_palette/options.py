@@ -90,6 +90,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-max-cost", type=float, default=None, dest="palette_max_cost", metavar="USD",
                     help="stop starting items once this session has recorded that much cost (per ledger: xdist "
                          "workers share it, shards do not); the rest are recorded as skipped")
+    group.addoption("--palette-sandbox-env", action="append", default=[], dest="palette_sandbox_env",
+                    metavar="NAME", help="pass this variable to the agent's commands too (repeat or comma-separate): "
+                                         "what a real Palette behind PALETTE_HOME needs, its key say")
     group.addoption("--palette-claude-cli", default=None, dest="palette_claude_cli", metavar="PATH",
                     help="the Claude Code CLI the claude host runs (default: the one bundled in claude-agent-sdk, "
                          "else `claude` on PATH)")
@@ -231,6 +234,9 @@ def resolve(config: pytest.Config) -> Settings:
     max_cost = config.getoption("palette_max_cost")
     if max_cost is not None and not (math.isfinite(max_cost) and max_cost > 0):
         raise pytest.UsageError(f"--palette-max-cost must be a number of USD more than 0 (got {max_cost:g})")
+    for name in (n.strip() for given in config.getoption("palette_sandbox_env") for n in given.split(",")):
+        if name and not name.isidentifier():
+            raise pytest.UsageError(f"--palette-sandbox-env {name!r} is not the name of an environment variable")
     conversations = config.getoption("palette_conversations")
     if conversations is not None and conversations < 1:
         raise pytest.UsageError(f"--palette-conversations must be 1 or more (got {conversations})")
@@ -260,6 +266,8 @@ def resolve(config: pytest.Config) -> Settings:
             recursion_limit=recursion or RECURSION_LIMIT,
             eager=bool(config.getoption("palette_eager")),
             sandbox=str(config.getoption("palette_sandbox") or "bubblewrap"),
+            sandbox_env=tuple(name.strip() for given in config.getoption("palette_sandbox_env")
+                              for name in given.split(",") if name.strip()),
             model_retries=MODEL_RETRIES if retries is None else retries,
             rehearsal_faults=faults,
             rehearsal_latency=latency,

@@ -53,6 +53,21 @@ def test_the_environment_of_a_command_is_an_allow_list(tmp_path: Path) -> None:
                    "HOME": str(tmp_path)}
 
 
+def test_a_variable_the_user_names_is_passed_and_no_other(tmp_path: Path) -> None:
+    env = allowed_environment({"PALETTE_API": "x", "REAL_PALETTE_KEY": "k", **FAKE_KEYS}, tmp_path,
+                              passed=["REAL_PALETTE_KEY"])
+    assert env == {"PALETTE_API": "x", "REAL_PALETTE_KEY": "k", "HOME": str(tmp_path), "PATH": os.defpath}
+
+
+def test_only_a_backend_elsewhere_keeps_the_network(tmp_path: Path) -> None:
+    from pytest_palette.backend import REFERENCE_HOME
+    from pytest_palette.run.sandbox import backend_needs_network
+
+    assert not backend_needs_network({}) and not backend_needs_network({"PALETTE_HOME": str(REFERENCE_HOME)})
+    assert backend_needs_network({"PALETTE_URL": "http://palette.example"})
+    assert backend_needs_network({"PALETTE_HOME": str(tmp_path)})  # a real Palette calls its own model
+
+
 def test_unconfined_commands_still_get_only_the_allow_list(tmp_path: Path) -> None:
     shell = Shell(tmp_path, {**os.environ, **FAKE_KEYS}, sandbox=Sandbox(tmp_path, {**os.environ, **FAKE_KEYS},
                                                                           "none"))

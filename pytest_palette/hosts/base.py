@@ -83,6 +83,8 @@ class HostSettings:
     eager: bool = False
     #: `--palette-sandbox`: "bubblewrap", or "none" for commands unconfined (the allow-listed environment still).
     sandbox: str = "bubblewrap"
+    #: Variables the agent's commands get beside the allow-list (`--palette-sandbox-env`: a real Palette's key).
+    sandbox_env: tuple[str, ...] = ()
     #: The most retries of one model call, where the host's client retries (all built-in hosts do).
     model_retries: int = MODEL_RETRIES
     #: Transient errors the rehearsal server injects (`--palette-rehearsal-faults`), for hosts that serve it

@@ -56,7 +56,7 @@ def conversation_environment(workspace: Workspace, base_env: Mapping[str, str] |
 def open_sandbox(workspace: Workspace, settings: HostSettings, base_env: Mapping[str, str] | None = None) -> Sandbox:
     """The sandbox of one item's commands (`--palette-sandbox`); the caller closes it when the item ends."""
     return Sandbox(workspace.work, conversation_environment(workspace, base_env), settings.sandbox,
-                   trace=workspace.trace)
+                   trace=workspace.trace, passed=settings.sandbox_env)
 
 
 def hold(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: HostSettings,

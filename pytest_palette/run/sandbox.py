@@ -38,6 +38,7 @@ from pathlib import Path
 
 import psutil
 
+from ..backend import REFERENCE_HOME
 from . import leftovers
 
 BUBBLEWRAP = "bubblewrap"
@@ -69,10 +70,12 @@ class Limits:
     cpu_seconds: int = 3600
 
 
-def allowed_environment(env: Mapping[str, str], home: Path) -> dict[str, str]:
-    """The environment a command gets: the allow-listed part of `env`, HOME in the agent's folder."""
+def allowed_environment(env: Mapping[str, str], home: Path, passed: Iterable[str] = ()) -> dict[str, str]:
+    """The environment a command gets: the allow-listed part of `env` (and the `passed` names the user chose,
+    `--palette-sandbox-env`), HOME in the agent's folder."""
+    chosen = set(passed)
     kept = {name: value for name, value in env.items()
-            if name in ALLOWED or name.startswith(ALLOWED_PREFIXES)}
+            if name in ALLOWED or name in chosen or name.startswith(ALLOWED_PREFIXES)}
     kept["HOME"] = str(home)
     kept.setdefault("PATH", os.defpath)
     return kept
@@ -103,17 +106,17 @@ class Sandbox:
     everything it started is stopped when the item ends."""
 
     def __init__(self, work: Path, env: Mapping[str, str], mode: str = "bubblewrap", trace: Path | None = None,
-                 limits: Limits = Limits()) -> None:
+                 limits: Limits = Limits(), passed: Iterable[str] = ()) -> None:
         self.work, self.trace, self.limits = work, trace, limits
         self.kind = MODES[mode]
-        self.env = allowed_environment(env, work)
+        self.env = allowed_environment(env, work, passed)
         self._readable: list[Path] = _interpreter_folders() + _backend_folders(env)
         self._writable: list[Path] = [work] + ([trace] if trace is not None else [])
         self._protected: list[Path] = []
         self._bwrap = shutil.which("bwrap") or "bwrap"
         self._lock: int | None = None
         self.uid: int | None = None
-        self.network = bool(env.get("PALETTE_URL", "").strip())  # a Palette web server is reached over the network
+        self.network = backend_needs_network(env)
         if self.confined and os.geteuid() == 0:
             self.uid = self._claim_id()
 
@@ -194,7 +197,7 @@ class Sandbox:
         if self.confined:
             # No --chdir: the client runs each command in its own current directory. No uid: the client's
             # sandbox already switched to the item's.
-            run = shlex.join(self.wrap(None, network=False, uid=None))
+            run = shlex.join(self.wrap(None, network=self.network, uid=None))
             body = f'exec env -i {env} {run} {shell} -c "$1"'
         else:
             body = f'exec env -i {env} {shell} -c "$1"'
@@ -248,6 +251,16 @@ class Sandbox:
             self._lock = descriptor
             return uid
         raise RuntimeError(f"every sandbox user id in {ID_LOCKS} is taken")
+
+
+def backend_needs_network(env: Mapping[str, str]) -> bool:
+    """Whether deck.py's backend is reached over the network, so commands keep it: a Palette web server
+    (PALETTE_URL), or a Palette checkout (PALETTE_HOME) other than the reference engine's — a real Palette calls
+    its own model. The reference engine runs on this machine and needs none."""
+    if env.get("PALETTE_URL", "").strip():
+        return True
+    home = env.get("PALETTE_HOME", "").strip()
+    return bool(home) and Path(home).expanduser().resolve() != REFERENCE_HOME.resolve()
 
 
 def _namespaces(network: bool) -> list[str]:

@@ -209,6 +209,7 @@ def fingerprint(settings: Settings, skill_hash: str) -> str:
         "plugin": __version__, "turn_timeout": settings.turn_timeout, "build_grace": settings.build_grace,
         "command_timeout": settings.host.command_timeout, "recursion_limit": settings.host.recursion_limit,
         "eager": settings.host.eager, "sandbox": settings.host.sandbox,
+        "sandbox_env": sorted(settings.host.sandbox_env),
     }
     if settings.model.base_url:  # only when given, so the fingerprints of earlier runs still match
         terms["base_url"] = settings.model.base_url
@@ -268,7 +269,8 @@ def header(session: Session) -> list[str]:
         f"palette: hosts {', '.join(settings.hosts)} · model {settings.model.label}",
         f"palette: skill {settings.skill_dir} ({session.skill_hash}) · {describe_backend()}",
         f"palette: run folder {session.run_dir} · the agent's commands "
-        + " and ".join(sorted({session.hosts[name].sandbox_kind(settings.host) for name in settings.hosts})),
+        + " and ".join(sorted({session.hosts[name].sandbox_kind(settings.host) for name in settings.hosts}))
+        + (f" (given {', '.join(settings.host.sandbox_env)} too)" if settings.host.sandbox_env else ""),
         *(f"palette: {name}: " + ", ".join(f"{k} {v}" for k, v in session.terms(name).scaffold)
           for name in settings.hosts),
         *([cost_line(session)] if settings.prices is not None or settings.max_cost is not None else []),
