@@ -114,6 +114,12 @@ def interrupt(folder: Path, host: str) -> Interrupted:
             seconds: float | None = round(time.monotonic() - sent, 2)
         except subprocess.TimeoutExpired:
             seconds = None
+            # Where it hangs: pytest's faulthandler prints every thread's stack to the session's log on SIGABRT.
+            os.kill(session.pid, signal.SIGABRT)
+            try:
+                session.wait(timeout=LEFT_BOUND)
+            except subprocess.TimeoutExpired:
+                pass
         # A process mid-exit is not "left": each gets a bound (not a speed target) to finish dying.
         after = time.monotonic() + LEFT_BOUND
         while True:

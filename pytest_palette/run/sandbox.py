@@ -110,7 +110,7 @@ class Sandbox:
         self.work, self.trace, self.limits = work, trace, limits
         self.kind = MODES[mode]
         self.env = allowed_environment(env, work, passed)
-        self._readable: list[Path] = _interpreter_folders() + _backend_folders(env)
+        self._readable: list[Path] = list(dict.fromkeys(_interpreter_folders() + _backend_folders(env)))
         self._writable: list[Path] = [work] + ([trace] if trace is not None else [])
         self._protected: list[Path] = []
         self._bwrap = shutil.which("bwrap") or "bwrap"
