@@ -296,7 +296,9 @@ def _binds(readable: Iterable[Path], writable: Iterable[Path], protected: Iterab
         made.add(path)
     for path in protected:
         args += ["--ro-bind", str(path), str(path)]
-    return args
+    # The sandbox's own root (the folders made above) read-only too: a write beside work/ fails, rather than
+    # landing in a throwaway folder that looks like the run's.
+    return [*args, "--remount-ro", "/"]
 
 
 def _system() -> list[Path]:
