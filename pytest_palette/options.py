@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,6 +148,17 @@ def _number(config: pytest.Config, option: str, ini: str | None, default: float)
     return value
 
 
+def _spec(config: pytest.Config, option: str, parse: Callable[[str], object]) -> str | None:
+    """An option holding a spec `parse` reads (checked here, kept as given), or a one-line usage error."""
+    given = config.getoption(option)
+    if given is not None:
+        try:
+            parse(given)
+        except ValueError as error:
+            raise pytest.UsageError(f"--{option.replace('_', '-')} {given!r}: {error}") from None
+    return None if given is None else str(given)
+
+
 def _shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -176,18 +188,8 @@ def resolve(config: pytest.Config) -> Settings:
     retries = config.getoption("palette_model_retries")
     if retries is not None and retries < 0:
         raise pytest.UsageError(f"--palette-model-retries must be 0 or more (got {retries})")
-    faults = config.getoption("palette_rehearsal_faults")
-    if faults is not None:
-        try:
-            FaultSchedule.parse(faults)
-        except ValueError as error:
-            raise pytest.UsageError(f"--palette-rehearsal-faults {faults!r}: {error}") from None
-    latency = config.getoption("palette_rehearsal_latency")
-    if latency is not None:
-        try:
-            ModelLatency.parse(latency)
-        except ValueError as error:
-            raise pytest.UsageError(f"--palette-rehearsal-latency {latency!r}: {error}") from None
+    faults = _spec(config, "palette_rehearsal_faults", FaultSchedule.parse)
+    latency = _spec(config, "palette_rehearsal_latency", ModelLatency.parse)
     root = config.rootpath
     case_dirs = [root / d for d in config.getoption("palette_cases")] or list(config.getini("palette_cases"))
     if not case_dirs:
