@@ -245,7 +245,7 @@ class Sandbox:
             except BlockingIOError:
                 os.close(descriptor)
                 continue
-            if _kill_user(uid) or _has_processes(uid):  # left by a crashed holder: let them go first
+            if _kill_user(uid) or _of_user(uid, zombies=True):  # left by a crashed holder: let them go first
                 os.close(descriptor)
                 continue
             self._lock = descriptor
@@ -325,18 +325,18 @@ def _backend_folders(env: Mapping[str, str]) -> list[Path]:
     return [path for path in found if not str(path).startswith(tuple(SYSTEM))]
 
 
-def _has_processes(uid: int) -> bool:
-    """Whether any process of `uid` exists, zombies included: they count against its process limit."""
-    return any(process.info["uids"] and process.info["uids"].real == uid
-               for process in psutil.process_iter(["uids"]))
+def _of_user(uid: int, *, zombies: bool = False) -> list[psutil.Process]:
+    """The processes whose real user is `uid`: running ones, or with `zombies` also those not yet reaped (they
+    still count against the user's process limit)."""
+    return [process for process in psutil.process_iter(["uids"])
+            if process.info["uids"] and process.info["uids"].real == uid and (zombies or leftovers.running(process))]
 
 
 def _kill_user(uid: int, rounds: int = 50) -> list[int]:
     """KILL every process of `uid` until none is left (a fork bomb forks between two looks)."""
     killed: list[int] = []
     for _ in range(rounds):
-        alive = [process for process in psutil.process_iter(["uids"])
-                 if process.info["uids"] and process.info["uids"].real == uid and leftovers.running(process)]
+        alive = _of_user(uid)
         if not alive:
             break
         for process in alive:
