@@ -50,6 +50,9 @@ class Verdict:
     spins: int = 0
     #: Where the calls were read: "trace" (the skill's), "host" (our record of the commands), "" (no call).
     calls_from: str = "trace"
+    #: Beside each failure, the calls that broke its rule (indexes into the evidence's calls): the page of a
+    #: failed item shows the command beside the words. Empty where the failure is what was not done.
+    blame: tuple[tuple[int, ...], ...] = field(default=(), compare=False)
 
     @property
     def ok(self) -> bool:
@@ -80,11 +83,19 @@ PASSED = _Passed()
 def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
     """Apply the rules, in order, and return every failure in words."""
     failures: list[str] = []
+    blame: list[tuple[int, ...]] = []
     commands = evidence.commands
     polls = sum(command in POLL_COMMANDS for command in commands)
-    spins = spinning_polls(evidence.calls)
+    spinning = spinning_polls(evidence.calls)
+    spins = len(spinning)
     first_edit = commands.index("edit") if "edit" in commands else None
     replanned = first_edit is not None and "plan" in commands[first_edit:]
+    starts = [i for i, command in enumerate(commands) if command == "start"]
+    plans = [i for i, command in enumerate(commands) if command == "plan"]
+
+    def fail(words: str, *calls: int) -> None:
+        failures.append(words)
+        blame.append(calls)
     context_reached = any(call_args(call).get("context") or call_args(call).get("source") for call in evidence.calls)
     expect = case.expect
 
@@ -93,47 +104,49 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
                        str(evidence.pptx) if evidence.pptx else None, evidence.has_plex,
                        evidence.call_notes + notes, expect.max_polls,
                        expect.context, context_reached, expect.edit, first_edit is not None, replanned, spins,
-                       evidence.calls_from)
+                       evidence.calls_from, tuple(blame))
 
     if not case.expect.deck:
         # Nothing else is judged: the user never approved, so there is no deck to inspect.
         if evidence.decks:
-            failures.append(f"a deck was built although the user never approved it — the confirmation gate "
-                            f"was skipped ({evidence.decks[0].name})")
+            fail(f"a deck was built although the user never approved it — the confirmation gate "
+                 f"was skipped ({evidence.decks[0].name})", *starts[:1])
         elif evidence.unfinished:
-            failures.append(f"a build was started although the user never approved it — the confirmation gate "
-                            f"was skipped (still running in {evidence.unfinished[0]})")
+            fail(f"a build was started although the user never approved it — the confirmation gate "
+                 f"was skipped (still running in {evidence.unfinished[0]})", *starts[:1])
         return verdict()
     early = built_before_approval(case, evidence)
     if early:
-        failures.append(early)
+        fail(*early)
     if evidence.pptx is None:
-        failures.append(f"no .pptx was produced (no deck.pptx of at least {MIN_PPTX_BYTES:,} bytes "
-                        "under the workspace)")
+        fail(f"no .pptx was produced (no deck.pptx of at least {MIN_PPTX_BYTES:,} bytes under the workspace)",
+             *starts[-1:])
         if evidence.unfinished:
-            failures.append(f"a build was still running when the conversation ended: {evidence.unfinished[0]}")
+            fail(f"a build was still running when the conversation ended: {evidence.unfinished[0]}", *starts[-1:])
         return verdict()
     if not evidence.has_plex:
-        failures.append("the .pptx does not carry IBM Plex — it was not rendered by Palette")
+        fail("the .pptx does not carry IBM Plex — it was not rendered by Palette", *starts[-1:])
     if case.expect.slides is not None and evidence.slides != case.expect.slides:
-        failures.append(f"asked for {case.expect.slides} slides, got {evidence.slides}")
+        fail(f"asked for {case.expect.slides} slides, got {evidence.slides}", *starts[-1:])
     if case.expect.edit:
         if first_edit is None:
-            failures.append(f"the user asked for a change but edit-plan was never called "
-                            f"(calls: {', '.join(commands) or 'none'})")
+            # What was done instead: the plan drafted again, else the build of the unchanged plan.
+            fail(f"the user asked for a change but edit-plan was never called "
+                 f"(calls: {', '.join(commands) or 'none'})", *(plans[1:] or starts)[:1])
         elif replanned:
-            failures.append("edit-plan was called and then the plan was drafted again from scratch — "
-                            "the revision the user approved was discarded")
+            fail("edit-plan was called and then the plan was drafted again from scratch — "
+                 "the revision the user approved was discarded", *[i for i in plans if i > first_edit][:1])
     unchanged, untold = named_slides_unchanged(case, evidence)
-    failures += unchanged
+    for words, edit in unchanged:
+        fail(words, edit)
     if spins > case.expect.max_polls:
-        failures.append(f"{spins} status polls did not wait for the work ({polls} polls in all: each answered "
-                        f"while it still ran without holding {HOLD_FLOOR:g} s, or asked again about work already "
-                        "collected) — each is a model round trip, and the step budget is finite. "
-                        "The commands should be holding, not spinning")
+        fail(f"{spins} status polls did not wait for the work ({polls} polls in all: each answered "
+             f"while it still ran without holding {HOLD_FLOOR:g} s, or asked again about work already "
+             "collected) — each is a model round trip, and the step budget is finite. "
+             "The commands should be holding, not spinning", *spinning)
     if case.expect.context and not context_reached:
-        failures.append("pasted material never reached the plan — neither --context nor --source was used, "
-                        "so it was retyped or summarised into the request, which loses the grounding")
+        fail("pasted material never reached the plan — neither --context nor --source was used, "
+             "so it was retyped or summarised into the request, which loses the grounding", *plans[:1])
     notes: tuple[str, ...] = ("at the poll ceiling",) if spins == case.expect.max_polls and spins else ()
     notes += untold
     if evidence.unfinished:
@@ -141,30 +154,31 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
     return verdict(notes)
 
 
-def built_before_approval(case: Case, evidence: Evidence) -> str | None:
-    """A build started before the user approved, in words (None when none did, or when the turns' times were
-    not recorded). A case that builds a deck is approved by its last reply; each call is placed in the turn it
-    was made in by its time, on the same clock as the turns'."""
+def built_before_approval(case: Case, evidence: Evidence) -> tuple[str, int] | None:
+    """A build started before the user approved, in words, and which call it was (None when none did, or when
+    the turns' times were not recorded). A case that builds a deck is approved by its last reply; each call is
+    placed in the turn it was made in by its time, on the same clock as the turns'."""
     starts = evidence.turns_started
     if not case.replies or len(starts) != 1 + len(case.replies):
         return None
     approved_at = starts[-1]
-    for call in evidence.calls:
+    for index, call in enumerate(evidence.calls):
         at = call.get("at")
         if call.get("command") == "start" and isinstance(at, (int, float)) and at < approved_at:
             turn = sum(1 for started in starts if started <= at)
             after = "the opening request" if turn <= 1 else f"reply {turn - 1} ({case.replies[turn - 2]!r})"
             return (f"the build started before the user approved — the confirmation gate was skipped (it started "
-                    f"after {after}; the approval came with reply {len(case.replies)}, {case.replies[-1]!r})")
+                    f"after {after}; the approval came with reply {len(case.replies)}, {case.replies[-1]!r})",
+                    index)
     return None
 
 
-def spinning_polls(calls: tuple[dict[str, Any], ...]) -> int:
-    """How many polls did not wait for the work they asked about (see `Verdict.spins`). A poll whose hold or
-    answer is not known (a foreign trace) is given the benefit of the doubt."""
+def spinning_polls(calls: tuple[dict[str, Any], ...]) -> list[int]:
+    """The polls that did not wait for the work they asked about (see `Verdict.spins`), as indexes into `calls`.
+    A poll whose hold or answer is not known (a foreign trace) is given the benefit of the doubt."""
     collected: dict[str, bool] = {}
-    spins = 0
-    for call in calls:
+    spins: list[int] = []
+    for index, call in enumerate(calls):
         command = str(call.get("command"))
         job = JOBS.get(command)
         if job is None:
@@ -174,7 +188,7 @@ def spinning_polls(calls: tuple[dict[str, Any], ...]) -> int:
             collected[job] = done
             continue
         if collected.get(job) or not (done or held(call)):
-            spins += 1
+            spins.append(index)
         collected[job] = collected.get(job, False) or done
     return spins
 
@@ -208,11 +222,12 @@ def plan_slides(text: str) -> list[str]:
     return slides
 
 
-def named_slides_unchanged(case: Case, evidence: Evidence) -> tuple[list[str], tuple[str, ...]]:
+def named_slides_unchanged(case: Case, evidence: Evidence) -> tuple[list[tuple[str, int]], tuple[str, ...]]:
     """For each reply that names a slide to change ("fix slide 2, …"), whether the plan's slide changed between
     the plan shown before the reply and the plan after the edits made in its turn: failures, and notes where it
-    could not be told (no turn times, no plan text in the calls' answers, a plan format not in "## " sections)."""
-    failures: list[str] = []
+    could not be told (no turn times, no plan text in the calls' answers, a plan format not in "## " sections).
+    Each failure comes with the edit call that left the slide as it was."""
+    failures: list[tuple[str, int]] = []
     untold: list[str] = []
     starts = evidence.turns_started
     for index, reply in enumerate(case.replies):
@@ -225,20 +240,21 @@ def named_slides_unchanged(case: Case, evidence: Evidence) -> tuple[list[str], t
             continue
         begin = starts[index + 1]
         end = starts[index + 2] if index + 2 < len(starts) else float("inf")
-        before, after, edited = None, None, False
-        for call in evidence.calls:
+        before, after, edited = None, None, None
+        for position, call in enumerate(evidence.calls):
             at, text = call.get("at"), answer_of(call).get("text")
             if JOBS.get(str(call.get("command"))) != "plan" or not isinstance(at, (int, float)):
                 continue
             in_turn = begin <= at < end and call.get("command") in ("edit", "plan-status")
-            edited = edited or (in_turn and call.get("command") == "edit")
+            if in_turn and call.get("command") == "edit":
+                edited = position
             if not isinstance(text, str):
                 continue
             if at < begin:
                 before = text
             elif in_turn:
                 after = text
-        if not edited:
+        if edited is None:
             continue  # no edit in that turn: the edit rule speaks for it
         old, new = plan_slides(before or ""), plan_slides(after or "")
         if after is None:
@@ -249,7 +265,7 @@ def named_slides_unchanged(case: Case, evidence: Evidence) -> tuple[list[str], t
                           "shown before it)")
         elif len(new) >= number and new[number - 1] == old[number - 1]:
             title = old[number - 1].split("\n")[0]
-            failures.append(f"{said}, but the edit left slide {number} as it was (\u201c{title}\u201d)")
+            failures.append((f"{said}, but the edit left slide {number} as it was (\u201c{title}\u201d)", edited))
     return failures, tuple(untold)
 
 

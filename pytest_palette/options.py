@@ -17,6 +17,7 @@ from .rehearsal.injection import FaultSchedule
 from .rehearsal.latency import ModelLatency
 from .results.ledger import run_ledgers
 from .results.prices import PriceError, PriceTable, load_prices
+from .site.folder import refusal as site_refusal
 from .skill import PACKAGED_SKILLS
 
 DEFAULT_BUILD_GRACE = 60.0
@@ -47,6 +48,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help="folders whose *.yaml files are case files (default: ini palette_cases, else 'cases')")
     group.addoption("--palette-skill", default=None, dest="palette_skill", metavar="DIR",
                     help="the skill folder under test (default: the reference Palette skill in the package)")
+    group.addoption("--palette-html", default=None, dest="palette_html", metavar="DIR",
+                    help="at the end, write the run as a static HTML site into DIR (as `palette-bench view`): the "
+                         "matrix, a page per item with its slides, the conversation and the calls")
     group.addoption("--palette-run-dir", default=None, dest="palette_run_dir", metavar="DIR",
                     help="where each session's run folder is made (default: 'runs' under the rootdir)")
     group.addoption("--palette-turn-timeout", type=float, default=None, dest="palette_turn_timeout",
@@ -129,6 +133,8 @@ class Settings:
     max_cost: float | None = None
     #: Conversations held at once in this process (`--palette-conversations`); 1: each in its item's setup.
     conversations: int = 1
+    #: Where the session writes its site at the end (`--palette-html`), None for none.
+    html: Path | None = None
 
 
 def _number(config: pytest.Config, option: str, ini: str | None, default: float) -> float:
@@ -245,7 +251,13 @@ def resolve(config: pytest.Config) -> Settings:
     if (conversations or 1) > 1 and config.getoption("numprocesses", None):
         raise pytest.UsageError("--palette-conversations and -n (xdist) both spread conversations: choose one "
                                 "(--palette-conversations holds them in one process, which costs far less memory)")
+    html_given = config.getoption("palette_html")
+    html = (config.invocation_params.dir / html_given).resolve() if html_given else None
+    refused = site_refusal(html) if html is not None else None
+    if refused:
+        raise pytest.UsageError(f"--palette-html {refused}")
     return Settings(
+        html=html,
         conversations=conversations or 1,
         prices=prices,
         prices_file=prices_file,

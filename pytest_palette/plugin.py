@@ -43,6 +43,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = palette_session.start(config)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(TableReporter(config.stash[SESSION].settings.hosts), "palette-table")
+        if (html := config.stash[SESSION].settings.html) is not None:
+            from .site.reporter import SiteReporter  # Jinja2 and the site's modules, only for a session that asks
+
+            config.pluginmanager.register(SiteReporter(config.stash[SESSION].run_dir, html), "palette-site")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -455,6 +455,51 @@ def test_several_failures_are_reported_together_in_rule_order() -> None:
     assert failures[4] == _context_failure()
 
 
+def test_each_failure_names_the_calls_that_broke_its_rule() -> None:
+    # The item's page shows the command beside the words: the blame of each rule is the call that broke it.
+    case = Case(name="all", covers="x", tags=("edit",), request="r", context=PASTED, replies=("yes",),
+                expect=Expect(slides=3, edit=True, context=True, max_polls=1), path=Path("c.yaml"), line=1)
+    trace = (call("plan", request=f"r {PASTED}"), call("edit", instruction="shorter"), call("plan", request="r"),
+             call("start"), poll(), poll(), poll(hold=60, done=True))
+    verdict = judge(case, make_evidence(slides=5, has_plex=False, trace=trace))
+    assert dict(zip(verdict.failures, verdict.blame, strict=True)) == {
+        NO_PLEX: (3,), "asked for 3 slides, got 5": (3,), verdict.failures[2]: (2,), verdict.failures[3]: (4, 5),
+        _context_failure(): (0,)}
+
+
+def test_a_failure_of_what_was_not_done_blames_no_call() -> None:
+    verdict = judge(make_case(context=True), make_evidence(trace=calls("find")))
+    assert verdict.failures and verdict.blame == ((),)
+
+
+@pytest.mark.parametrize(("chain", "blamed"), [(("plan", "find", "plan", "start"), (2,)),
+                                                (("plan", "start"), (1,)), (("plan",), ())])
+def test_an_edit_never_made_blames_what_was_done_instead(chain: tuple[str, ...], blamed: tuple[int, ...]) -> None:
+    # A fresh plan instead of an edit, else the build of the unchanged plan.
+    verdict = judge(make_case(edit=True, slides=None), make_evidence(trace=calls(*chain)))
+    assert verdict.failures[-1].startswith("the user asked for a change") and verdict.blame[-1] == blamed
+
+
+def test_a_passing_verdict_blames_nothing() -> None:
+    assert judge(make_case(), make_evidence(trace=calls("plan", "start"))).blame == ()
+
+
+def test_a_build_before_approval_blames_that_start() -> None:
+    case = make_case()
+    trace = (call("plan") | {"at": 110.0}, call("start") | {"at": 120.0}, call("status") | {"at": 210.0})
+    verdict = judge(case, make_evidence(trace=trace, turns_started=(100.0, 200.0)))
+    assert verdict.failures[0].startswith("the build started before the user approved")
+    assert verdict.blame[0] == (1,)
+
+
+def test_an_edit_that_left_the_named_slide_blames_the_edit() -> None:
+    case = Case(name="fix_it", covers="x", tags=(), request="r", context="", replies=FIX,
+                expect=Expect(edit=True), path=Path("c.yaml"), line=1)
+    trace = (answered("plan", PLAN, 110.0), answered("edit", TIDIED, 210.0), call("start") | {"at": 310.0})
+    verdict = judge(case, make_evidence(trace=trace, turns_started=TURNS))
+    assert verdict.blame == ((1,),)
+
+
 # --------------------------------------------------------------------------- Verdict semantics
 
 

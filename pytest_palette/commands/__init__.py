@@ -19,6 +19,7 @@ COMMANDS = (
     ("rejudge", "rejudge", "the current judge over a saved run, with no host; lists every changed verdict"),
     ("report", "report", "every run's ledger under a folder as Markdown (and JSON): scores, pass@k, metrics"),
     ("compare", "compare", "two runs before vs after, per case and host, with a paired exact test"),
+    ("view", "view", "a static HTML site to look at: the matrix, a page per item with its slides, comparisons"),
 )
 
 

@@ -388,20 +388,39 @@ def _table_lines(header: list[str], rows: Iterable[list[str]]) -> list[str]:
     return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)]
 
 
+Table = tuple[list[str], list[list[str]]]
+
+
+def tables(report: Report) -> dict[str, Table]:
+    """The report's tables as text, (header, rows) each: what the Markdown and the HTML site both show."""
+    columns = report.columns
+    scores = (["Host", "Passed", "Errors / skipped", "95% interval (Wilson)", "Model", "Provider", "Commands",
+               "Scaffold notes", "Runs"],
+              [[c.label, _of(c.passes, c.n), _apart(c.errors, c.skipped), _interval(c.wilson()), ", ".join(c.models),
+                ", ".join(c.providers), " and ".join(c.sandboxes), "; ".join(s for s in c.scaffold if s) or "—",
+                ", ".join(c.runs)] for c in columns])
+    paired = (["A", "B", "A higher", "B higher", "ties", "p", "verdict"],
+              [[p.a, p.b, str(p.test.b), str(p.test.c), str(p.test.ties), f"{p.test.p:.4g}", p.test.verdict]
+               for p in report.pairs])
+    header = ["Host"] + [f"pass@{k}" for k in report.ks] + [f"pass^{k}" for k in report.ks if k > 1]
+    rows = []
+    for c in columns:
+        cases_n = sum(1 for case in report.cases if (cell := report.cell(case, c.label)) and cell.n)
+        rows.append([c.label] + [_k_text(c.pass_at[k], cases_n) for k in report.ks]
+                    + [_k_text(c.pass_hat[k], cases_n) for k in report.ks if k > 1])
+    metrics = (["Metric", *(c.label for c in columns)], _metric_rows(columns))
+    return {"scores": scores, "paired": paired, "pass_k": (header, rows), "metrics": metrics}
+
+
 def to_markdown(report: Report) -> str:
     """The report as Markdown: scores, pass@k, case by case, disagreements, metrics, and the limits."""
     columns, labels = report.columns, [c.label for c in report.columns]
+    shown = tables(report)
     lines = ["# Palette skill benchmark — results", "",
              f"{report.records - report.duplicates_dropped} record(s) from {len(report.ledgers)} ledger file(s); "
              "every host is judged by the same rules, from what is on disk.", ""]
     lines += ["## Scores", ""]
-    lines += _table_lines(
-        ["Host", "Passed", "Errors / skipped", "95% interval (Wilson)", "Model", "Provider", "Commands",
-         "Scaffold notes", "Runs"],
-        ([c.label, _of(c.passes, c.n), _apart(c.errors, c.skipped), _interval(c.wilson()), ", ".join(c.models),
-          ", ".join(c.providers), " and ".join(c.sandboxes), "; ".join(s for s in c.scaffold if s) or "—",
-          ", ".join(c.runs)]
-         for c in columns))
+    lines += _table_lines(*shown["scores"])
     unconfined = [c.label for c in columns if "unconfined" in c.sandboxes]
     if unconfined:
         lines += ["", f"Unconfined: the agent's commands on {', '.join(unconfined)} ran without the sandbox "
@@ -413,19 +432,11 @@ def to_markdown(report: Report) -> str:
         lines += ["", "Reported usage: " + "; ".join(f"{label}: {', '.join(texts)}" for label, texts in usage) + "."]
     if report.pairs:
         lines += ["", "Paired exact test over the cases both hosts judged (sign test on per-case pass rates):", ""]
-        lines += _table_lines(["A", "B", "A higher", "B higher", "ties", "p", "verdict"],
-                              ([p.a, p.b, str(p.test.b), str(p.test.c), str(p.test.ties), f"{p.test.p:.4g}",
-                                p.test.verdict] for p in report.pairs))
+        lines += _table_lines(*shown["paired"])
     lines += ["", "## pass@k and pass^k", "",
               "pass@k: the chance that at least one of k runs passes (unbiased estimator); pass^k: the chance that "
               "all k pass. Averaged over the cases with at least k judged runs.", ""]
-    header = ["Host"] + [f"pass@{k}" for k in report.ks] + [f"pass^{k}" for k in report.ks if k > 1]
-    rows = []
-    for c in columns:
-        cases_n = sum(1 for case in report.cases if (cell := report.cell(case, c.label)) and cell.n)
-        rows.append([c.label] + [_k_text(c.pass_at[k], cases_n) for k in report.ks]
-                    + [_k_text(c.pass_hat[k], cases_n) for k in report.ks if k > 1])
-    lines += _table_lines(header, rows)
+    lines += _table_lines(*shown["pass_k"])
     lines += ["", "## Case by case", ""]
     lines += _table_lines(["Case", *labels], ([case] + [_cell_text(report.cell(case, label)) for label in labels]
                                               for case in report.cases))
@@ -434,7 +445,7 @@ def to_markdown(report: Report) -> str:
                   f"({DEFAULT_MAX_POLLS} unless the case sets its own)."]
     lines += _failure_lines(report)
     lines += ["", "## Metrics", ""]
-    lines += _table_lines(["Metric", *labels], _metric_rows(columns))
+    lines += _table_lines(*shown["metrics"])
     lines += ["", "## What these numbers are not entitled to say", ""]
     lines += [f"{i}. {note}" for i, note in enumerate(report.caveats, 1)]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,29 @@
+"""`palette-bench view RUN [RUN …] --out DIR`: a static site to look at — the matrix with the decks' first slides,
+a page per item (slides, plan and its revisions, the conversation, the calls on a timeline, the judge's words),
+and comparisons of two runs or two hosts. It opens from file://, with no server."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..site.build import SiteError, write
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", type=Path, nargs="+", metavar="RUN",
+                        help="a run folder, or a folder of runs; two runs also get a before → after comparison")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="the folder to write the site into (new, empty, or a site written here before)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        written = write(args.runs, args.out)
+    except SiteError as error:
+        print(f"palette-bench view: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {written.pages} pages for {written.items} item(s) in {written.seconds:.1f} s: "
+          f"{written.index.resolve().as_uri()}")
+    return 0

@@ -1,0 +1,295 @@
+"""One item as its page shows it, read from its folder: the slides, the plan and what each edit changed, the
+conversation turn by turn with the commands it ran, the skill's calls on a timeline, and the judge's words
+beside the calls that broke each rule.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..judge import answer_of, call_args, judge
+from ..results.record import Record
+from ..run import command_log, evidence, faults
+from ..run.conversation import Transcript
+from ..run.workspace import Workspace, item_label
+
+#: Output longer than this many lines is folded on the page.
+FOLD_LINES = 12
+_SLIDE = re.compile(r"^slide-(\d+)\.png$")
+
+
+@dataclass
+class Command:
+    """One command the host ran for the agent (our own record)."""
+
+    line: str
+    started_at: float
+    seconds: float
+    exit_code: int | None
+    output: str
+    errors: str
+
+    @property
+    def long(self) -> bool:
+        return (self.output.count("\n") + self.errors.count("\n")) > FOLD_LINES or len(self.output) > 2000
+
+
+@dataclass
+class Call:
+    """One call of the skill, from its trace (or from our record when it wrote none), placed on the timeline."""
+
+    index: int
+    command: str
+    args: str
+    at: float | None
+    seconds: float
+    hold: float | None
+    state: str  # what it answered: done, running, failed, …
+    output: str
+    turn: int | None  # which message's turn it was made in (1 = the opening)
+    command_line: str | None = None  # the shell command that ran it, when our record has one
+    blamed: bool = False
+
+
+@dataclass
+class Turn:
+    number: int
+    sent: str
+    answer: str
+    error: str | None
+    seconds: float
+    steps: list[tuple[str, str]]  # ("call" | "result", text), in the order the host streamed them
+    commands: list[Command] = field(default_factory=list)
+    tokens: str = ""
+    retries: int | None = None
+
+
+@dataclass
+class Revision:
+    """One version of the plan as a call answered it; an edit's shows what it changed."""
+
+    number: int
+    command: str
+    asked: str  # the change the edit was asked for ("" for a fresh plan)
+    text: str
+    diff: list[tuple[str, str]]  # (" " | "+" | "-" | "@", line) against the previous revision
+
+
+@dataclass
+class Failure:
+    words: str
+    calls: list[Call]
+    #: Why no call is shown: the rule is about what was not done, or the current judge reads the item otherwise.
+    note: str = ""
+
+
+@dataclass
+class SlideView:
+    number: int
+    image: str | None  # the page's path to the image, when there is one
+    title: str
+    lines: list[str]
+
+
+@dataclass
+class Item:
+    """Everything an item's page shows."""
+
+    record: Record
+    run_folder: Path
+    workspace: Workspace
+    label: str
+    covers: str = ""
+    request: str = ""
+    context: str = ""
+    replies: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    deck: Path | None = None
+    previews: list[Path] = field(default_factory=list)
+    slides: list[SlideView] = field(default_factory=list)
+    slides_note: str = ""
+    revisions: list[Revision] = field(default_factory=list)
+    turns: list[Turn] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    calls_from: str = ""
+    span: float = 0.0  # seconds from the first message to the last call's end: the timeline's width
+    turn_marks: list[tuple[int, float]] = field(default_factory=list)  # (turn, offset) on the timeline
+    failures: list[Failure] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
+    page: str = ""  # the page's path in the site
+
+    @property
+    def outcome(self) -> str:
+        return self.record.outcome
+
+
+def read(run_folder: Path, record: Record) -> Item:
+    """The item of `record`, from its folder in `run_folder` (what is missing is left empty, never invented)."""
+    workspace = Workspace.locate(run_folder, record)
+    item = Item(record, run_folder, workspace, item_label(record, workspace))
+    case = workspace.case()
+    if case is not None:
+        item.covers, item.request, item.context, item.replies, item.tags = \
+            case.covers, case.request, case.context, case.replies, case.tags
+    else:
+        item.tags = record.tags
+    deck = workspace.output / f"{record.case}.pptx"
+    item.deck = deck if deck.is_file() else None
+    item.previews = previews(workspace.output)
+    try:
+        transcript = Transcript.saved(workspace)
+    except (ValueError, TypeError, OSError):
+        transcript = Transcript()
+    runs = command_log.read(workspace.commands)
+    traced = evidence.read_trace(workspace.trace)
+    calls, item.calls_from, notes = evidence.calls_of(workspace, traced, runs)
+    item.notes = record.judged.notes if record.judged else notes
+    started = [turn.started_at for turn in transcript.turns if turn.started_at is not None]
+    item.turns = _turns(transcript, runs)
+    item.calls = _calls(calls, runs, started)
+    origin = min([*started, *(c.at for c in item.calls if c.at is not None)], default=None)
+    if origin is not None:
+        ends = [c.at + c.seconds for c in item.calls if c.at is not None] + \
+               [t.started_at + t.seconds for t in transcript.turns if t.started_at is not None]
+        item.span = max(max(ends, default=origin) - origin, 0.001)
+        item.turn_marks = [(number, at - origin) for number, at in enumerate(started, 1)]
+        for call in item.calls:
+            if call.at is not None:
+                call.at -= origin
+    item.revisions = _revisions(calls)
+    item.failures = _failures(item, calls, transcript)
+    return item
+
+
+def previews(output: Path) -> list[Path]:
+    """The deck's slide previews in slide order (slide-2 before slide-10)."""
+    try:
+        found = [(int(m.group(1)), p) for p in output.iterdir() if (m := _SLIDE.match(p.name))]
+    except OSError:
+        return []
+    return [p for _, p in sorted(found)]
+
+
+def _turns(transcript: Transcript, runs: list[command_log.CommandRun]) -> list[Turn]:
+    turns = []
+    starts = [t.started_at for t in transcript.turns]
+    for number, record in enumerate(transcript.turns, 1):
+        begin = record.started_at
+        end = starts[number] if number < len(starts) else None
+        steps = [("call" if step.startswith("→") else "result", step.lstrip("→← ").strip())
+                 for step in record.steps]
+        usage = record.usage or {}
+        tokens = " / ".join(f"{usage[k]:,} {label}" for k, label in (("input_tokens", "in"), ("output_tokens", "out"))
+                            if isinstance(usage.get(k), int))
+        turn = Turn(number, record.sent, record.answer, record.error, record.seconds, steps, tokens=tokens,
+                    retries=record.retries)
+        if begin is not None:
+            turn.commands = [Command(r.command, r.started_at, round(r.ended_at - r.started_at, 3), r.exit_code,
+                                     r.stdout, r.stderr) for r in runs
+                             if r.started_at >= begin and (end is None or r.started_at < end)]
+        turns.append(turn)
+    if transcript.turns and all(t.started_at is None for t in transcript.turns) and runs and turns:
+        turns[-1].commands = [Command(r.command, r.started_at, round(r.ended_at - r.started_at, 3), r.exit_code,
+                                      r.stdout, r.stderr) for r in runs]  # times unknown: shown once, at the end
+    return turns
+
+
+def _calls(calls: list[dict[str, Any]], runs: list[command_log.CommandRun], started: list[float]) -> list[Call]:
+    found = []
+    for index, call in enumerate(calls):
+        at = call.get("at")
+        at = float(at) if isinstance(at, (int, float)) else None
+        seconds = call.get("seconds")
+        hold = call_args(call).get("hold_seconds")
+        answer = answer_of(call)
+        state = str(answer.get("state") or ("done" if answer.get("done") else "")) or \
+            ("failed" if call.get("exit_code") not in (0, None) else "")
+        args = {k: v for k, v in call_args(call).items() if k not in {"hold_seconds", "wait"}}
+        shown = " ".join(f"--{k} {' '.join(str(v).split())[:160]!s}" for k, v in args.items())
+        line = None
+        if at is not None:  # the shell command that ran it: the one whose window holds the call's start
+            line = next((r.command for r in runs if r.started_at - 0.5 <= at <= r.ended_at + 0.5
+                         and str(call.get("command")) in r.command), None)
+        turn = sum(1 for s in started if at is not None and s <= at) or None
+        found.append(Call(index, str(call.get("command", "?")), shown, at,
+                          float(seconds) if isinstance(seconds, (int, float)) else 0.0,
+                          float(hold) if isinstance(hold, (int, float)) else None, state,
+                          str(call.get("stdout", "")), turn, line))
+    return found
+
+
+def _revisions(calls: list[dict[str, Any]]) -> list[Revision]:
+    """Each plan text a call answered with, in order, and what changed from the one before (a poll that
+    answers the same text again is not a revision)."""
+    revisions: list[Revision] = []
+    for call in calls:
+        command = str(call.get("command"))
+        text = answer_of(call).get("text")
+        if command not in ("plan", "edit", "plan-status") or not isinstance(text, str) or not text.strip():
+            continue
+        if revisions and revisions[-1].text == text:
+            continue
+        asked = ""
+        if command == "edit":
+            args = call_args(call)
+            asked = str(args.get("change") or args.get("instruction") or args.get("request") or "")
+        previous = revisions[-1].text if revisions else ""
+        diff: list[tuple[str, str]] = []
+        if revisions:
+            for line in difflib.unified_diff(previous.splitlines(), text.splitlines(), lineterm="", n=1):
+                if line.startswith(("---", "+++")):
+                    continue
+                diff.append((line[:1] if line[:1] in "+-@" else " ", line[1:] if line[:1] in "+- " else line))
+        revisions.append(Revision(len(revisions) + 1, "edit" if command == "edit" else
+                                  ("plan" if command == "plan" else "revised"), asked, text, diff))
+    return revisions
+
+
+def _failures(item: Item, calls: list[dict[str, Any]], transcript: Transcript) -> list[Failure]:
+    """The judge's words as recorded, each beside the calls that broke its rule. Those are found by judging the
+    folder again (the judge reads only the disk); where today's judge reads it otherwise, the page says so."""
+    record = item.record
+    if record.outcome != "fail":
+        return [Failure(words, [], "") for words in record.failures]
+    case = item.workspace.case()
+    blame: dict[str, tuple[int, ...]] = {}
+    if case is not None:
+        try:
+            found = evidence.read(item.workspace, 0.0, transcript.started)
+            if not faults.found(found.calls, found.commands_run, item.workspace.work):
+                verdict = judge(case, found, record.host)
+                blame = dict(zip(verdict.failures, verdict.blame, strict=False))
+        except (OSError, ValueError) as error:  # an unreadable folder: the words stand alone
+            return [Failure(words, [], f"the folder could not be read again ({error})") for words in record.failures]
+    failures = []
+    for words in record.failures:
+        if words not in blame:
+            failures.append(Failure(words, [], "today's judge does not find this in the folder (palette-bench "
+                                               "rejudge shows what it finds)" if case else ""))
+            continue
+        shown = [item.calls[i] for i in blame[words] if i < len(item.calls)]
+        for call in shown:
+            call.blamed = True
+        failures.append(Failure(words, shown, "" if shown else "no call: the rule is broken by what was not done"))
+    return failures
+
+
+def plan_text(item: Item) -> str:
+    """The plan the deck was built from, as saved beside it."""
+    plan = item.workspace.output / "plan.md"
+    try:
+        return plan.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return item.revisions[-1].text if item.revisions else ""
+
+
+def case_json(item: Item) -> dict[str, Any]:
+    try:
+        return dict(json.loads(item.workspace.definition.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,135 @@
+"""The matrix: cases × (run, host) columns, each cell the report's own count of its runs, with the items behind it.
+
+Each run is reported on its own, as `palette-bench report` would report it: two runs side by side are two sets of
+columns, never pooled into one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..results.record import Record, Terms
+from ..results.report import Column, Report, build_report
+from ..results.tally import Cell
+from .item import Item
+
+
+@dataclass
+class RunView:
+    folder: Path
+    run_id: str
+    report: Report
+    records: list[Record]
+
+
+@dataclass
+class MatrixColumn:
+    key: str  # unique over the site: "<run>/<label>"
+    run: RunView
+    column: Column
+
+    @property
+    def title(self) -> str:
+        return self.column.label
+
+
+@dataclass
+class MatrixCell:
+    column: MatrixColumn
+    cell: Cell | None
+    items: list[Item] = field(default_factory=list)
+    thumb: str | None = None  # the site's path to a small image of the first slide of the cell's first deck
+
+    @property
+    def outcome(self) -> str:
+        """The cell's colour: pass (every judged run), fail (none), mixed, error (no verdict), skipped, none."""
+        cell = self.cell
+        if cell is None:
+            return "none"
+        if cell.n == 0:
+            return "error" if cell.errors else "skipped"
+        return "pass" if cell.passes == cell.n else "fail" if cell.passes == 0 else "mixed"
+
+    @property
+    def link(self) -> Item | None:
+        """The item the cell opens: its first failed run when one failed (the one to look at), else its first."""
+        return next((i for i in self.items if i.outcome == "fail"), self.items[0] if self.items else None)
+
+    @property
+    def text(self) -> str:
+        cell = self.cell
+        if cell is None:
+            return "—"
+        if cell.n == 0:
+            return f"ERROR ×{cell.errors}" if cell.errors else "skip"
+        if cell.n == 1 and not (cell.errors or cell.skipped):
+            return "pass" if cell.passes else "FAIL"
+        extra = f" +{cell.errors}E" if cell.errors else ""
+        return f"{cell.passes}/{cell.n}{extra}"
+
+
+@dataclass
+class Row:
+    case: str
+    tags: tuple[str, ...]
+    cells: list[MatrixCell]
+
+
+@dataclass
+class Matrix:
+    runs: list[RunView]
+    columns: list[MatrixColumn]
+    rows: list[Row]
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted({c.column.host for c in self.columns})
+
+    @property
+    def tags(self) -> list[str]:
+        return sorted({t for row in self.rows for t in row.tags})
+
+
+def run_view(folder: Path, records: list[Record]) -> RunView:
+    run_ids = sorted({r.run_id for r in records})
+    # Never refused for mixed terms: the groups are shown side by side, as `report --allow-mixed` shows them.
+    return RunView(folder, ", ".join(run_ids), build_report(records, allow_mixed=True), records)
+
+
+def build(runs: list[RunView], items: dict[tuple[str, str, str, int], Item]) -> Matrix:
+    """The matrix over `runs`; `items` by (folder, case, host, run index) — folder as str, one per run."""
+    columns = [MatrixColumn(f"{run.run_id}/{column.label}", run, column) for run in runs
+               for column in run.report.columns]
+    cases = sorted({case for run in runs for case in run.report.cases})
+    tags: dict[str, set[str]] = {}
+    by_cell: dict[tuple[str, str, str], list[Item]] = {}
+    for run in runs:
+        label_of = {(terms_host, terms): label for label, terms_host, terms in _labels(run)}
+        for record in run.records:
+            found = items.get((str(run.folder), record.case, record.host, record.run_index))
+            tags.setdefault(record.case, set()).update(record.tags)
+            label = label_of.get((record.host, record.terms))
+            if found is not None and label is not None:
+                by_cell.setdefault((f"{run.run_id}/{label}", record.case, record.host), []).append(found)
+    rows = []
+    for case in cases:
+        cells = []
+        for column in columns:
+            cell = column.run.report.cell(case, column.column.label)
+            own = sorted(by_cell.get((column.key, case, column.column.host), []), key=lambda i: i.record.run_index)
+            cells.append(MatrixCell(column, cell, own))
+        rows.append(Row(case, tuple(sorted(tags.get(case, ()))), cells))
+    return Matrix(runs, columns, rows)
+
+
+def _labels(run: RunView) -> list[tuple[str, str, Terms]]:
+    """(column label, host, terms) for every terms a record of the run carries: a column is a host, or a host
+    under one skill hash and fingerprint when the run mixes them (its label then carries the group's letter)."""
+    letter = {key: name for name, key in run.report.groups.items()}
+    found = []
+    for terms in {(r.host, r.terms) for r in run.records}:
+        host, t = terms
+        group = letter.get((t.skill_hash, t.fingerprint), "")
+        found.append((f"{host} [{group}]" if group else host, host, t))
+    return found
