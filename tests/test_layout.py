@@ -63,6 +63,17 @@ def test_the_results_side_knows_nothing_of_the_run_side_or_the_hosts() -> None:
             assert not outside, f"{name} imports {sorted(outside)}"
 
 
+def test_only_the_commands_the_plugin_and_its_options_reach_the_site() -> None:
+    # The site reads runs; nothing that makes a run may need it (or Jinja2).
+    for name, imported in graph().items():
+        if name.startswith("pytest_palette.site"):
+            continue
+        reached = {m for m in imported if m.startswith("pytest_palette.site")}
+        allowed = name.startswith("pytest_palette.commands") or name == "pytest_palette.plugin" or \
+            (name == "pytest_palette.options" and reached <= {"pytest_palette.site.folder"})
+        assert not reached or allowed, f"{name} imports {sorted(reached)}"
+
+
 def test_the_plugin_module_holds_hooks_and_the_fixture_only() -> None:
     tree = ast.parse((PACKAGE / "plugin.py").read_text(encoding="utf-8"))
     body = tree.body[1:] if isinstance(tree.body[0], ast.Expr) else tree.body  # its docstring
@@ -77,7 +88,7 @@ def test_the_plugin_module_holds_hooks_and_the_fixture_only() -> None:
 
 def test_the_package_reads_as_its_parts() -> None:
     top = sorted(p.name for p in PACKAGE.iterdir() if not p.name.startswith("__pycache__"))
-    groups = {"run", "results", "hosts", "rehearsal", "engine", "commands", "skills"}
+    groups = {"run", "results", "hosts", "rehearsal", "engine", "commands", "skills", "site"}
     assert groups <= set(top)
     loose = [name for name in top if name.endswith(".py") and name != "__init__.py"]
     assert len(loose) <= 10, loose
