@@ -1,0 +1,1 @@
+"""The static HTML site over runs: matrix, item pages, comparisons."""
