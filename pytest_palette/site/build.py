@@ -33,7 +33,7 @@ from ..results.ledger import find, load
 from ..results.prices import money
 from ..results.record import MARK
 from ..results.report import tables
-from . import comparison, item, matrix
+from . import comparison, item, matrix, render
 from .folder import MARKER, refusal
 
 #: The width of a matrix thumbnail, in pixels: small enough that a page of a hundred cells loads at once.
@@ -175,25 +175,26 @@ class _Media:
     def slides(self, found: item.Item, run_name: str) -> None:
         folder = Path("media", run_name, str(found.workspace.relative))
         sources = found.previews
+        rendering = None
         if sources:
             found.slides_note = "the deck's own previews, made when it was built"
         elif found.deck is not None:
-            from . import render
-
             rendering = render.slides_of(found.deck, self.cache)
             sources = list(rendering.images)
             found.slides_note = rendering.note
             if not sources:
-                found.slides = [item.SlideView(n, None, text.title, list(text.lines))
+                found.slides = [item.SlideView(n, None, text.title, list(text.body))
                                 for n, text in enumerate(rendering.texts, 1)]
                 return
         else:
             found.slides_note = "no deck was built" if found.outcome in ("pass", "fail") else ""
             return
+        titles = [text.title for text in rendering.texts] if rendering is not None else []
         for n, source in enumerate(sources, 1):
             target = folder / f"slide-{n}.png"
             _link(source, self.out / target)
-            found.slides.append(item.SlideView(n, target.as_posix(), f"slide {n}", []))
+            title = titles[n - 1] if n <= len(titles) else f"slide {n}"
+            found.slides.append(item.SlideView(n, target.as_posix(), title, []))
 
     def thumb(self, image: Path, found: item.Item, run_name: str) -> str | None:
         """A small copy of `image` for the matrix, made once: kept while it is newer than its image."""

@@ -147,7 +147,9 @@ def read(run_folder: Path, record: Record) -> Item:
         transcript = Transcript()
     runs = command_log.read(workspace.commands)
     traced = evidence.read_trace(workspace.trace)
-    calls, item.calls_from, notes = evidence.calls_of(workspace, traced, runs)
+    # The skill's trace when it wrote one (what the judge read then; its notes are in the record), else the calls
+    # found in our record of the commands, as the judge finds them.
+    calls, item.calls_from, notes = (traced, "trace", ()) if traced else evidence.calls_of(workspace, traced, runs)
     item.notes = record.judged.notes if record.judged else notes
     started = [turn.started_at for turn in transcript.turns if turn.started_at is not None]
     item.turns = _turns(transcript, runs)
