@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BROWSER_PACKAGES := chromium chromium-driver libreoffice-impress-nogui poppler-utils
 
-.PHONY: setup sandbox bench converse test lint clean
+.PHONY: setup sandbox browser bench converse test lint clean
 
 # The claude and cuga hosts' clients come too, so their columns run offline against the rehearsal model.
 # cuga goes in without its own dependency list (torch, docling, browsers: several GB); requirements-cuga.txt
@@ -16,6 +17,7 @@ $(STAMP): pyproject.toml requirements-cuga.txt
 	$(BIN)/python -m pip install -q -e '.[dev,claude]' -r requirements-cuga.txt
 	$(BIN)/python -m pip install -q --no-deps cuga==0.4.3
 	@$(MAKE) --no-print-directory sandbox
+	@$(MAKE) --no-print-directory browser
 	touch $(STAMP)
 
 # The agent's commands run in bubblewrap (docs/sandbox.md): installed here where this user may (root with
@@ -25,6 +27,15 @@ sandbox:
 		{ apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
 		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; }; } || \
 		echo "note: bubblewrap (bwrap) is not installed and could not be installed here: install it (Debian: apt-get install bubblewrap), or run with --palette-sandbox none"
+
+# The site's tests open its pages in the system Chromium through playwright (tests/browser.py; no
+# `playwright install`), and read decks and PDFs with LibreOffice and poppler: installed here where this user may
+# (root with apt-get); elsewhere the note says what to do, and those tests are skipped.
+browser:
+	@[ -x /usr/bin/chromium ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -qq $(BROWSER_PACKAGES) >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $(BROWSER_PACKAGES) >/dev/null 2>&1; }; }; } || \
+		echo "note: Chromium is not installed and could not be installed here: install it (Debian: apt-get install $(BROWSER_PACKAGES)), or the site's browser tests are skipped"
 
 setup: $(STAMP)
 

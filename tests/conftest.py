@@ -1,8 +1,13 @@
-"""Shared fixtures: every test starts from an environment with no Palette settings of the developer's."""
+"""Shared fixtures: every test starts from an environment with no Palette settings of the developer's; the site's
+tests get a browser (tests/browser.py) and real offline runs (tests/sites.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+from browser import Browser, require
+from sites import OfflineRuns, make_offline_runs
 
 # A developer's real Palette, a leaked trace path or a latency setting would change what these tests
 # measure; each test that needs one sets it itself.
@@ -13,3 +18,17 @@ _PALETTE_VARIABLES = ("PALETTE_HOME", "PALETTE_URL", "PALETTE_TRACE", "PALETTE_E
 def _clean_palette_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _PALETTE_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """One headless system Chromium per session (per xdist worker); skipped, or failed in CI, without one."""
+    require()
+    with Browser() as opened:
+        yield opened
+
+
+@pytest.fixture(scope="session")
+def offline_runs(tmp_path_factory: pytest.TempPathFactory) -> OfflineRuns:
+    """A good and a bad real offline run of the core cases, once per session (per xdist worker): tests/sites.py."""
+    return make_offline_runs(tmp_path_factory.mktemp("offline-runs"))
