@@ -4,7 +4,6 @@ same site in a real browser is tests/test_site_browser.py."""
 
 from __future__ import annotations
 
-import html
 import os
 import re
 import shutil
@@ -12,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import markupsafe
 import pytest
 from sites import REPO, OfflineRuns
 
@@ -56,7 +56,7 @@ def test_a_failed_items_page_shows_the_judges_words_and_the_command_behind_them(
     for record in failed:
         text = page(site, "bad", str(Workspace.locate(offline_runs.bad, record).relative))
         for words in record.failures:
-            assert html.escape(words, quote=False) in text
+            assert str(markupsafe.escape(words)) in text
         # never_edits builds the plan it was asked to change: the culprit is that build, shown with its command.
         culprit = re.search(r'class="culprit">the call: <a href="#call-(\d+)">#\d+ <code>(\w+)</code>.*?'
                             r'<pre class="command">([^<]*)</pre>', text, re.DOTALL)
