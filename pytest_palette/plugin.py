@@ -15,6 +15,7 @@ from .options import add_options
 from .results.table import TableReporter
 from .run import session as palette_session
 from .run._private import configured, settle_rootdir
+from .run.failure_message import reword
 from .run.items import CaseFile, CaseItem, hold_ahead, is_case_file, select, timeouts
 from .run.session import SESSION
 
@@ -58,6 +59,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     palette = session.config.stash.get(SESSION, None)
     if palette is not None and palette.overlap is not None:  # Ctrl-C, -x: conversations not collected end here
         palette.overlap.close()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Before junitxml and the terminal read it: a failed item's crash line is the judge's words."""
+    reword(report)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
