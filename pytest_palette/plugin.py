@@ -12,6 +12,7 @@ from .hosts import builtin
 from .hosts.base import Host
 from .judge import PASSED, Verdict, explain
 from .options import add_options
+from .results import step_summary
 from .results.table import TableReporter
 from .run import session as palette_session
 from .run._private import configured, settle_rootdir
@@ -44,6 +45,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = palette_session.start(config)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(TableReporter(config.stash[SESSION].settings.hosts), "palette-table")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """$GITHUB_STEP_SUMMARY gets the matrix the table shows (on the controller: workers have no table)."""
+    table = config.pluginmanager.get_plugin("palette-table")
+    if isinstance(table, TableReporter):
+        step_summary.append(table.ordered(), table.hosts, terminalreporter.write_line)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -83,3 +83,46 @@ def test_a_users_own_failing_test_keeps_pytests_message(pytester: pytest.Pyteste
     result.assert_outcomes(failed=1)
     [failure] = _testcases(pytester.path / "out.xml")["test_mine"].iter("failure")
     assert (failure.get("message") or "").startswith("assert 1 == 2")
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_the_step_summary_gets_the_matrix_appended(pytester: pytest.Pytester, cases: Path,
+                                                   monkeypatch: pytest.MonkeyPatch, xdist: list[str]) -> None:
+    summary = pytester.path / "summary.md"
+    summary.write_text("an earlier step's summary\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    pytester.makeconftest(CRASHING_HOST)
+    result = pytester.runpytest_subprocess("--host", "react,crashing", "-p", "no:cacheprovider", *xdist)
+    result.assert_outcomes(passed=1, failed=1, errors=2)
+    text = summary.read_text()
+    assert text.startswith("an earlier step's summary\n### pytest-palette: run ")
+    assert text.count("### pytest-palette") == 1  # once, by the controller: never by a worker
+    lines = text.splitlines()
+    assert "| case | react | crashing |" in lines
+    assert "| three_slides | pass | ERROR |" in lines and "| wrong_count | FAIL | ERROR |" in lines
+    assert any(line.startswith("- react: 1 passed, 1 failed, 0 errored · model rehearsal") and
+               line.endswith("· commands bubblewrap") for line in lines), lines
+    assert "- crashing: 0 passed, 0 failed, 2 errored · model rehearsal (scripted stand-in, not a language " \
+           "model) · commands bubblewrap" in lines
+    assert f"- `wrong_count[react]` FAIL: {FAILED_WORDS}" in lines
+    assert "- `three_slides[crashing]` ERROR: crashing: turn 1 failed: the client crashed" in lines
+
+
+def test_repeats_show_passes_of_n_in_the_step_summary(pytester: pytest.Pytester, cases: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    summary = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = pytester.runpytest("--palette-runs", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=2)
+    lines = summary.read_text().splitlines()
+    assert "| three_slides | 2/2 |" in lines and "| wrong_count | 0/2 |" in lines
+    assert f"- `wrong_count[react-2]` FAIL: {FAILED_WORDS}" in lines
+
+
+def test_an_unwritable_step_summary_is_a_warning_naming_the_variable(pytester: pytest.Pytester, cases: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path))  # a folder: no file can be appended there
+    result = pytester.runpytest("-k", "three_slides", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["palette: could not append the matrix to $GITHUB_STEP_SUMMARY (*): Is a directory"])

@@ -384,7 +384,7 @@ def _row(cells: Iterable[str]) -> str:
     return "| " + " | ".join(text.replace("|", "\\|") for text in cells) + " |"
 
 
-def _table_lines(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+def table_lines(header: list[str], rows: Iterable[list[str]]) -> list[str]:
     return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)]
 
 
@@ -395,7 +395,7 @@ def to_markdown(report: Report) -> str:
              f"{report.records - report.duplicates_dropped} record(s) from {len(report.ledgers)} ledger file(s); "
              "every host is judged by the same rules, from what is on disk.", ""]
     lines += ["## Scores", ""]
-    lines += _table_lines(
+    lines += table_lines(
         ["Host", "Passed", "Errors / skipped", "95% interval (Wilson)", "Model", "Provider", "Commands",
          "Scaffold notes", "Runs"],
         ([c.label, _of(c.passes, c.n), _apart(c.errors, c.skipped), _interval(c.wilson()), ", ".join(c.models),
@@ -413,7 +413,7 @@ def to_markdown(report: Report) -> str:
         lines += ["", "Reported usage: " + "; ".join(f"{label}: {', '.join(texts)}" for label, texts in usage) + "."]
     if report.pairs:
         lines += ["", "Paired exact test over the cases both hosts judged (sign test on per-case pass rates):", ""]
-        lines += _table_lines(["A", "B", "A higher", "B higher", "ties", "p", "verdict"],
+        lines += table_lines(["A", "B", "A higher", "B higher", "ties", "p", "verdict"],
                               ([p.a, p.b, str(p.test.b), str(p.test.c), str(p.test.ties), f"{p.test.p:.4g}",
                                 p.test.verdict] for p in report.pairs))
     lines += ["", "## pass@k and pass^k", "",
@@ -425,16 +425,16 @@ def to_markdown(report: Report) -> str:
         cases_n = sum(1 for case in report.cases if (cell := report.cell(case, c.label)) and cell.n)
         rows.append([c.label] + [_k_text(c.pass_at[k], cases_n) for k in report.ks]
                     + [_k_text(c.pass_hat[k], cases_n) for k in report.ks if k > 1])
-    lines += _table_lines(header, rows)
+    lines += table_lines(header, rows)
     lines += ["", "## Case by case", ""]
-    lines += _table_lines(["Case", *labels], ([case] + [_cell_text(report.cell(case, label)) for label in labels]
+    lines += table_lines(["Case", *labels], ([case] + [_cell_text(report.cell(case, label)) for label in labels]
                                               for case in report.cases))
     lines += ["", f"Cells: passes/n judged runs (pass or FAIL for one run), median slides, worst polls; the judge "
                   f"fails a case with more polls that did not wait for the work than its budget "
                   f"({DEFAULT_MAX_POLLS} unless the case sets its own)."]
     lines += _failure_lines(report)
     lines += ["", "## Metrics", ""]
-    lines += _table_lines(["Metric", *labels], _metric_rows(columns))
+    lines += table_lines(["Metric", *labels], _metric_rows(columns))
     lines += ["", "## What these numbers are not entitled to say", ""]
     lines += [f"{i}. {note}" for i, note in enumerate(report.caveats, 1)]
     return "\n".join(lines) + "\n"
@@ -466,7 +466,7 @@ def _cost_lines(columns: list[Column]) -> list[str]:
                            + (f" ({c.unpriced} runs)" if priced else ""))
         rows.append([c.label, _count(tokens_in), _count(tokens_out), _count(per_run), _usd(cost),
                      _usd(cost / priced if cost is not None and priced else None), "; ".join(sources) or "—"])
-    lines += _table_lines(["Host", "Input tokens", "Output tokens", "Tokens per run (in + out)", "Cost", "Cost per run",
+    lines += table_lines(["Host", "Input tokens", "Output tokens", "Tokens per run (in + out)", "Cost", "Cost per run",
                            "Cost from"], rows)
     rehearsed = [c.label for c in columns if c.cost_from.get("prices")
                  and any(p == "rehearsal" for p in c.providers)]
