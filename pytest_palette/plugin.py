@@ -14,6 +14,7 @@ from .judge import PASSED, Verdict, explain
 from .options import add_options
 from .results import step_summary
 from .results.table import TableReporter
+from .run import progress
 from .run import session as palette_session
 from .run._private import configured, settle_rootdir
 from .run.failure_message import reword
@@ -43,6 +44,7 @@ def pytest_palette_add_hosts(hosts: dict[str, Host], config: pytest.Config) -> N
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = palette_session.start(config)
+    config.stash[SESSION].progress = progress.start(config, config.stash[SESSION].settings.progress_after)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(TableReporter(config.stash[SESSION].settings.hosts), "palette-table")
 

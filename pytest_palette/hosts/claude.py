@@ -577,7 +577,7 @@ class ClaudeHost(Host):
         # HOME is not work/: the CLI reads no project settings (skills) in a project that is its home.
         cli_env.update({"CLAUDE_CODE_SHELL_PREFIX": str(wrapper), "TMPDIR": str(scratch), "HOME": str(home)})
         return ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
-                             CommandLog(workspace.commands), priced=model.provider != "rehearsal",
+                             workspace.command_log(), priced=model.provider != "rehearsal",
                              sandbox=sandbox)
 
     def fault(self, model: ModelSpec) -> str | None:
