@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from pytest_palette.cases import load_cases
+from pytest_palette.hosts.claude import LiveCommands
+from pytest_palette.run.command_log import CommandLog
 from pytest_palette.run.progress import Board, ItemWatch, shown
 
 # Two, two and three turns: the counts come from the cases, never from this test.
@@ -148,3 +154,29 @@ def test_a_command_is_shown_on_one_short_line() -> None:
     assert shown("cat > notes.md <<'EOF'\nsecret-looking pasted material\nEOF\n") == "cat > notes.md <<EOF"
     long = shown("echo " + "a" * 500)
     assert len(long) == 100 and long.endswith("…")
+
+
+def test_the_claude_hosts_bash_calls_are_watched_as_its_cli_streams_them(tmp_path: Path) -> None:
+    heard: list[tuple[str, str]] = []
+
+    def watch(command: str, at: float) -> Callable[[], None]:
+        heard.append(("start", command))
+        return lambda: heard.append(("end", command))
+
+    stream = tmp_path / "turn-01.jsonl"
+    call = {"type": "assistant", "message": {"content": [
+        {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "deck.py plan --key sk-secret"}}]}}
+    result = {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}}
+    unanswered = {"type": "assistant", "message": {"content": [
+        {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "deck.py status"}}]}}
+    # A stand-in for the CLI: it streams a call, its result and a call left running, then exits.
+    script = "; ".join(f"echo {shlex.quote(json.dumps(event))} >> {shlex.quote(str(stream))}"
+                       for event in (call, result, unanswered))
+    live = LiveCommands(stream, CommandLog(tmp_path / "commands.jsonl", watch), ["sk-secret"])
+    process = subprocess.Popen(["/bin/sh", "-c", script])
+    try:
+        assert live.wait(process, timeout=120) == 0
+    finally:
+        live.close()
+    assert heard == [("start", "deck.py plan --key [redacted]"), ("end", "deck.py plan --key [redacted]"),
+                     ("start", "deck.py status"), ("end", "deck.py status")]
