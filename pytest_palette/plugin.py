@@ -44,7 +44,8 @@ def pytest_palette_add_hosts(hosts: dict[str, Host], config: pytest.Config) -> N
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = palette_session.start(config)
-    config.stash[SESSION].progress = progress.start(config, config.stash[SESSION].settings.progress_after)
+    if palette_session.measuring(config):  # -v lines only for a session of palette cases
+        config.stash[SESSION].progress = progress.start(config, config.stash[SESSION].settings.progress_after)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(TableReporter(config.stash[SESSION].settings.hosts), "palette-table")
 

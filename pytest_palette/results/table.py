@@ -127,8 +127,8 @@ def footer(counted: Tally, shown: Matrix) -> list[str]:
 def outcome(cell: Cell) -> str:
     """One run's mark; several runs' `passes/judged`, with `+nE` for errors."""
     if cell.total == 1:
-        [(outcome, _, _)] = cell.runs
-        return MARK[outcome]
+        [(only, _, _)] = cell.runs
+        return MARK[only]
     return f"{cell.passes}/{cell.n}" + (f"+{cell.errors}E" if cell.errors else "")
 
 
