@@ -5,7 +5,8 @@
 
 Each item's conversation reports to an `ItemWatch`: the turn it sends (`hold`) and each command its agent
 starts and ends (the host's `CommandLog`, which every built-in host writes). The watch sends these as events to
-a sink. On the controller the sink is the `Board`, which writes the lines through pytest's terminal reporter;
+a sink. On the controller the sink is the `Board`, which writes the lines on pytest's terminal, in step with
+its terminal reporter (`_Terminal`: an item's output is captured while it holds its conversation);
 a command still running `--palette-progress-after` seconds after it started gets a line then and every
 `EVERY` seconds after, from the board's own thread — and a command that ended before that thread saw it that
 long still gets one, so every command that ran that long is shown, however busy the machine.
@@ -50,6 +51,8 @@ _PROGRAM = re.compile(r"(?<![\w/.-])[\w./-]*/([\w.-]+\.(?:py|sh|js|mjs|rb|pl))\b
 
 
 class Sink(Protocol):
+    """Where an item's events go: the board (controller) or a worker's file."""
+
     def send(self, event: dict[str, Any]) -> None: ...
 
 
