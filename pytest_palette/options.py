@@ -21,6 +21,8 @@ from .site.folder import refusal as site_refusal
 from .skill import PACKAGED_SKILLS
 
 DEFAULT_BUILD_GRACE = 60.0
+#: With -v, a command of the agent's running this long gets a line (`--palette-progress-after`).
+PROGRESS_AFTER = 10.0
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -98,6 +100,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-sandbox-env", action="append", default=[], dest="palette_sandbox_env",
                     metavar="NAME", help="pass this variable to the agent's commands too (repeat or comma-separate): "
                                          "what a real Palette behind PALETTE_HOME needs, its key say")
+    group.addoption("--palette-progress-after", type=float, default=None, dest="palette_progress_after",
+                    metavar="SECONDS", help="with -v, a line for a command of the agent's still running after this "
+                                            f"long, then every 30 s (default {PROGRESS_AFTER:g}; ini "
+                                            "palette_progress_after)")
     group.addoption("--palette-claude-cli", default=None, dest="palette_claude_cli", metavar="PATH",
                     help="the Claude Code CLI the claude host runs (default: the one bundled in claude-agent-sdk, "
                          "else `claude` on PATH)")
@@ -106,6 +112,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("palette_model", "default model", default="rehearsal")
     parser.addini("palette_run_dir", "where run folders are made", default="runs")
     parser.addini("palette_turn_timeout", "seconds one agent turn may take", default=str(TURN_TIMEOUT))
+    parser.addini("palette_progress_after", "with -v, seconds a command runs before a line says so",
+                  default=str(PROGRESS_AFTER))
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,8 @@ class Settings:
     conversations: int = 1
     #: Where the session writes its site at the end (`--palette-html`), None for none.
     html: Path | None = None
+    #: With -v, seconds a command runs before a line says so (`--palette-progress-after`).
+    progress_after: float = PROGRESS_AFTER
 
 
 def _number(config: pytest.Config, option: str, ini: str | None, default: float) -> float:
@@ -259,6 +269,7 @@ def resolve(config: pytest.Config) -> Settings:
     return Settings(
         html=html,
         conversations=conversations or 1,
+        progress_after=_number(config, "palette_progress_after", "palette_progress_after", PROGRESS_AFTER),
         prices=prices,
         prices_file=prices_file,
         max_cost=max_cost,

@@ -12,9 +12,12 @@ from .hosts import builtin
 from .hosts.base import Host
 from .judge import PASSED, Verdict, explain
 from .options import add_options
+from .results import step_summary
 from .results.table import TableReporter
+from .run import progress
 from .run import session as palette_session
 from .run._private import configured, settle_rootdir
+from .run.failure_message import reword
 from .run.items import CaseFile, CaseItem, hold_ahead, is_case_file, select, timeouts
 from .run.session import SESSION
 
@@ -41,12 +44,22 @@ def pytest_palette_add_hosts(hosts: dict[str, Host], config: pytest.Config) -> N
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = palette_session.start(config)
+    if palette_session.measuring(config):  # -v lines only for a session of palette cases
+        config.stash[SESSION].progress = progress.start(config, config.stash[SESSION].settings.progress_after)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(TableReporter(config.stash[SESSION].settings.hosts), "palette-table")
         if (html := config.stash[SESSION].settings.html) is not None:
             from .site.reporter import SiteReporter  # Jinja2 and the site's modules, only for a session that asks
 
             config.pluginmanager.register(SiteReporter(config.stash[SESSION].run_dir, html), "palette-site")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """$GITHUB_STEP_SUMMARY gets the matrix the table shows (on the controller: workers have no table)."""
+    table = config.pluginmanager.get_plugin("palette-table")
+    if isinstance(table, TableReporter):
+        step_summary.append(table.ordered(), table.hosts, terminalreporter.write_line)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -62,6 +75,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     palette = session.config.stash.get(SESSION, None)
     if palette is not None and palette.overlap is not None:  # Ctrl-C, -x: conversations not collected end here
         palette.overlap.close()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Before junitxml and the terminal read it: a failed item's crash line is the judge's words."""
+    reword(report)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

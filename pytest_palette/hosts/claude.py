@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -416,11 +416,14 @@ class ClaudeSession(HostSession):
                                            stdout=out, stderr=err, start_new_session=True)
             except OSError as error:
                 raise HostError(f"could not run {self.cli}: {error}") from None
+            live = LiveCommands(turn.with_suffix(".jsonl"), self.log, self._secrets)
             try:
-                returncode = process.wait(timeout=timeout)
+                returncode = live.wait(process, timeout)
             except subprocess.TimeoutExpired:
                 _stop(process)
                 raise HostError(f"turn {number} timed out after {timeout:g} s (the CLI was stopped)") from None
+            finally:
+                live.close()
         return returncode, self._scrub(turn.with_suffix(".jsonl")), self._scrub(turn.with_suffix(".stderr"))
 
     def _scrub(self, path: Path) -> str:
@@ -442,6 +445,67 @@ class ClaudeSession(HostSession):
             raise HostError("the CLI printed no system/init line: cannot tell which skills it discovered")
         if out.session_id != self.session_id:
             raise HostError(f"the CLI ran session {out.session_id}, not {self.session_id}: the history is lost")
+
+
+class LiveCommands:
+    """The Bash calls of a turn as the CLI streams them, for a command log's watch (the progress lines of -v):
+    the log's own record is written from the whole stream once the turn has ended."""
+
+    #: How often the stream is read while the CLI runs.
+    EVERY = 0.5
+
+    def __init__(self, stream: Path, log: CommandLog | None, secrets: list[str]) -> None:
+        self.stream, self.secrets = stream, secrets
+        self.watch = log.watch if log is not None else None
+        self._read, self._rest = 0, b""
+        self._ended: dict[str, Callable[[], None]] = {}
+
+    def wait(self, process: subprocess.Popen[bytes], timeout: float) -> int:
+        """`process.wait(timeout)`, reading the stream meanwhile when someone watches."""
+        if self.watch is None:
+            return process.wait(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return process.wait(timeout=max(0.0, min(self.EVERY, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    raise
+                self.poll()
+
+    def poll(self) -> None:
+        """Report the Bash calls started and ended in what the CLI added to its stream (whole lines only)."""
+        if self.watch is None:
+            return
+        try:
+            with self.stream.open("rb") as stream:
+                stream.seek(self._read)
+                added = stream.read()
+        except OSError:
+            return
+        self._read += len(added)
+        *lines, self._rest = (self._rest + added).split(b"\n")
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            content = (event.get("message") or {}).get("content") if isinstance(event, dict) else None
+            for block in content if isinstance(content, list) else []:
+                if not isinstance(block, dict):
+                    continue
+                command = (block.get("input") or {}).get("command") if block.get("name") == "Bash" else None
+                if block.get("type") == "tool_use" and isinstance(command, str):
+                    self._ended[str(block.get("id"))] = self.watch(redact(command, self.secrets), time.time())
+                elif block.get("type") == "tool_result":
+                    self._ended.pop(str(block.get("tool_use_id")), lambda: None)()
+
+    def close(self) -> None:
+        """The turn is over: what it streamed last is read, and a call left without a result ends here."""
+        self.poll()
+        for ended in self._ended.values():
+            ended()
+        self._ended.clear()
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -577,7 +641,7 @@ class ClaudeHost(Host):
         # HOME is not work/: the CLI reads no project settings (skills) in a project that is its home.
         cli_env.update({"CLAUDE_CODE_SHELL_PREFIX": str(wrapper), "TMPDIR": str(scratch), "HOME": str(home)})
         return ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
-                             CommandLog(workspace.commands), priced=model.provider != "rehearsal",
+                             workspace.command_log(), priced=model.provider != "rehearsal",
                              sandbox=sandbox)
 
     def fault(self, model: ModelSpec) -> str | None:

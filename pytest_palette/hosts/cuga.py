@@ -681,7 +681,7 @@ class CugaHost(Host):
         cuga = cuga_model(model, env, rehearsal_url=url)
         # CUGA's log stays in the item's folder, beside turns.json, out of the agent's sight.
         return CugaSession(workspace.work, skill, env, cuga, block_timeout(settings),
-                           log_file=workspace.own("cuga.log"), commands=CommandLog(workspace.commands),
+                           log_file=workspace.own("cuga.log"), commands=workspace.command_log(),
                            sandbox=sandbox)
 
     def fault(self, model: ModelSpec) -> str | None:

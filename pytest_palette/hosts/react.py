@@ -274,4 +274,4 @@ class ReactHost(Host):
                                 settings.model_retries, retries=retries, latency=settings.rehearsal_latency)
         return ReactSession(chat, [skill], workspace.work, env, eager=settings.eager,
                             recursion_limit=settings.recursion_limit, command_timeout=settings.command_timeout,
-                            log=CommandLog(workspace.commands), sandbox=sandbox, retries=retries)
+                            log=workspace.command_log(), sandbox=sandbox, retries=retries)

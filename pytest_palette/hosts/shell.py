@@ -103,7 +103,8 @@ class Shell:
                     return Ran("", str(error), None)
                 self._running = process
             try:
-                return _finish(process, shown, started, timeout or self.timeout, self.log)
+                with self.log.started(shown, started) if self.log else contextlib.nullcontext():
+                    return _finish(process, shown, started, timeout or self.timeout, self.log)
             finally:
                 self._running = None
 

@@ -384,7 +384,7 @@ def _row(cells: Iterable[str]) -> str:
     return "| " + " | ".join(text.replace("|", "\\|") for text in cells) + " |"
 
 
-def _table_lines(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+def table_lines(header: list[str], rows: Iterable[list[str]]) -> list[str]:
     return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)]
 
 
@@ -420,7 +420,7 @@ def to_markdown(report: Report) -> str:
              f"{report.records - report.duplicates_dropped} record(s) from {len(report.ledgers)} ledger file(s); "
              "every host is judged by the same rules, from what is on disk.", ""]
     lines += ["## Scores", ""]
-    lines += _table_lines(*shown["scores"])
+    lines += table_lines(*shown["scores"])
     unconfined = [c.label for c in columns if "unconfined" in c.sandboxes]
     if unconfined:
         lines += ["", f"Unconfined: the agent's commands on {', '.join(unconfined)} ran without the sandbox "
@@ -432,20 +432,20 @@ def to_markdown(report: Report) -> str:
         lines += ["", "Reported usage: " + "; ".join(f"{label}: {', '.join(texts)}" for label, texts in usage) + "."]
     if report.pairs:
         lines += ["", "Paired exact test over the cases both hosts judged (sign test on per-case pass rates):", ""]
-        lines += _table_lines(*shown["paired"])
+        lines += table_lines(*shown["paired"])
     lines += ["", "## pass@k and pass^k", "",
               "pass@k: the chance that at least one of k runs passes (unbiased estimator); pass^k: the chance that "
               "all k pass. Averaged over the cases with at least k judged runs.", ""]
-    lines += _table_lines(*shown["pass_k"])
+    lines += table_lines(*shown["pass_k"])
     lines += ["", "## Case by case", ""]
-    lines += _table_lines(["Case", *labels], ([case] + [_cell_text(report.cell(case, label)) for label in labels]
+    lines += table_lines(["Case", *labels], ([case] + [_cell_text(report.cell(case, label)) for label in labels]
                                               for case in report.cases))
     lines += ["", f"Cells: passes/n judged runs (pass or FAIL for one run), median slides, worst polls; the judge "
                   f"fails a case with more polls that did not wait for the work than its budget "
                   f"({DEFAULT_MAX_POLLS} unless the case sets its own)."]
     lines += _failure_lines(report)
     lines += ["", "## Metrics", ""]
-    lines += _table_lines(*shown["metrics"])
+    lines += table_lines(*shown["metrics"])
     lines += ["", "## What these numbers are not entitled to say", ""]
     lines += [f"{i}. {note}" for i, note in enumerate(report.caveats, 1)]
     return "\n".join(lines) + "\n"
@@ -477,7 +477,7 @@ def _cost_lines(columns: list[Column]) -> list[str]:
                            + (f" ({c.unpriced} runs)" if priced else ""))
         rows.append([c.label, _count(tokens_in), _count(tokens_out), _count(per_run), _usd(cost),
                      _usd(cost / priced if cost is not None and priced else None), "; ".join(sources) or "—"])
-    lines += _table_lines(["Host", "Input tokens", "Output tokens", "Tokens per run (in + out)", "Cost", "Cost per run",
+    lines += table_lines(["Host", "Input tokens", "Output tokens", "Tokens per run (in + out)", "Cost", "Cost per run",
                            "Cost from"], rows)
     rehearsed = [c.label for c in columns if c.cost_from.get("prices")
                  and any(p == "rehearsal" for p in c.providers)]

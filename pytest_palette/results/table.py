@@ -7,6 +7,7 @@ so it reads the same with and without xdist.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -42,15 +43,27 @@ class TableReporter:
         if not self.records:
             return
         terminalreporter.write_sep("=", "palette summary")
-        ordered = [record for _, record in sorted(self.records, key=lambda pair: pair[0])]
-        for line in render(tally(ordered), self.hosts):
+        for line in render(tally(self.ordered()), self.hosts):
             terminalreporter.write_line(line)
 
+    def ordered(self) -> list[Record]:
+        """The session's records in the case files' order."""
+        return [record for _, record in sorted(self.records, key=lambda pair: pair[0])]
 
-def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
-    """The table's lines: header, rows (with failures under disagreeing rows), warnings, footer."""
-    if not counted.cells:
-        return []
+
+@dataclass
+class Matrix:
+    """Cases × hosts: each (case, host)'s cell merged across terms, with each host's model and sandboxes."""
+
+    cells: dict[tuple[str, str], Cell]
+    cases: list[str]
+    #: The session's hosts first, in their order, then any other a record names.
+    columns: list[str]
+    models: dict[str, str]
+    sandboxes: dict[str, set[str]]
+
+
+def matrix(counted: Tally, hosts: Sequence[str]) -> Matrix:
     by_key: dict[tuple[str, str], Cell] = {}
     models: dict[str, str] = {}
     sandboxes: dict[str, set[str]] = {}
@@ -60,29 +73,41 @@ def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
         sandboxes.setdefault(host, set()).add(terms.sandbox)
     cases = list(dict.fromkeys(case for case, _ in by_key))
     columns = list(hosts) + sorted({host for _, host in by_key} - set(hosts))
+    return Matrix(by_key, cases, columns, models, sandboxes)
+
+
+def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
+    """The table's lines: header, rows (with failures under disagreeing rows), warnings, footer."""
+    if not counted.cells:
+        return []
+    shown = matrix(counted, hosts)
+    by_key, cases, columns = shown.cells, shown.cases, shown.columns
     width = max(len("case"), *(len(name) for name in cases)) + 2
     column = max(24, *(len(h) + 2 for h in columns))
     lines = ["case".ljust(width) + "".join(h.ljust(column) for h in columns).rstrip()]
-    disagreements = everywhere = 0
     for case in cases:
         row = [by_key.get((case, host)) for host in columns]
         lines.append(case.ljust(width) + "".join(_text(c).ljust(column) for c in row).rstrip())
         present = [(host, c) for host, c in zip(columns, row, strict=True) if c is not None]
-        everywhere += len(present) == len(columns)
-        disagree = len({_outcome(c) for _, c in present}) > 1
-        disagreements += disagree
-        if disagree or len(columns) == 1:
+        if len({outcome(c) for _, c in present}) > 1 or len(columns) == 1:
             for host, cell in present:
                 failures = [*cell.failures, *cell.host_errors]
                 if not (cell.fails or cell.errors):
                     continue
                 prefix = f"{host}: " if len(columns) > 1 else ""
                 lines += [" " * (width + 2) + f"↳ {prefix}{failure.removeprefix(prefix)}" for failure in failures]
+    return lines + footer(counted, shown)
+
+
+def footer(counted: Tally, shown: Matrix) -> list[str]:
+    """Below the rows: a warning when the hosts ran different models, a line per host (its runs counted one by
+    one, its model, spending and sandbox), and with several hosts how many cases tell them apart."""
+    by_key, columns, models, sandboxes = shown.cells, shown.columns, shown.models, shown.sandboxes
+    lines = []
     if len(set(models.values())) > 1:
         lines.append("! the hosts did not run the same model, so differences above are model *and* scaffold: "
                      + ", ".join(f"{h}={m}" for h, m in models.items()))
     for host in columns:
-        # The footer counts runs, so repeats are counted one by one.
         own = [cell for (_, h), cell in by_key.items() if h == host]
         skipped = sum(c.skipped for c in own)
         lines.append(f"{host}: {sum(c.passes for c in own)} passed, {sum(c.fails for c in own)} failed, "
@@ -90,17 +115,20 @@ def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
                      + (f" · model {models[host]}" if host in models else "") + _spending(counted, host)
                      + (f" · commands {' and '.join(sorted(sandboxes[host]))}" if host in sandboxes else ""))
     if len(columns) > 1:
+        rows = [[by_key.get((case, host)) for host in columns] for case in shown.cases]
+        everywhere = sum(all(c is not None for c in row) for row in rows)
+        disagreements = sum(len({outcome(c) for c in row if c is not None}) > 1 for row in rows)
         tail = (f"{disagreements} discriminate between hosts" if disagreements
                 else "the hosts agreed everywhere they overlapped — nothing here distinguishes them")
-        lines.append(f"{len(cases)} case(s) · {everywhere} run on every host · {tail}")
+        lines.append(f"{len(shown.cases)} case(s) · {everywhere} run on every host · {tail}")
     return lines
 
 
-def _outcome(cell: Cell) -> str:
+def outcome(cell: Cell) -> str:
     """One run's mark; several runs' `passes/judged`, with `+nE` for errors."""
     if cell.total == 1:
-        [(outcome, _, _)] = cell.runs
-        return MARK[outcome]
+        [(only, _, _)] = cell.runs
+        return MARK[only]
     return f"{cell.passes}/{cell.n}" + (f"+{cell.errors}E" if cell.errors else "")
 
 
@@ -113,7 +141,7 @@ def _text(cell: Cell | None) -> str:
     shown_slides = f"{slides[len(slides) // 2]}sl" if slides else "-"
     shown_seconds = f"{seconds[len(seconds) // 2]:.1f}s" if seconds else "—"
     shown_polls = f"{polls}p" if polls is not None else ""
-    return f"{_outcome(cell):<5} {shown_slides:>4} {shown_seconds:>7} {shown_polls:>3}"
+    return f"{outcome(cell):<5} {shown_slides:>4} {shown_seconds:>7} {shown_polls:>3}"
 
 
 #: Where a host's cost came from, in a few words.

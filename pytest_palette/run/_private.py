@@ -14,11 +14,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _pytest._code.code import TerminalRepr
+from _pytest._code.code import ExceptionRepr, ReprFileLocation, TerminalRepr
+from _pytest._io import TerminalWriter
 from _pytest.config.findpaths import determine_setup
 from _pytest.fixtures import TopRequest
 
-__all__ = ["TerminalRepr", "configured", "fill_fixtures", "init_fixtures", "settle_rootdir"]
+__all__ = ["ExceptionRepr", "ReprFileLocation", "TerminalRepr", "TerminalWriter", "configured", "fill_fixtures", 
+           "init_fixtures", "settle_rootdir"]
 
 
 def init_fixtures(item: pytest.Item, *names: str) -> None:

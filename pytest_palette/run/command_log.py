@@ -9,10 +9,11 @@ when the skill left no trace, and names a disagreement when it left one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,24 @@ class CommandRun(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
 
 
 class CommandLog:
-    """An item's record of commands, one JSON line each, appended as they end (a host may give None: no log)."""
+    """An item's record of commands, one JSON line each, appended as they end (a host may give None: no log).
 
-    def __init__(self, path: Path) -> None:
+    `watch`, when given, hears of each command as it starts (`started`) and returns what to call as it ends:
+    the live progress lines, which cannot wait for the record."""
+
+    def __init__(self, path: Path, watch: Callable[[str, float], Callable[[], None]] | None = None) -> None:
         self.path = path
+        self.watch = watch
+
+    @contextlib.contextmanager
+    def started(self, command: str, at: float) -> Iterator[None]:
+        """Around a command the host runs itself: its watch hears when it starts and when it ends."""
+        ended = self.watch(command, at) if self.watch is not None else None
+        try:
+            yield
+        finally:
+            if ended is not None:
+                ended()
 
     def add(self, command: str, started_at: float, ended_at: float, exit_code: int | None, stdout: str,
             stderr: str = "") -> None:

@@ -78,7 +78,10 @@ def hold(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: H
             on_open(session)
         ended = False
         try:
-            for number, message in enumerate((case.opening, *case.replies), 1):
+            messages = (case.opening, *case.replies)
+            for number, message in enumerate(messages, 1):
+                if workspace.watch is not None:
+                    workspace.watch.turn(number, len(messages))
                 sent_at = round(time.time(), 3)  # on deck.py's clock (the same machine), to its precision
                 turn, problem = _send(session, message, turn_timeout)
                 turn.started_at = sent_at

@@ -8,6 +8,7 @@ that finishes leaves exactly one record in the run's ledger, and carries it on i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import time
@@ -29,6 +30,7 @@ from . import evidence, faults
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
 from .conversation import HostFailure, Transcript, as_left, hold, open_sandbox
 from .overlap import Conversation, Overlap
+from .progress import ItemWatch
 from .sandbox import Sandbox
 from .session import CASE_NAMES, SESSION, Session, arguments, finished
 
@@ -119,6 +121,8 @@ class CaseItem(pytest.Item):
         settings = session.settings
         self._started = time.time()
         self.workspace = session.workspace(self.host_name, self.case.name, self.run_index)
+        if session.progress is not None:  # -v: its turns and commands are shown as they happen
+            self.workspace = dataclasses.replace(self.workspace, watch=ItemWatch(self.name, session.progress))
         over = session.over_budget()
         if over:
             return over

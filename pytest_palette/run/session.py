@@ -26,6 +26,7 @@ from ..results.record import RecordError, Terms, from_json
 from ..skill import SkillCard, load_card, skill_hash
 from . import sandbox
 from .overlap import Overlap
+from .progress import Board, Sink
 from .workspace import Workspace
 
 SESSION = pytest.StashKey["Session"]()
@@ -53,6 +54,8 @@ class Session:
     _read_to: int = 0
     #: The conversations held ahead of their items (--palette-conversations), once the run loop starts.
     overlap: Overlap | None = None
+    #: Where this process's items report their turns and commands, with -v (`progress`).
+    progress: Sink | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -199,7 +202,8 @@ def claim(session: Session) -> None:
 def for_workers(session: Session) -> dict[str, Any]:
     """What an xdist worker receives instead of choosing again: plain values only."""
     return {"run_id": session.run_id, "skill_hash": session.skill_hash, "fingerprint": session.fingerprint,
-            "unavailable": dict(session.unavailable), "began": session.began}
+            "unavailable": dict(session.unavailable), "began": session.began,
+            "progress": str(session.progress.folder) if isinstance(session.progress, Board) else None}
 
 
 def fingerprint(settings: Settings, skill_hash: str) -> str:

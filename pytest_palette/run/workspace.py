@@ -14,11 +14,13 @@ The agent works in work/, so it never sees the replies waiting for it in input/.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..cases import Case
 from ..results.record import Record
+from .command_log import CommandLog
+from .progress import ItemWatch
 
 TRACE_NAME = "palette-calls.jsonl"
 TURNS_NAME = "turns.json"
@@ -34,6 +36,8 @@ class Workspace:
     relative: PurePosixPath
     #: A conversation held by hand in a folder of the user's: the agent works in the folder itself.
     by_hand: bool = False
+    #: Who hears of each turn and command as it happens (-v); not part of where the item lives.
+    watch: ItemWatch | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, run: Path, host: str, case: str, run_index: int, repeated: bool) -> Workspace:
@@ -54,7 +58,8 @@ class Workspace:
         attempt = 2
         while True:
             name = f"{self.relative.name}~{attempt}"
-            candidate = Workspace(self.folder.with_name(name), self.relative.with_name(name), self.by_hand)
+            candidate = Workspace(self.folder.with_name(name), self.relative.with_name(name), self.by_hand,
+                                  self.watch)
             if not candidate.folder.exists():
                 return candidate
             attempt += 1
@@ -99,6 +104,10 @@ class Workspace:
     def commands(self) -> Path:
         """Our own record of the commands the agent ran (`command_log`), beside the skill's trace."""
         return self.own(COMMANDS_NAME)
+
+    def command_log(self) -> CommandLog:
+        """The record a host writes of each command its agent runs (`commands`); a watch hears of each too."""
+        return CommandLog(self.commands, self.watch.command if self.watch is not None else None)
 
     @property
     def turns(self) -> Path:
