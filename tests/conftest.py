@@ -20,9 +20,11 @@ def _clean_palette_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """One headless system Chromium per session (per xdist worker); skipped, or failed in CI, without one."""
+    """One headless system Chromium per test module; skipped, or failed in CI, without one. Not per session:
+    Playwright's sync API keeps an asyncio loop running in this thread while it is open, and every later test
+    that runs a loop of its own (the cuga host's) would fail with "another loop is running"."""
     require()
     with Browser() as opened:
         yield opened
