@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 import markupsafe
+import msgspec
 import pytest
 from sites import REPO, OfflineRuns
 
 from pytest_palette.commands import main
-from pytest_palette.results.ledger import load
+from pytest_palette.results.ledger import append, load
 from pytest_palette.run.workspace import Workspace
 from pytest_palette.site import render
 from pytest_palette.site.build import SiteError, write
@@ -163,3 +164,22 @@ def test_palette_html_writes_the_sessions_site_and_refuses_a_folder_it_may_not_w
     assert done.returncode == 0, done.stdout[-2000:]
     assert f"site of 1 item(s) written to {(tmp_path / 'site' / 'index.html').as_uri()}" in done.stdout
     assert (tmp_path / "site" / "items").is_dir()
+
+
+def test_repeats_of_a_cell_are_shown_side_by_side_and_counted_in_the_matrix(offline_runs: OfflineRuns,
+                                                                             tmp_path: Path) -> None:
+    # A second run of one cell, as --palette-runs leaves it: its own folder and its own record.
+    run = tmp_path / "good"
+    shutil.copytree(offline_runs.good, run, symlinks=True)
+    record = next(r for r in load(run).latest.values() if r.outcome == "pass" and r.host == "react")
+    first = Workspace.locate(run, record)
+    shutil.copytree(first.folder, first.folder.with_name(f"{record.case}-2"), symlinks=True)
+    append(run / "results.jsonl", msgspec.structs.replace(record, run_index=2,
+                                                          workspace=f"react/{record.case}-2"))
+    write([run], tmp_path / "site")
+    text = page(tmp_path / "site", "good", f"react/{record.case}-2")
+    assert "Repeats of this cell" in text and text.count('<div class="repeat') == 2
+    assert text.count('<div class="repeat current">') == 1
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert re.search(r'data-host="react" data-outcome="pass">\s*<a href="items/good/react/' + record.case
+                     + r'\.html">.*?<span class="count">2/2</span>', index, re.DOTALL)

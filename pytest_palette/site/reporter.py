@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ..results.ledger import find
 from .build import SiteError, write
 
@@ -15,6 +17,7 @@ class SiteReporter:
         self.run_dir = run_dir
         self.out = out
 
+    @pytest.hookimpl(trylast=True)  # after the table: the site's address is the last thing to read
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.run_dir.is_dir() or not find(self.run_dir).ledgers:
             terminalreporter.write_line(f"palette: no site written to {self.out}: this session recorded nothing")
