@@ -83,16 +83,32 @@ def _cmdline(process: psutil.Process) -> list[str]:
         return ["?"]
 
 
+def _signal_masks(pid: int) -> str:
+    """The process's blocked, ignored and caught signals, as the kernel shows them (hexadecimal masks)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as error:
+        return f"status unreadable ({error})"
+    return ", ".join(line.replace("\t", " ") for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+
+
 def interrupt(folder: Path, host: str) -> Interrupted:
     """Run the slow case on `host` in `folder`, press Ctrl-C once the backend is drafting, and look."""
     (folder / "cases").mkdir(parents=True, exist_ok=True)
     (folder / "cases" / "slow.yaml").write_text(CASE)
     env = {**os.environ, "PALETTE_ENGINE_LATENCY": LATENCY}
     log = (folder / "session.log").open("w+")
+    inherited = signal.getsignal(signal.SIGINT)
+    command = [sys.executable, "-m", "pytest", "cases", "--host", host, "-p", "no:cacheprovider", "-p",
+               "no:randomly", "--palette-turn-timeout", "900"]
+    # A terminal's session takes Ctrl-C. An ignored SIGINT is inherited across exec, and Python then installs no
+    # KeyboardInterrupt at all: a launcher restores the default before it becomes the session (a C library's
+    # system() in this process ignores SIGINT while it runs).
+    launcher = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                "os.execv(sys.executable, sys.argv[1:])")
     session = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "cases", "--host", host, "-p", "no:cacheprovider", "-p", "no:randomly",
-         "--palette-turn-timeout", "900"],
-        cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [sys.executable, "-c", launcher, *command], cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True)
     watched = psutil.Process(session.pid)
     seen: dict[int, psutil.Process] = {}
     deadline = time.monotonic() + START_BOUND
@@ -114,6 +130,10 @@ def interrupt(folder: Path, host: str) -> Interrupted:
             seconds: float | None = round(time.monotonic() - sent, 2)
         except subprocess.TimeoutExpired:
             seconds = None
+            # Whether the session ignored or blocked the signal, and what this process had when it started it.
+            log.write(f"\n[interrupting] SIGINT here when the session started: {inherited}; the session's "
+                      f"{_signal_masks(session.pid)}\n")
+            log.flush()
             # Where it hangs: pytest's faulthandler prints every thread's stack to the session's log on SIGABRT.
             os.kill(session.pid, signal.SIGABRT)
             try:

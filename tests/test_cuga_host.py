@@ -472,3 +472,14 @@ def test_pasted_material_with_code_fences_reaches_the_plan_whole(host: CugaHost,
     assert plan["args"]["context"] == FENCED.strip() and plan["args"]["request"] == "Turn these notes into a deck"
     deck = newest_deck(tmp_path / "work")
     assert deck is not None and inspect_deck(deck).has_plex
+
+
+def test_process_state_leaves_pytests_own_variable_to_pytest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pytest's main thread sets and removes PYTEST_CURRENT_TEST around every item while a conversation is held in
+    # another thread: the block must neither remove it nor put back a stale value.
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "first (setup)")
+    inside = {**os.environ, "PYTEST_CURRENT_TEST": "stale"}
+    with process_state(inside, tmp_path):
+        assert os.environ["PYTEST_CURRENT_TEST"] == "first (setup)"
+        os.environ.pop("PYTEST_CURRENT_TEST")  # the main thread ends an item meanwhile
+    assert "PYTEST_CURRENT_TEST" not in os.environ

@@ -288,22 +288,32 @@ def item_environment(env: Mapping[str, str], cuga: CugaModel, cuga_folder: Path)
             "UV_PYTHON_DOWNLOADS": env.get("UV_PYTHON_DOWNLOADS", "never")}
 
 
+#: pytest's own variable: its main thread sets and removes it around every item while a conversation is held in
+#: another thread (--palette-conversations), so the block neither removes, sets nor restores it.
+_PYTESTS = frozenset({"PYTEST_CURRENT_TEST"})
+
+
 @contextlib.contextmanager
 def process_state(env: Mapping[str, str], cwd: Path) -> Iterator[None]:
-    """Make `os.environ` equal `env` and the cwd `cwd` for the block; restore both exactly afterwards."""
-    saved_env = dict(os.environ)
+    """Make `os.environ` equal `env` (but pytest's own variable) and the cwd `cwd` for the block; restore both
+    afterwards, each name the block touched to what it was."""
+    wanted = {name: value for name, value in env.items() if name not in _PYTESTS}
+    touched = (set(os.environ) | set(wanted)) - _PYTESTS
+    saved = {name: os.environ.get(name) for name in touched}
     saved_cwd = os.getcwd()
     try:
-        for name in [n for n in os.environ if n not in env]:
-            del os.environ[name]
-        os.environ.update(env)
+        for name in touched - set(wanted):
+            os.environ.pop(name, None)
+        os.environ.update(wanted)
         os.chdir(cwd)
         yield
     finally:
         os.chdir(saved_cwd)
-        for name in [n for n in os.environ if n not in saved_env]:
-            del os.environ[name]
-        os.environ.update(saved_env)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 # -- the conversation ----------------------------------------------------------------------------
