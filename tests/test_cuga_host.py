@@ -483,3 +483,10 @@ def test_process_state_leaves_pytests_own_variable_to_pytest(tmp_path: Path, mon
         assert os.environ["PYTEST_CURRENT_TEST"] == "first (setup)"
         os.environ.pop("PYTEST_CURRENT_TEST")  # the main thread ends an item meanwhile
     assert "PYTEST_CURRENT_TEST" not in os.environ
+
+
+def test_process_state_takes_away_what_was_set_during_the_block(tmp_path: Path) -> None:
+    before = dict(os.environ)
+    with process_state(dict(os.environ), tmp_path):
+        os.environ["OTEL_SERVICE_NAME"] = "cuga"  # what CUGA sets for itself on its first turn
+    assert dict(os.environ) == before

@@ -296,7 +296,7 @@ _PYTESTS = frozenset({"PYTEST_CURRENT_TEST"})
 @contextlib.contextmanager
 def process_state(env: Mapping[str, str], cwd: Path) -> Iterator[None]:
     """Make `os.environ` equal `env` (but pytest's own variable) and the cwd `cwd` for the block; restore both
-    afterwards, each name the block touched to what it was."""
+    afterwards: each name to what it was, and no name set during the block left behind."""
     wanted = {name: value for name, value in env.items() if name not in _PYTESTS}
     touched = (set(os.environ) | set(wanted)) - _PYTESTS
     saved = {name: os.environ.get(name) for name in touched}
@@ -309,6 +309,8 @@ def process_state(env: Mapping[str, str], cwd: Path) -> Iterator[None]:
         yield
     finally:
         os.chdir(saved_cwd)
+        for name in set(os.environ) - set(saved) - _PYTESTS:  # what CUGA set meanwhile (its OTEL_* names)
+            os.environ.pop(name, None)
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
