@@ -13,7 +13,8 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 
 from .families import Family, rgb
-from .layout import BULLET_INDENT, SLIDE_W, Box, SlideLayout
+from .layout import BULLET_INDENT, CODE_PAD, SLIDE_W, Box, SlideLayout
+from .markdown import plain
 from .plan_format import Plan
 
 WIDTH, HEIGHT = 1280, 720
@@ -43,9 +44,28 @@ def plex_files() -> dict[str, str]:
     return found
 
 
+_MONO_FILES = ("IBMPlexMono-Regular.ttf", "IBMPlexMono-Regular.otf", "DejaVuSansMono.ttf",
+               "LiberationMono-Regular.ttf")
+
+
+@functools.lru_cache(maxsize=1)
+def mono_file() -> str | None:
+    """A monospaced face for code: IBM Plex Mono if installed, else a common one."""
+    for folder in _FONT_DIRS:
+        root = Path(os.path.expanduser(folder))
+        if root.is_dir():
+            for name in _MONO_FILES:
+                found = next(iter(sorted(root.rglob(name))), None)
+                if found:
+                    return str(found)
+    return None
+
+
 @functools.lru_cache(maxsize=64)
-def font(size_px: int, bold: bool = False) -> FontType:
+def font(size_px: int, bold: bool = False, mono: bool = False) -> FontType:
     """IBM Plex when installed, else Pillow's built-in scalable font (Pillow >= 10.1)."""
+    if mono and mono_file():
+        return ImageFont.truetype(str(mono_file()), size_px)
     files = plex_files()
     path = files.get("bold" if bold else "regular") or files.get("regular")
     if path:
@@ -78,7 +98,7 @@ def _draw_text(draw: ImageDraw.ImageDraw, box: Box, texts: list[str], size_pt: f
     left, top, right, low = _px(box)
     indent = round(BULLET_INDENT * PX_PER_IN) if bullets else 0
     line_h = round(size * 1.2)
-    blocks = [_wrap(text, face, right - left - indent) for text in texts]
+    blocks = [_wrap(plain(text), face, right - left - indent) for text in texts]  # as the slide shows it
     height = sum(len(b) * line_h for b in blocks) + round(size * 0.45) * (len(blocks) - 1)
     y = max(top, low - height) if bottom else top
     for block in blocks:
@@ -110,7 +130,7 @@ def _draw_table(draw: ImageDraw.ImageDraw, box: Box, table: list[list[str]], siz
         draw.rectangle((left, y0, right, y1), fill=rgb(fill))
         face = font(size, r == 0)
         for c in range(cols):
-            text = row[c] if c < len(row) else ""
+            text = plain(row[c]) if c < len(row) else ""
             x0 = left + c * col_w
             while text and face.getlength(text) > col_w - 12:
                 text = text[:-2] + "…" if len(text) > 2 else ""
@@ -122,6 +142,21 @@ def _draw_table(draw: ImageDraw.ImageDraw, box: Box, table: list[list[str]], siz
     for r in range(len(table) + 1):
         y = top + r * row_h
         draw.line((left, y, right, y), fill=rgb(family.grid), width=1)
+
+
+def _draw_code(draw: ImageDraw.ImageDraw, box: Box, code: str, size_pt: float, family: Family) -> None:
+    left, top, right, low = _px(box)
+    draw.rectangle((left, top, right, low), fill=rgb(family.row_fill))
+    draw.rectangle((left, top, left + round(0.06 * PX_PER_IN), low), fill=rgb(family.accent))
+    size = max(7, round(size_pt * PX_PER_PT))
+    face = font(size, mono=True)
+    pad = round(CODE_PAD * PX_PER_IN)
+    y = top + pad // 2 + 2
+    for line in code.split("\n"):
+        if y + size > low:
+            break
+        draw.text((left + pad, y), line, font=face, fill=rgb(family.body))
+        y += round(size * 1.2)
 
 
 def draw_preview(plan: Plan, index: int, layout: SlideLayout, family: Family) -> Image.Image:
@@ -139,6 +174,8 @@ def draw_preview(plan: Plan, index: int, layout: SlideLayout, family: Family) ->
             _draw_text(draw, box, lines, layout.bullet_size, family.body, family, bullets=layout.kind != "title")
     for box, table in layout.tables:
         _draw_table(draw, box, table, layout.table_size, family)
+    for box, code in layout.code:
+        _draw_code(draw, box, code, layout.code_size, family)
     footer = f"{plan.title}  \u00b7  {index + 1} / {len(plan.sections)}"
     _draw_text(draw, layout.footer_box, [footer], 11, family.muted, family, bullets=False)
     return image

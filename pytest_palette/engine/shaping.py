@@ -102,6 +102,10 @@ def grow_to(sections: list[Section], count: int, topic: str, tone: str, min_spli
 
 def fit_to(sections: list[Section], count: int, topic: str, tone: str, min_split: int = 6,
            retitle: bool = False) -> list[Section]:
+    if sections and sections[0].is_title and len(sections) > 1:
+        # The title slide stays slide 1 and is never merged into content; a one-slide deck is all content.
+        rest = fit_to(sections[1:], max(1, count - 1), topic, tone, min_split, retitle)
+        return rest if count <= 1 else [sections[0], *rest]
     if len(sections) > count:
         return merge_to(sections, count)
     return grow_to(sections, count, topic, tone, min_split, retitle)
