@@ -55,8 +55,7 @@ def test_build_plan_with_source_and_progress_on_stdout(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "reference engine" in result.stdout
     text = (tmp_path / "p.md").read_text(encoding="utf-8")
-    # The title slide, then one slide per section.
-    assert "Activation 64%" in text and "17 customers" in text and text.count("\n## ") == 4
+    assert "Activation 64%" in text and "17 customers" in text and text.count("\n## ") == 3
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ Audience: Leadership
 
 
 def fresh() -> Plan:
-    return build_plan("a deck from my notes", context=MATERIAL)
+    return build_plan("a 6-slide deck from my notes", context=MATERIAL)  # the title slide + one per section
 
 
 def titles(plan: Plan) -> list[str]:

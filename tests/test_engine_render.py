@@ -56,7 +56,7 @@ def decks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dic
     root = tmp_path_factory.mktemp("decks")
     return {
         "one": _build(root, "one", "one slide on tea"),
-        "grounded": _build(root, "grounded", "a deck from my notes", MATERIAL),
+        "grounded": _build(root, "grounded", "a 5-slide deck from my notes", MATERIAL),
         "twelve": _build(root, "twelve", "a 12-slide deck on prompt caching", family="ibm_carbon_dark"),
     }
 

@@ -70,6 +70,15 @@ def fit_size(lines: list[str], box: Box, sizes: tuple[float, ...], indent: float
     return sizes[-1]
 
 
+def column_widths(table: Table, width: float) -> list[float]:
+    """Column widths (inches) in proportion to each column's longest cell, within bounds: a column of
+    long descriptions gets room, a column of "Green" does not take a quarter of the slide."""
+    cols = max(len(row) for row in table)
+    longest = [max((len(plain(row[c])) for row in table if c < len(row)), default=0) for c in range(cols)]
+    weights = [min(40, max(8, n + 2)) for n in longest]  # + 2: a cell's margins
+    return [width * w / sum(weights) for w in weights]
+
+
 def code_size(code: str, box: Box) -> float:
     """The largest size (7 to 14 pt) at which every line of ``code`` fits ``box`` unwrapped."""
     lines = code.split("\n") or [""]

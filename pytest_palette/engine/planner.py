@@ -31,7 +31,7 @@ _TOPIC = re.compile(
 # Where the subject ends: an audience, an occasion, a time, a clause, punctuation.
 _TOPIC_END = re.compile(
     r"\s+(?:for|aimed at|targeted at|that|which|so that|so|please|using|based on|from|in time for|by|"
-    r"to (?:the|our|my|your|their|a|an|all|everyone|leadership|management|investors|customers)\b|"
+    r"to (?:the|our|my|your|their|all|everyone|leadership|management|investors|customers)\b|"
     r"at (?:the|our|my|their|a|an|next)\b|in (?:the|our|my|a|an|next|this) (?:meeting|stand-?up|sync|all-hands|"
     r"review|call|session|offsite)|(?:on|this|next|by) (?:monday|tuesday|wednesday|thursday|friday|saturday|"
     r"sunday|week|month|quarter)|tomorrow|today|tonight|next week)\b|[.,;:!?()\n\"\u2014\u2013]|\s[-/]\s",
@@ -318,8 +318,11 @@ def build_plan(request: str, context: str | None = None, sources: list[str] | No
     audience = mat_audience or audience_of(request) or DEFAULT_AUDIENCE
     cover = _cover_of(sections) if sectioned else None
     # Slide 1 is the title slide and counts among the slides asked for ("a 5-slide deck" is the title
-    # and four more); material whose sections set the length gets one slide per section after it.
-    count = count_in_text(request) or declared or (clamp(len(sections) + 1) if sectioned else DEFAULT_SLIDES)
+    # and four more). Material whose sections set the length keeps its count, one slide per section
+    # (the shipped cases count on it), so its two smallest neighbours share a slide; a material's own
+    # cover section is that title slide, and a single section is a one-pager as written.
+    by_sections = clamp(len(sections) + (1 if cover else 0)) if sectioned else DEFAULT_SLIDES
+    count = count_in_text(request) or declared or by_sections
     body = count - 1 if count > 1 else 1  # a one-slide deck is all content, titled by its content
     if cover and count == 1:
         sections.insert(0, cover)

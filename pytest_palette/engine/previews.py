@@ -13,7 +13,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 
 from .families import Family, rgb
-from .layout import BULLET_INDENT, CODE_PAD, SLIDE_W, Box, SlideLayout
+from .layout import BULLET_INDENT, CODE_PAD, SLIDE_W, Box, SlideLayout, column_widths
 from .markdown import plain
 from .plan_format import Plan
 
@@ -67,10 +67,25 @@ def font(size_px: int, bold: bool = False, mono: bool = False) -> FontType:
     if mono and mono_file():
         return ImageFont.truetype(str(mono_file()), size_px)
     files = plex_files()
-    path = files.get("bold" if bold else "regular") or files.get("regular")
+    path = files.get("bold" if bold else "regular") or files.get("regular") or fallback_file(bold)
     if path:
         return ImageFont.truetype(path, size_px)
     return ImageFont.load_default(size=size_px)
+
+
+@functools.lru_cache(maxsize=2)
+def fallback_file(bold: bool) -> str | None:
+    """Without Plex, a common sans face: Pillow's built-in one has no dashes, arrows or accents."""
+    names = ("DejaVuSans-Bold.ttf", "LiberationSans-Bold.ttf") if bold else ("DejaVuSans.ttf",
+                                                                            "LiberationSans-Regular.ttf")
+    for folder in _FONT_DIRS:
+        root = Path(os.path.expanduser(folder))
+        if root.is_dir():
+            for name in names:
+                found = next(iter(sorted(root.rglob(name))), None)
+                if found:
+                    return str(found)
+    return None
 
 
 def _px(box: Box) -> tuple[int, int, int, int]:
@@ -109,7 +124,7 @@ def _draw_text(draw: ImageDraw.ImageDraw, box: Box, texts: list[str], size_pt: f
             cy = y + line_h // 2
             draw.ellipse((left + 4, cy - r, left + 4 + 2 * r, cy + r), fill=rgb(family.accent))
         # Pillow's built-in face has no bold weight: a hairline stroke stands in for it.
-        stroke = 1 if bold and not plex_files() else 0
+        stroke = 1 if bold and not plex_files() and not fallback_file(True) else 0
         for line in block:
             draw.text((left + indent, y), line, font=face, fill=rgb(colour), stroke_width=stroke,
                       stroke_fill=rgb(colour))
@@ -121,7 +136,9 @@ def _draw_table(draw: ImageDraw.ImageDraw, box: Box, table: list[list[str]], siz
                 family: Family) -> None:
     left, top, right, low = _px(box)
     cols = max(len(row) for row in table)
-    col_w = (right - left) / cols
+    edges = [float(left)]
+    for width in column_widths(table, box.w):
+        edges.append(edges[-1] + width * PX_PER_IN)
     row_h = (low - top) / len(table)
     size = max(8, min(round(size_pt * PX_PER_PT), int(row_h * 0.7)))
     for r, row in enumerate(table):
@@ -131,13 +148,12 @@ def _draw_table(draw: ImageDraw.ImageDraw, box: Box, table: list[list[str]], siz
         face = font(size, r == 0)
         for c in range(cols):
             text = plain(row[c]) if c < len(row) else ""
-            x0 = left + c * col_w
+            x0, col_w = edges[c], edges[c + 1] - edges[c]
             while text and face.getlength(text) > col_w - 12:
                 text = text[:-2] + "…" if len(text) > 2 else ""
             draw.text((x0 + 6, y0 + (row_h - size) / 2), text, font=face,
                       fill=rgb(family.header_text if r == 0 else family.body))
-    for c in range(cols + 1):
-        x = left + c * col_w
+    for x in edges:
         draw.line((x, top, x, low), fill=rgb(family.grid), width=1)
     for r in range(len(table) + 1):
         y = top + r * row_h

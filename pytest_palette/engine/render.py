@@ -16,7 +16,7 @@ from pptx.oxml.ns import qn
 from pptx.util import Emu, Inches, Pt
 
 from .families import Family, rgb
-from .layout import BULLET_INDENT, CODE_PAD, SLIDE_H, SLIDE_W, Box, SlideLayout, layout_for
+from .layout import BULLET_INDENT, CODE_PAD, SLIDE_H, SLIDE_W, Box, SlideLayout, column_widths, layout_for
 from .markdown import Run, plain, runs
 from .plan_format import Plan, Table
 
@@ -95,6 +95,8 @@ def _table(slide: Any, box: Box, table: Table, size: float, family: Family) -> N
     shape = slide.shapes.add_table(len(table), cols, Inches(box.x), Inches(box.y), Inches(box.w), Inches(box.h))
     grid = shape.table
     grid.first_row = True
+    for c, width in enumerate(column_widths(table, box.w)):
+        grid.columns[c].width = Inches(width)
     row_h = Emu(int(Inches(box.h) / len(table)))
     for r, row in enumerate(table):
         grid.rows[r].height = row_h

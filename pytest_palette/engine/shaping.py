@@ -45,10 +45,26 @@ def merge_sections(group: list[Section]) -> Section:
     return merged
 
 
+def _size(section: Section) -> int:
+    return len(section.bullets) + sum(len(t) for t in section.tables) + sum(c.count("\n") + 1 for c in section.code)
+
+
+def merge_smallest(sections: list[Section], count: int) -> list[Section]:
+    """Merge the smallest pair of neighbours (earliest on a tie) until ``count`` remain: losing a slide
+    or two puts two short slides together, instead of folding the opening slides into one."""
+    out = list(sections)
+    while len(out) > count:
+        pair = min(range(len(out) - 1), key=lambda i: _size(out[i]) + _size(out[i + 1]))
+        out[pair : pair + 2] = [merge_sections(out[pair : pair + 2])]
+    return out
+
+
 def merge_to(sections: list[Section], count: int) -> list[Section]:
     """Merge contiguous runs into ``count`` sections of near-equal size (earlier runs larger)."""
     if len(sections) <= count:
         return sections
+    if len(sections) - count <= max(1, len(sections) // 4):
+        return merge_smallest(sections, count)
     size, extra = divmod(len(sections), count)
     out: list[Section] = []
     start = 0
