@@ -303,10 +303,10 @@ def rewrite_section(section: Section, plan: Plan) -> Section:
     title = " ".join(section.title.split()).strip(" .:")
     if len(title.split()) > 9:
         title = headline(title)
-    if not bullets and not section.tables:
+    if not bullets and not section.tables and not section.code:
         bullets = topic_section(title, topic_of_plan(plan), plan.tone).bullets
     directives = [d for d in section.directives if d.lower() != "revised"] + ["revised"]
-    return Section(capitalise(title), bullets, section.tables, directives)
+    return Section(capitalise(title), bullets, section.tables, directives, section.code)
 
 
 def _rewrite(plan: Plan, clause: str) -> str | None:

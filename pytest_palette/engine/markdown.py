@@ -27,6 +27,7 @@ _DIRECTIVE = re.compile(
 # Underscores count only at word edges, so snake_case_names stay as they are.
 _INLINE = re.compile(
     r"(?P<code>`+)(?P<code_text>.+?)(?P=code)"
+    r"|\*\*\*(?P<strong_em>(?=\S).+?(?<=\S))\*\*\*"
     r"|\*\*(?P<bold>(?=\S).+?(?<=\S))\*\*"
     r"|(?<![\w_])__(?P<bold_u>(?=\S).+?(?<=\S))__(?![\w_])"
     r"|(?<![\w*])\*(?P<em>(?=[^\s*]).*?(?<=[^\s*]))\*(?![\w*])"
@@ -67,6 +68,8 @@ def runs(text: str, bold: bool = False, italic: bool = False) -> list[Run]:
             out.append(Run(text[position:match.start()], bold, italic))
         if match.group("code") is not None:
             out.append(Run(match.group("code_text").strip(), bold, italic, code=True))
+        elif match.group("strong_em") is not None:
+            out.extend(runs(match.group("strong_em"), True, True))
         elif match.group("bold") is not None or match.group("bold_u") is not None:
             out.extend(runs(match.group("bold") or match.group("bold_u"), True, italic))
         elif match.group("em") is not None or match.group("em_u") is not None:
@@ -117,3 +120,34 @@ def split_blocks(text: str) -> list[list[str]]:
     if current:
         blocks.append(current)
     return blocks
+
+
+_HEADING_LINE = re.compile(r"^(#{1,6})\s+\S")
+
+
+def normalise_headings(text: str) -> str:
+    """Headings that follow no plan format, turned into it: a document with no ``## `` heading but
+    several ``# `` (or ``### ``) ones uses those as its sections. Its first line, if a ``# `` heading,
+    stays the title; deeper headings stay deeper (they lead in bold). Code fences are left alone."""
+    lines = text.splitlines()
+    levels: dict[int, int] = {}  # line index -> heading level, outside fences
+    fence = False
+    for index, line in enumerate(lines):
+        if FENCE.match(line):
+            fence = not fence
+        elif not fence and (match := _HEADING_LINE.match(line)):
+            levels[index] = len(match.group(1))
+    first = next((i for i, line in enumerate(lines) if line.strip()), -1)
+    body = {i: level for i, level in levels.items() if not (i == first and level == 1)}
+    if 2 in body.values() or not body:
+        return text
+    counts = {level: list(body.values()).count(level) for level in set(body.values())}
+    section = min((level for level, n in counts.items() if n >= 2), default=None)
+    if section is None:
+        return text
+    for index, level in body.items():
+        if level == section:
+            lines[index] = "## " + lines[index].lstrip("#").strip()
+        elif level > section:
+            lines[index] = "### " + lines[index].lstrip("#").strip()
+    return "\n".join(lines)

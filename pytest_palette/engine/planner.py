@@ -15,7 +15,7 @@ from pathlib import Path
 from .counting import DEFAULT_SLIDES, clamp, count_in_text, declared_count, strip_count
 from .errors import EngineError
 from .generic import capitalise, generic_sections
-from .markdown import FENCE, is_rule, plain, split_blocks
+from .markdown import FENCE, is_rule, normalise_headings, plain, split_blocks
 from .plan_format import TITLE_LAYOUTS, Plan, Section, Table, parse_plan
 from .shaping import fit_to, headline
 from .tone import DEFAULT_TONE, tone_in_text
@@ -51,7 +51,8 @@ _AUDIENCE = re.compile(
 _FILLER_WORDS = re.compile(
     r"^(?:please|can you|could you|would you|i need|we need|i want|give me|make me|make|create|build|"
     r"draft|prepare|put together|write|generate|turn|me|a|an|the|deck|slide deck|presentation|pitch|"
-    r"slides|short|quick|new|just|some|for|something)\b\s*",
+    r"slides|short|quick|new|just|some|for|something|this|these|that|it|them|into|from|out of|"
+    r"(?:my|our|the) notes)\b\s*",
     re.IGNORECASE,
 )
 _LONE_TITLE = re.compile(r"^(?![-*+>|#`~\d])(?!.*[.:;,!?]$).{3,70}$")
@@ -231,8 +232,13 @@ def _split_head(text: str) -> tuple[str, str]:
 
 def _material_sections(text: str) -> tuple[Plan, list[Section], bool]:
     """(header, sections, sectioned?) for one piece of material."""
+    text = normalise_headings(text)
     head, body = _split_head(text)
     if body:
+        opening = head.lstrip("\n").split("\n", 2)
+        if len(opening) > 1 and not opening[1].strip() and _LONE_TITLE.match(opening[0].strip()):
+            head = f"# {plain(opening[0].strip())}\n" + "\n".join(opening[1:])  # a lone first line is the title
+            text = head + "\n" + body
         header = parse_plan(head)
         parsed = parse_plan(text)
         # Prose, tables or code before the first section: keep them, on the first slide. The header
@@ -240,6 +246,10 @@ def _material_sections(text: str) -> tuple[Plan, list[Section], bool]:
         intro = "\n".join(line for line in head.splitlines() if not _HEADER_LINE.match(line.strip())
                           and not re.match(r"^\s*(?:preferences|revisions)\s*:\s*$", line, re.IGNORECASE))
         prose, tables, code = _block_parts(intro.splitlines())
+        said = [line.strip() for line in prose if line.strip()]
+        if len(said) == 1 and not tables and not code and len(said[0]) <= 100 and not _BULLET.match(said[0]):
+            header.header.append(f"Subtitle: {said[0]}")  # one short line under the title is its subtitle
+            prose = []
         if parsed.sections:
             first = parsed.sections[0]
             first.bullets[:0] = _prose_items(prose)
@@ -277,9 +287,10 @@ def _cover_of(sections: list[Section]) -> Section | None:
     return None
 
 
-def title_section(title: str, audience: str, cover: Section | None) -> Section:
+def title_section(title: str, audience: str, cover: Section | None, subtitle: str = "") -> Section:
     """Slide 1: the deck's title, with the audience (or the material's own cover lines) under it."""
-    lines = list(cover.bullets) if cover and cover.bullets else ([audience] if audience != DEFAULT_AUDIENCE else [])
+    lines = list(cover.bullets) if cover and cover.bullets else \
+        [subtitle] if subtitle else [audience] if audience != DEFAULT_AUDIENCE else []
     if cover and cover.title.strip().lower().rstrip(":") not in _COVER_TITLES and cover.title != title:
         lines.insert(0, cover.title)  # the material's own heading for slide 1 stays, under the deck's title
     directives = [d for d in (cover.directives if cover else []) if not d.lower().startswith("layout")]
@@ -311,7 +322,9 @@ def build_plan(request: str, context: str | None = None, sources: list[str] | No
     topic = topic_of(request)
     title = mat_title or (capitalise(topic) if topic else "")
     if not title:
-        title = headline(sections[0].title) if sections and not sectioned else fallback_title(request)
+        title = fallback_title(request)
+        if sections and (title == "Presentation" or not sectioned):  # the material says more than "this"
+            title = headline(plain(sections[0].title))
     subject = topic or title
     tone = tone_in_text(request) or (mat_tone.lower() if mat_tone else "") or DEFAULT_TONE
 
@@ -334,7 +347,9 @@ def build_plan(request: str, context: str | None = None, sources: list[str] | No
     else:
         sections = generic_sections(subject, body, tone)
     if count > 1:
-        sections.insert(0, title_section(title, audience, cover))
+        subtitle = next((line.split(":", 1)[1].strip() for h in headers for line in h.header
+                         if line.lower().startswith("subtitle:")), "")
+        sections.insert(0, title_section(title, audience, cover, subtitle))
 
     plan = Plan(title=title, audience=audience)
     plan.preferences["Tone"] = tone

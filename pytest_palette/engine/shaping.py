@@ -35,6 +35,7 @@ def merge_sections(group: list[Section]) -> Section:
             merged.bullets.append(section.title)
         merged.bullets.extend(section.bullets)
         merged.tables.extend(section.tables)
+        merged.code.extend(section.code)
         for directive in section.directives:
             is_layout = directive.lower().startswith("layout")
             # A per-section "[[1 slide]]" no longer describes a merged section.
@@ -86,13 +87,13 @@ def headline(text: str) -> str:
 
 
 def split_section(section: Section, retitle: bool = False) -> tuple[Section, Section]:
-    """Halve a section's bullets; tables stay with the first half.
+    """Halve a section's bullets; tables and code stay with the first half.
 
     ``retitle`` names the second half after its own first bullet (for prose, whose titles
     are headlines anyway); otherwise it is "<title> (continued)".
     """
     half = (len(section.bullets) + 1) // 2
-    first = Section(section.title, section.bullets[:half], section.tables, list(section.directives))
+    first = Section(section.title, section.bullets[:half], section.tables, list(section.directives), section.code)
     rest = section.bullets[half:]
     title = headline(rest[0]) if retitle and rest else f"{section.title} (continued)"
     second = Section(title, rest, [],
