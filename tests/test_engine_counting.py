@@ -103,7 +103,8 @@ TOPICS = [
     ("Build a deck on prompt caching", "Prompt caching"),
     ("Tell the team about our Q3 results", "Our Q3 results"),
     ("Build a 4-slide deck on our on-call rotation", "Our on-call rotation"),
-    ("Help me explain our hiring plan for next year to the leadership team on Monday", "Our hiring plan"),
+    ("Help me explain our hiring plan for next year to the leadership team on Monday",
+     "Our hiring plan for next year"),
     ("Make me a 4-slide presentation about our move to a four-day work week",
      "Our move to a four-day work week"),
     ("I need a 6-slide deck on how we handle customer escalations", "How we handle customer escalations"),
@@ -132,3 +133,17 @@ def test_plain_requests_get_titles_that_read_like_titles(request_text: str, titl
 @pytest.mark.parametrize("request_text", ["Turn this into a deck", "a deck on my notes", "make slides about these"])
 def test_a_pointer_at_the_material_is_no_topic(request_text: str) -> None:
     assert topic_of(request_text) is None
+
+
+@pytest.mark.parametrize(
+    ("request_text", "audience"),
+    [
+        ("Tell the team about our Q3 results", "The team"),
+        ("Help me explain our hiring plan for next year to the leadership team on Monday", "The leadership team"),
+        ("A casual 4-slide deck on prompt caching for the board", "The board"),
+        ("Present the migration plan to the board", "The board"),
+        ("a deck on our move to the cloud", "General audience"),  # "the cloud" is no audience
+    ],
+)
+def test_audience_from_plain_requests(request_text: str, audience: str) -> None:
+    assert build_plan(request_text).audience == audience

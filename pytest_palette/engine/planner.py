@@ -30,7 +30,8 @@ _TOPIC = re.compile(
     r"\s+(.+)", re.IGNORECASE)
 # Where the subject ends: an audience, an occasion, a time, a clause, punctuation.
 _TOPIC_END = re.compile(
-    r"\s+(?:for|aimed at|targeted at|that|which|so that|so|please|using|based on|from|in time for|by|"
+    r"\s+(?:for(?!\s+(?:next|this|last)\s+(?:year|quarter|month))|aimed at|targeted at|that|which|so that|so|"
+    r"please|using|based on|from|in time for|by|"
     r"to (?:the|our|my|your|their|all|everyone|leadership|management|investors|customers)\b|"
     r"at (?:the|our|my|their|a|an|next)\b|in (?:the|our|my|a|an|next|this) (?:meeting|stand-?up|sync|all-hands|"
     r"review|call|session|offsite)|(?:on|this|next|by) (?:monday|tuesday|wednesday|thursday|friday|saturday|"
@@ -43,9 +44,16 @@ _NOT_A_TOPIC = re.compile(
     r"(?:following|attached|pasted|below|above|notes?|document|doc|material|text|transcript|outline|content|"
     r"file|draft|numbers|data)\b", re.IGNORECASE)
 _AUDIENCE = re.compile(
-    r"\b(?:for|aimed at|targeted at|audience:?)\s+(?!me\b|us\b|you\b|myself\b|a\s+\d|\d)"
+    r"\b(?:for|aimed at|targeted at|audience:?)\s+(?!me\b|us\b|you\b|myself\b|a\s+\d|\d|"
+    r"(?:next|this|last)\s+(?:year|week|month|quarter)\b|tomorrow\b|today\b)"
     r"(.+?)(?=\s+(?:on|about|covering|regarding|with|that|which|next|tomorrow|today|in\s+\w+\s+slides?)\b"
     r"|[.,;:!?()\n]|$)",
+    re.IGNORECASE,
+)
+# People a request addresses without "for": "tell the team about X", "explain X to the leadership team".
+_TOLD = re.compile(
+    r"\b(?:(?:tell|brief|update|show)\s+|to\s+)((?:the|our)\s+(?:[\w-]+\s+)?(?:team|board|leadership|executives|"
+    r"execs|staff|engineers|investors|customers|managers|company|committee|org)|everyone|leadership)\b",
     re.IGNORECASE,
 )
 _FILLER_WORDS = re.compile(
@@ -110,7 +118,8 @@ def topic_of(request: str) -> str | None:
 
 
 def audience_of(request: str) -> str | None:
-    match = _AUDIENCE.search(request)
+    """"... for the board" -> "The board"; "tell the team about ..." -> "The team"."""
+    match = _AUDIENCE.search(request) or _TOLD.search(request)
     if not match:
         return None
     audience = strip_count(match.group(1)).strip()
