@@ -43,6 +43,7 @@ PHRASINGS = [
     ("no more than 4 slides on the migration", 4),
     ("a deck on the migration, at most six", 6),
     ("a deck on the migration, max 8", 8),
+    ("a deck on the outage, just 3", 3),
     ("around 8 slides on our strategy", 8),  # approximate: the number itself
     ("8 or so slides on our strategy", 8),
     ("roughly ten slides on our strategy", 10),
@@ -68,6 +69,7 @@ def test_each_count_phrasing(request_text: str, count: int) -> None:
         "keep it to 3 bullets per slide",  # a limit on something else
         "what goes on slide 5?",  # a slide's number, not a count
         "Q3 slides for the board",  # "Q3" is no number
+        "a deck on tea, keep it to three minutes",  # a limit on the talk, not the slides
     ],
 )
 def test_numbers_that_are_not_a_count(request_text: str) -> None:
