@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
 from .families import Family, rgb
 from .layout import BULLET_INDENT, CODE_PAD, SLIDE_W, Box, SlideLayout, column_widths
-from .markdown import plain
+from .markdown import plain, runs
 from .plan_format import Plan
 
 WIDTH, HEIGHT = 1280, 720
@@ -93,27 +94,53 @@ def _px(box: Box) -> tuple[int, int, int, int]:
             round((box.x + box.w) * PX_PER_IN), round((box.y + box.h) * PX_PER_IN))
 
 
-def _wrap(text: str, face: FontType, width: float) -> list[str]:
-    lines: list[str] = []
-    current = ""
-    for word in text.split():
-        trial = f"{current} {word}".strip()
-        if current and face.getlength(trial) > width:
+# A word as a preview draws it: its text, bold?, monospaced?, and whether a space comes before it.
+Word = tuple[str, bool, bool, bool]
+
+
+def _words(text: str, bold: bool) -> list[Word]:
+    """``text``'s Markdown as styled words, so a preview shows bold and code as the slide does."""
+    words: list[Word] = []
+    space = False
+    for run in runs(text, bold=bold):
+        for piece in re.split(r"(\s+)", run.text):
+            if not piece:
+                continue
+            if piece.isspace():
+                space = True
+                continue
+            words.append((piece, run.bold, run.code, space and bool(words)))
+            space = False
+    return words
+
+
+def _face(size: int, word: Word) -> FontType:
+    return font(size, word[1], mono=word[2])
+
+
+def _wrap(words: list[Word], size: int, width: float) -> list[list[Word]]:
+    lines: list[list[Word]] = []
+    current: list[Word] = []
+    used = 0.0
+    for word in words:
+        gap = _face(size, word).getlength(" ") if word[3] and current else 0.0
+        need = _face(size, word).getlength(word[0])
+        if current and used + gap + need > width:
             lines.append(current)
-            current = word
-        else:
-            current = trial
-    return [*lines, current] if current else lines or [""]
+            current, used = [], 0.0
+            gap = 0.0
+        current.append(word)
+        used += gap + need
+    return [*lines, current] if current else lines or [[]]
 
 
 def _draw_text(draw: ImageDraw.ImageDraw, box: Box, texts: list[str], size_pt: float, colour: str,
                family: Family, bullets: bool, bold: bool = False, bottom: bool = False) -> None:
     size = max(8, round(size_pt * PX_PER_PT))
-    face = font(size, bold)
     left, top, right, low = _px(box)
     indent = round(BULLET_INDENT * PX_PER_IN) if bullets else 0
     line_h = round(size * 1.2)
-    blocks = [_wrap(plain(text), face, right - left - indent) for text in texts]  # as the slide shows it
+    blocks = [_wrap(_words(text, bold), size, right - left - indent) for text in texts]
     height = sum(len(b) * line_h for b in blocks) + round(size * 0.45) * (len(blocks) - 1)
     y = max(top, low - height) if bottom else top
     for block in blocks:
@@ -123,11 +150,17 @@ def _draw_text(draw: ImageDraw.ImageDraw, box: Box, texts: list[str], size_pt: f
             r = max(2, size // 6)
             cy = y + line_h // 2
             draw.ellipse((left + 4, cy - r, left + 4 + 2 * r, cy + r), fill=rgb(family.accent))
-        # Pillow's built-in face has no bold weight: a hairline stroke stands in for it.
-        stroke = 1 if bold and not plex_files() and not fallback_file(True) else 0
         for line in block:
-            draw.text((left + indent, y), line, font=face, fill=rgb(colour), stroke_width=stroke,
-                      stroke_fill=rgb(colour))
+            x = float(left + indent)
+            for index, word in enumerate(line):
+                face = _face(size, word)
+                if index and word[3]:
+                    x += face.getlength(" ")
+                # Pillow's built-in face has no bold weight: a hairline stroke stands in for it.
+                stroke = 1 if word[1] and not word[2] and not plex_files() and not fallback_file(True) else 0
+                draw.text((x, y), word[0], font=face, fill=rgb(colour), stroke_width=stroke,
+                          stroke_fill=rgb(colour))
+                x += face.getlength(word[0])
             y += line_h
         y += round(size * 0.45)
 
