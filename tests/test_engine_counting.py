@@ -66,6 +66,7 @@ def test_each_count_phrasing(request_text: str, count: int) -> None:
         "a deck on prompt caching",  # no count at all
         "Summarise this 30-page report",  # the source's pages, not the deck's
         "a deck from 12 pages of notes",
+        "Turn our 10-page strategy memo into a deck",
         "keep it to 3 bullets per slide",  # a limit on something else
         "what goes on slide 5?",  # a slide's number, not a count
         "Q3 slides for the board",  # "Q3" is no number

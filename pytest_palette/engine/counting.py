@@ -45,10 +45,11 @@ _APPROX = r"(?:\s+or\s+so|ish)?"  # "8 or so slides", "8ish slides": read as 8
 _UNIT = r"(?:slides?|pages?)"
 # "5 slides", "5-slide", "a 7-page deck", "a dozen slides", "8 or so slides"; not "slide 5", "page 3".
 _COUNT_IN_TEXT = re.compile(rf"\b({NUMBER}){_APPROX}[\s-]*(?:of\s+)?(slides?|pages?|pager)\b", re.IGNORECASE)
-# Pages that are the source's, not the deck's: "this 30-page report", "12 pages of notes".
-_SOURCE_PAGES = re.compile(
-    r"\s*(?:of\b|long\s+(?:report|document|doc|pdf)|(?:report|document|doc|pdf|paper|memo|spec|whitepaper|"
-    r"brief|article|essay|notes|transcript|handbook|guide|manual|policy|contract|proposal)s?\b)",
+# Pages are the deck's only when the words after say so ("a 7-page deck", "six pages on X", "... in
+# six pages."); "this 30-page report", "our 10-page strategy memo", "12 pages of notes" are the source's.
+_DECK_PAGES = re.compile(
+    r"\s*(?:$|[.,;:!?)\u2014\u2013]|(?:[\w-]+\s+){0,2}?(?:deck|presentation|slideshow|pitch|talk)\b|"
+    r"(?:on|about|covering|regarding|for|please|max|maximum|long|total|tops|or\s+so|or\s+less|at\s+most)\b)",
     re.IGNORECASE)
 # A bare number after a limit: "keep it to three", "no more than 4", "at most six, please".
 _LIMIT = re.compile(
@@ -98,7 +99,7 @@ def count_in_text(text: str) -> int | None:
         if unit == "pager":  # "a one-pager"
             if match.group(1).lower() not in ("one", "1"):
                 continue
-        elif unit.startswith("page") and _SOURCE_PAGES.match(text, match.end()):
+        elif unit.startswith("page") and not _DECK_PAGES.match(text, match.end()):
             continue
         value = to_int(match.group(1))
         if value:
