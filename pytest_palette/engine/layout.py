@@ -108,7 +108,9 @@ def layout_for(section: Section) -> SlideLayout:
     if section.tables or section.code:
         out.kind = "table" if section.tables else "code"
         area = body
-        if section.bullets and wanted == "two-column":
+        # Long code lines would shrink to nothing in a half-width column: code stacks full width instead.
+        wide_code = any(len(line) > 60 for block in section.code for line in block.split("\n"))
+        if section.bullets and wanted == "two-column" and not wide_code:
             left = Box(body.x, body.y, body.w * 0.42, body.h)
             area = Box(body.x + body.w * 0.46, body.y, body.w * 0.54, body.h)
             out.bullet_columns = [(left, section.bullets)]
