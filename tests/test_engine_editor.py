@@ -29,7 +29,7 @@ Audience: Leadership
 
 
 def fresh() -> Plan:
-    return build_plan("a deck from my notes", context=MATERIAL)
+    return build_plan("a 6-slide deck from my notes", context=MATERIAL)  # the title slide + one per section
 
 
 def titles(plan: Plan) -> list[str]:
@@ -43,30 +43,32 @@ CASES: list[tuple[str, Check]] = [
     ("cut it to 4", lambda p: len(p.sections) == 4),
     ("only 2 slides", lambda p: len(p.sections) == 2),
     ("Make it seven slides", lambda p: len(p.sections) == 7),
-    ("add a slide on cost", lambda p: len(p.sections) == 6 and "Cost" in titles(p)),
-    ("add a slide at the end", lambda p: len(p.sections) == 6 and titles(p)[:5] == titles(fresh())),
-    ("add a slide at the start about the team", lambda p: titles(p)[0] == "Team"),
+    ("add a slide on cost", lambda p: len(p.sections) == 7 and "Cost" in titles(p)),
+    ("add a slide at the end", lambda p: len(p.sections) == 7 and titles(p)[:6] == titles(fresh())),
+    # The title slide stays slide 1: "at the start" is the first slide after it.
+    ("add a slide at the start about the team", lambda p: titles(p)[:2] == ["Launch review", "Team"]),
     ("drop the last slide", lambda p: titles(p) == titles(fresh())[:-1]),
-    ("remove slide 2", lambda p: "Results" not in titles(p) and len(p.sections) == 4),
-    ("remove slides 2 and 3", lambda p: titles(p) == ["Context", "Risks", "Next steps"]),
+    ("remove slide 3", lambda p: "Results" not in titles(p) and len(p.sections) == 5),
+    ("remove slides 3 and 4", lambda p: titles(p) == ["Launch review", "Context", "Risks", "Next steps"]),
     ("delete the pricing slide", lambda p: "Pricing" not in titles(p)),
-    ("make it shorter", lambda p: len(p.sections) == 4),
-    ("longer", lambda p: len(p.sections) == 6),
+    ("make it shorter", lambda p: len(p.sections) == 5 and p.sections[0].is_title),
+    ("longer", lambda p: len(p.sections) == 7 and p.sections[0].is_title),
     ("more casual", lambda p: p.tone == "casual" and "It isn't clear whether we'll hit 5,000 seats"
-     in p.sections[3].bullets and "Don't expand before Q3" in p.sections[4].bullets),
-    ("can it be more formal?", lambda p: p.tone == "formal" and p.sections[4].title == "Next Steps"),
+     in p.sections[4].bullets and "Don't expand before Q3" in p.sections[5].bullets),
+    ("can it be more formal?", lambda p: p.tone == "formal" and p.sections[5].title == "Next Steps"),
     ("fix slide 2", lambda p: "revised" in p.sections[1].directives and "revised" not in p.sections[0].directives),
     ("rewrite slide 3", lambda p: "revised" in p.sections[2].directives),
     # A new subject for the slide replaces it, not only tidies it (the judge checks the named slide changed).
-    ("fix slide 2, it should be about timelines", lambda p: titles(p) == ["Context", "Timelines", "Pricing",
-                                                                          "Risks", "Next steps"]
-     and "revised" in p.sections[1].directives and "Activation rose to 64%" not in p.sections[1].bullets),
+    ("fix slide 3, it should be about timelines", lambda p: titles(p) == ["Launch review", "Context", "Timelines",
+                                                                          "Pricing", "Risks", "Next steps"]
+     and "revised" in p.sections[2].directives and "Activation rose to 64%" not in p.sections[2].bullets),
     ("fix the last slide", lambda p: "revised" in p.sections[-1].directives),
-    ("lead with the results", lambda p: titles(p)[0] == "Results" and len(p.sections) == 5),
-    ("move slide 4 to the front", lambda p: titles(p)[0] == "Risks"),
-    ("focus on pricing only", lambda p: len(p.sections) == 5 and titles(p)[0] == "Pricing"
+    # "Lead with" puts a slide first after the title slide, which stays slide 1.
+    ("lead with the results", lambda p: titles(p)[:2] == ["Launch review", "Results"] and len(p.sections) == 6),
+    ("move slide 5 to the front", lambda p: titles(p)[:2] == ["Launch review", "Risks"]),
+    ("focus on pricing only", lambda p: len(p.sections) == 6 and titles(p)[:2] == ["Launch review", "Pricing"]
      and p.preferences.get("Focus") == "pricing"
-     and all("pricing" in s.text().lower() for s in p.sections)),
+     and all("pricing" in s.text().lower() for s in p.sections[1:])),
 ]
 
 
@@ -104,7 +106,7 @@ def test_combined_instructions_apply_in_order() -> None:
     assert len(plan.sections) == 3 and plan.tone == "casual"
     plan = edit_plan(fresh(), "yes, but drop the last slide")
     assert titles(plan) == titles(fresh())[:-1]
-    assert "acknowledged" in plan.revisions[-1] and "removed slide 5" in plan.revisions[-1]
+    assert "acknowledged" in plan.revisions[-1] and "removed slide 6" in plan.revisions[-1]
 
 
 def test_unmapped_instruction_is_recorded_not_silent() -> None:

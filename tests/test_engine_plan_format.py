@@ -59,8 +59,9 @@ def test_dataclasses_round_trip() -> None:
 
 
 def test_lenient_input_becomes_flat_bullets() -> None:
-    plan = parse_plan("# T\n\n## A\n* star\n1. numbered\nplain prose line\n### sub heading\n  - nested\n")
-    assert plan.sections[0].bullets == ["star", "numbered", "plain prose line", "sub heading", "nested"]
+    plan = parse_plan("# T\n\n## A\n* star\n1. numbered\nplain prose line\n### sub heading\n  - nested\n---\n")
+    # A ### sub-heading leads what follows it, in bold; a horizontal rule is no bullet.
+    assert plan.sections[0].bullets == ["star", "numbered", "plain prose line", "**sub heading**", "nested"]
 
 
 def test_inline_directive_in_heading_is_kept() -> None:

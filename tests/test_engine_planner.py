@@ -58,8 +58,9 @@ def test_slide_count_from_request(request_text: str, count: int) -> None:
         ("# Doc\nPreferences:\n- Length: 3 slides\n\n## A\n- a\n## B\n- b\n", 3),
         ("# Doc\nSlides: 6\n\n## A\n- a\n## B\n- b\n", 6),
         ("# Doc\n[[4 slides]]\n\n## A\n- a\n", 4),
-        ("# Doc\n\n## A\n- a\n## B\n- b\n## C\n- c\n## D\n- d\n", 4),  # sections count
+        ("# Doc\n\n## A\n- a\n## B\n- b\n## C\n- c\n## D\n- d\n", 4),  # sections count (the title slide among them)
         ("# Doc\n\n## A\n[[1 slide]]\n- a\n## B\n[[1 slide]]\n- b\n", 2),  # per-section directive
+        ("# Doc\n\n## Cover\n- Q3 2026\n## A\n- a\n## B\n- b\n", 3),  # the material's cover is slide 1
     ],
 )
 def test_slide_count_from_material(material: str, count: int) -> None:
@@ -73,7 +74,9 @@ def test_request_count_beats_material() -> None:
 def test_title_audience_tone_from_request() -> None:
     plan = build_plan("A casual 4-slide deck on prompt caching for the board")
     assert (plan.title, plan.audience, plan.tone) == ("Prompt caching", "The board", "casual")
-    assert all("prompt caching" in " ".join(s.bullets).lower() for s in plan.sections)
+    assert (plan.sections[0].title, plan.sections[0].bullets, plan.sections[0].layout) == (
+        "Prompt caching", ["The board"], "title")
+    assert all("prompt caching" in " ".join(s.bullets).lower() for s in plan.sections[1:])
     assert "Topic: prompt caching" in plan.header
 
 
@@ -87,7 +90,8 @@ def test_material_header_and_grounding() -> None:
     plan = build_plan("a deck from my notes", context=SECTIONED)
     text = serialize_plan(plan)
     assert (plan.title, plan.audience, plan.tone) == ("Q3 results", "Executives", "formal")
-    assert [s.title for s in plan.sections] == ["Revenue", "Costs", "Hiring", "Outlook"]
+    # Slide 1 is the title slide; the two smallest neighbours share a slide to keep the count.
+    assert [s.title for s in plan.sections] == ["Q3 results", "Revenue", "Costs & Hiring", "Outlook"]
     for figure in ("$4.2M", "3.5%", "14 hires, 2 departures", "5.0M", "| EMEA | 1.1M |"):
         assert figure in text
 
@@ -103,7 +107,7 @@ def test_fewer_slides_merge_without_losing_figures(count: int) -> None:
 def test_more_slides_add_sections() -> None:
     plan = build_plan("make it 7 slides", context=SECTIONED)
     titles = [s.title for s in plan.sections]
-    assert len(titles) == 7 and titles[:4] == ["Revenue", "Costs", "Hiring", "Outlook"]
+    assert len(titles) == 7 and titles[:5] == ["Q3 results", "Revenue", "Costs", "Hiring", "Outlook"]
     assert len(set(titles)) == 7
 
 

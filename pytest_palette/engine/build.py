@@ -52,6 +52,7 @@ def describe(plan: Plan, family: str, layouts: list[str]) -> dict[str, Any]:
                 "bullets": s.bullets,
                 "table": s.tables[0] if s.tables else None,
                 "tables": s.tables,
+                "code": s.code,
                 "layout": layouts[i],
                 "directives": s.directives,
                 "preview": f"slide-{i + 1}.png",

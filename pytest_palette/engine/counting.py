@@ -1,4 +1,7 @@
-"""Slide counts as people write them: "a 5-slide deck", "twelve slides", "Length: 6 slides"."""
+"""Slide counts as people write them: "a 5-slide deck", "a dozen slides", "keep it to three", "Length: 6 slides".
+
+The supported forms are listed, with examples, in docs/reference-palette.md.
+"""
 
 from __future__ import annotations
 
@@ -29,10 +32,37 @@ ORDINALS: dict[str, int] = {
     if value
 }
 
-_WORDS = "|".join(sorted((re.escape(w) for w in NUMBER_WORDS), key=len, reverse=True))
-NUMBER = rf"(?:\d{{1,3}}|{_WORDS})"
-# "5 slides", "5-slide", "five slide", "a single slide"; not "slide 5".
-_COUNT_IN_TEXT = re.compile(rf"\b({NUMBER})[\s-]*slides?\b", re.IGNORECASE)
+# Tens, so "thirty slides" is read (and clamped) rather than missed.
+TENS: dict[str, int] = {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
+                        "ninety": 90}
+# Quantities people say instead of a number. "a few" is vague: we read it as 3 (documented).
+PHRASES: dict[str, int] = {"half a dozen": 6, "a dozen": 12, "dozen": 12, "a couple of": 2, "a couple": 2,
+                           "a few": 3}
+_WORDS = "|".join(sorted((re.escape(w) for w in [*NUMBER_WORDS, *TENS, *PHRASES]), key=len, reverse=True))
+#: A count: digits, a word ("seven", "twenty-five") or a phrase ("a dozen").
+NUMBER = rf"(?:\d{{1,3}}|(?:twenty|{'|'.join(TENS)})[\s-](?:one|two|three|four|five|six|seven|eight|nine)|{_WORDS})"
+_APPROX = r"(?:\s+or\s+so|ish)?"  # "8 or so slides", "8ish slides": read as 8
+_UNIT = r"(?:slides?|pages?)"
+# "5 slides", "5-slide", "a 7-page deck", "a dozen slides", "8 or so slides"; not "slide 5", "page 3".
+_COUNT_IN_TEXT = re.compile(rf"\b({NUMBER}){_APPROX}[\s-]*(?:of\s+)?(slides?|pages?|pager)\b", re.IGNORECASE)
+# Pages are the deck's only when the words after say so ("a 7-page deck", "six pages on X", "... in
+# six pages."); "this 30-page report", "our 10-page strategy memo", "12 pages of notes" are the source's.
+_DECK_PAGES = re.compile(
+    r"\s*(?:$|[.,;:!?)\u2014\u2013]|(?:[\w-]+\s+){0,2}?(?:deck|presentation|slideshow|pitch|talk)\b|"
+    r"(?:on|about|covering|regarding|for|please|max|maximum|long|total|tops|or\s+so|or\s+less|at\s+most)\b)",
+    re.IGNORECASE)
+# A bare number after a limit: "keep it to three", "no more than 4", "at most six, please".
+_LIMIT = re.compile(
+    rf"\b(?:keep\s+(?:it|this|the\s+deck)\s+(?:to|at)|limit\s+(?:it|this)\s+to|cap\s+(?:it|this)\s+at|"
+    rf"no\s+more\s+than|at\s+most|max(?:imum)?(?:\s+of)?|just|only)\s+({NUMBER})\b"
+    rf"(?=\s*(?:{_UNIT}\b|$|[.,;:!?)\u2014\u2013-]|(?:please|max|maximum|tops|total|long)\b))",
+    re.IGNORECASE)
+#: A count phrase with its lead-in, for cutting it out of a topic or title ("in six pages").
+COUNT_PHRASE = re.compile(
+    rf"(?:\b(?:in|with|using|of|across|keep\s+it\s+to|no\s+more\s+than|at\s+most|around|about|roughly|"
+    rf"approximately|max(?:imum)?(?:\s+of)?)\s+)?(?:\ba\s+)?(?:between\s+)?(?:\b{NUMBER}\s*(?:-|\u2013|to|and|or)\s*)?\b{NUMBER}{_APPROX}[\s-]*(?:of\s+)?"
+    rf"(?:slides?|pages?|pager)\b(?:\s+(?:long|max|maximum|tops|total))?",
+    re.IGNORECASE)
 _DECLARED = (
     re.compile(r"^\s*(?:[-*]\s*)?length\s*:\s*(\d{1,3})\s*slides?\b", re.IGNORECASE | re.MULTILINE),
     re.compile(r"^\s*(?:[-*]\s*)?slides\s*:\s*(\d{1,3})\b", re.IGNORECASE | re.MULTILINE),
@@ -41,11 +71,15 @@ _DECLARED = (
 
 
 def to_int(token: str) -> int | None:
-    """'7' -> 7, 'seven' -> 7, 'seventh' -> 7; anything else -> None."""
-    token = token.strip().lower()
+    """'7' -> 7, 'seven' -> 7, 'twenty-five' -> 25, 'a dozen' -> 12, 'seventh' -> 7; else None."""
+    token = " ".join(token.strip().lower().replace("-", " ").split())
     if token.isdigit():
         return int(token)
-    return NUMBER_WORDS.get(token, ORDINALS.get(token))
+    tens, _, unit = token.partition(" ")
+    if unit and (tens == "twenty" or tens in TENS) and unit in NUMBER_WORDS:
+        return (TENS.get(tens) or 20) + NUMBER_WORDS[unit]
+    value = NUMBER_WORDS.get(token, TENS.get(token, PHRASES.get(token)))
+    return value if value is not None else ORDINALS.get(token)
 
 
 def clamp(count: int) -> int:
@@ -53,12 +87,34 @@ def clamp(count: int) -> int:
 
 
 def count_in_text(text: str) -> int | None:
-    """The first "N slides" phrase in a request or instruction."""
-    match = _COUNT_IN_TEXT.search(text)
-    if not match:
-        return None
-    value = to_int(match.group(1))
+    """The slide count a request or instruction asks for, in any of the forms in docs/reference-palette.md.
+
+    Slides win over pages (a deck's pages are its slides, but "a 30-page report" is the source), and a
+    bare number counts only after a limit ("keep it to three"). A range ("8-10 slides") reads as its
+    upper bound, because the grammar finds "10 slides"; an approximate count ("around 8") as its number.
+    """
+    found: list[tuple[bool, int]] = []  # (is it slides, not pages?, the count)
+    for match in _COUNT_IN_TEXT.finditer(text):
+        unit = match.group(2).lower()
+        if unit == "pager":  # "a one-pager"
+            if match.group(1).lower() not in ("one", "1"):
+                continue
+        elif unit.startswith("page") and not _DECK_PAGES.match(text, match.end()):
+            continue
+        value = to_int(match.group(1))
+        if value:
+            found.append((not unit.startswith("page"), value))
+    if found:
+        return clamp(max(found, key=lambda pair: pair[0])[1])  # the first slide phrase, else the first page one
+    limit = _LIMIT.search(text)
+    value = to_int(limit.group(1)) if limit else None
     return clamp(value) if value else None
+
+
+def strip_count(text: str) -> str:
+    """``text`` without its count phrase: "prompt caching in six pages" -> "prompt caching"."""
+    text = _LIMIT.sub(" ", text)
+    return " ".join(COUNT_PHRASE.sub(" ", text).split())
 
 
 def declared_count(material: str) -> int | None:

@@ -129,6 +129,11 @@ def topic_of_plan(plan: Plan) -> str:
     return plan.title
 
 
+def _first_content(plan: Plan) -> int:
+    """Where content starts: after the title slide, which stays slide 1."""
+    return 1 if len(plan.sections) > 1 and plan.sections[0].is_title else 0
+
+
 def _describe(section: Section, index: int) -> str:
     return f"slide {index + 1} (\u201c{section.title}\u201d)"
 
@@ -182,7 +187,8 @@ def _add(plan: Plan, clause: str) -> str | None:
     position = len(plan.sections)
     where = "at the end"
     if re.search(r"\b(?:at|to)\s+the\s+(?:start|beginning|front|top)\b|\bfirst\b", rest, re.IGNORECASE):
-        position, where = 0, "at the start"
+        position = _first_content(plan)
+        where = "at the start" if not position else "after the title slide"
     elif ref := re.search(rf"\b(after|before)\s+slide\s+({NUMBER})\b", rest, re.IGNORECASE):
         number = min(max(to_int(ref.group(2)) or 1, 1), len(plan.sections))
         position = number if ref.group(1).lower() == "after" else number - 1
@@ -297,10 +303,10 @@ def rewrite_section(section: Section, plan: Plan) -> Section:
     title = " ".join(section.title.split()).strip(" .:")
     if len(title.split()) > 9:
         title = headline(title)
-    if not bullets and not section.tables:
+    if not bullets and not section.tables and not section.code:
         bullets = topic_section(title, topic_of_plan(plan), plan.tone).bullets
     directives = [d for d in section.directives if d.lower() != "revised"] + ["revised"]
-    return Section(capitalise(title), bullets, section.tables, directives)
+    return Section(capitalise(title), bullets, section.tables, directives, section.code)
 
 
 def _rewrite(plan: Plan, clause: str) -> str | None:
@@ -352,7 +358,7 @@ def _lead(plan: Plan, clause: str) -> str | None:
         index = find_section(plan, phrase)
     if index is None or index < 0:
         return None
-    position = 0 if match else len(plan.sections) - 1
+    position = (_first_content(plan) if index else 0) if match else len(plan.sections) - 1
     if index == position:
         return f"\u201c{plan.sections[index].title}\u201d is already slide {position + 1}"
     return _move_to(plan, index, position)
@@ -370,7 +376,7 @@ def _focus(plan: Plan, clause: str) -> str | None:
     if not wanted:
         return None
     count = len(plan.sections)
-    kept = [s for s in plan.sections if wanted & _words(s.text())]
+    kept = [s for i, s in enumerate(plan.sections) if wanted & _words(s.text()) or (i == 0 and s.is_title)]
     extra = count - len(kept)
     new = [topic_section(subject, topic_of_plan(plan), plan.tone)] if extra > 0 and not any(
         wanted & _words(s.title) for s in kept) else []

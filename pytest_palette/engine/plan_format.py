@@ -18,10 +18,16 @@ The format::
     |---|---|
     | 1 | 2 |
 
-One ``## `` section per slide. ``serialize_plan(parse_plan(text)) == text`` holds for text
-in this canonical form, and ``parse_plan(serialize_plan(plan)) == plan`` for any plan whose
-strings are single-line. Non-canonical input (``*`` bullets, prose lines, nested bullets,
-``###`` headings) is read leniently and comes back as flat bullets.
+    ```
+    code, shown in a monospaced block
+    ```
+
+One ``## `` section per slide. ``[[ ]]`` is a directive only when it reads like one
+(``markdown.is_directive``); ``[[Q3 revenue: $4.2M]]`` or a wiki link stays in the text as
+content. ``serialize_plan(parse_plan(text)) == text`` holds for text in this canonical form,
+and ``parse_plan(serialize_plan(plan)) == plan`` for any plan whose strings are single-line.
+Non-canonical input (``*`` bullets, prose lines, nested bullets, ``###`` headings, which lead in
+bold) is read leniently and comes back as flat bullets.
 """
 
 from __future__ import annotations
@@ -29,7 +35,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .markdown import FENCE, is_directive, is_rule
+
 Table = list[list[str]]  # first row is the header row
+#: Layouts that make a slide a title slide (a big title, a subtitle under it).
+TITLE_LAYOUTS = ("title", "title-only", "section", "section-header", "cover")
 
 _DIRECTIVE = re.compile(r"\[\[(.+?)\]\]")
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+(.*)$")
@@ -43,6 +53,7 @@ class Section:
     bullets: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     directives: list[str] = field(default_factory=list)  # text inside [[...]], kept verbatim
+    code: list[str] = field(default_factory=list)  # fenced code blocks, each verbatim without its fences
 
     @property
     def layout(self) -> str | None:
@@ -53,10 +64,14 @@ class Section:
                 return value.strip().lower()
         return None
 
+    @property
+    def is_title(self) -> bool:
+        return self.layout in TITLE_LAYOUTS
+
     def text(self) -> str:
         """All words of the section, for matching instructions against it."""
         cells = [cell for table in self.tables for row in table for cell in row]
-        return " ".join([self.title, *self.bullets, *cells])
+        return " ".join([self.title, *self.bullets, *cells, *self.code])
 
 
 @dataclass
@@ -76,6 +91,19 @@ class Plan:
         """Keep the Length preference equal to the number of sections."""
         count = len(self.sections)
         self.preferences["Length"] = f"{count} slide" if count == 1 else f"{count} slides"
+
+
+def take_directives(line: str) -> tuple[str, list[str]]:
+    """The line without the [[ ]] spans that read like directives, and those directives."""
+    found: list[str] = []
+
+    def keep(match: re.Match[str]) -> str:
+        if is_directive(match.group(1)):
+            found.append(match.group(1).strip())
+            return ""
+        return match.group(0)
+
+    return _DIRECTIVE.sub(keep, line).strip(), found
 
 
 def _split_row(line: str) -> list[str]:
@@ -98,9 +126,23 @@ def parse_plan(text: str) -> Plan:
     section: Section | None = None
     table: Table | None = None
     mode = ""  # "preferences" / "revisions" while reading those header lists
+    code: list[str] | None = None  # the lines of an open code fence
+    fence = ""
     for raw in text.splitlines():
         line = raw.rstrip()
         stripped = line.strip()
+        fenced = FENCE.match(line)
+        if code is not None:  # inside a fence everything is code, "## " and "|" included
+            if fenced and fenced.group(1).startswith(fence) and not fenced.group(2):
+                if section is not None:
+                    section.code.append("\n".join(code).strip("\n"))
+                code = None
+            else:
+                code.append(raw.replace("\t", "    "))
+            continue
+        if fenced:
+            code, fence, table = [], fenced.group(1)[0] * 3, None
+            continue
         if section is not None and stripped.startswith("|"):
             cells = _split_row(stripped)
             if table is None:
@@ -110,28 +152,31 @@ def parse_plan(text: str) -> Plan:
                 table.append(cells)
             continue
         table = None
-        if not stripped:
+        if not stripped or is_rule(stripped):
             continue
         if line.startswith("## "):
-            section = Section(title=_DIRECTIVE.sub("", line[3:]).strip())
-            section.directives.extend(d.strip() for d in _DIRECTIVE.findall(line[3:]))
+            title, directives = take_directives(line[3:])
+            section = Section(title=title, directives=directives)
             plan.sections.append(section)
             continue
         if section is None:
             mode = _read_header_line(plan, stripped, mode)
             continue
-        directives = _DIRECTIVE.findall(stripped)
-        rest = _DIRECTIVE.sub("", stripped).strip()
-        section.directives.extend(d.strip() for d in directives)
+        rest, directives = take_directives(stripped)
+        section.directives.extend(directives)
         if not rest:
             continue
+        rest = re.sub(r"^(?:>\s*)+", "", rest)  # a quote's words, without its markers
         bullet = _BULLET.match(rest)
         if bullet:
             rest = bullet.group(1).strip()
-        else:
-            rest = rest.lstrip("#").strip()  # a ### sub-heading or prose becomes a bullet
+        elif rest.startswith("#"):  # a ### sub-heading becomes a bold lead bullet
+            rest = rest.lstrip("#").strip()
+            rest = f"**{rest}**" if rest and "**" not in rest else rest
         if rest:
             section.bullets.append(rest)
+    if code is not None and section is not None:  # an unclosed fence runs to the end, as in Markdown
+        section.code.append("\n".join(code).strip("\n"))
     # A table whose rows were all separators carries nothing.
     for sec in plan.sections:
         sec.tables = [t for t in sec.tables if t]
@@ -190,4 +235,7 @@ def serialize_plan(plan: Plan) -> str:
             lines.append(_row(table[0]))
             lines.append(_row(["---"] * len(table[0])))
             lines.extend(_row(row) for row in table[1:])
+        for block in section.code:
+            fence = "~~~" if "```" in block else "```"
+            lines.extend(["", fence, *block.split("\n"), fence])
     return "\n".join(lines) + "\n"

@@ -16,10 +16,12 @@ from pptx.oxml.ns import qn
 from pptx.util import Emu, Inches, Pt
 
 from .families import Family, rgb
-from .layout import BULLET_INDENT, SLIDE_H, SLIDE_W, Box, SlideLayout, layout_for
+from .layout import BULLET_INDENT, CODE_PAD, SLIDE_H, SLIDE_W, Box, SlideLayout, column_widths, layout_for
+from .markdown import Run, plain, runs
 from .plan_format import Plan, Table
 
 FONT = "IBM Plex Sans"  # Palette's renderer forces IBM Plex; the judge looks for it in slide XML
+MONO = "IBM Plex Mono"  # code spans and blocks: monospaced, and still IBM Plex
 BLANK_LAYOUT = 6
 
 
@@ -28,11 +30,23 @@ def _colour(hex_colour: str) -> RGBColor:
     return RGBColor(red, green, blue)  # type: ignore[no-untyped-call]  # python-pptx is untyped
 
 
-def _style_run(run: Any, size: float, colour: str, bold: bool = False) -> None:
-    run.font.name = FONT
+def _style_run(run: Any, size: float, colour: str, bold: bool = False, italic: bool = False,
+               mono: bool = False) -> None:
+    run.font.name = MONO if mono else FONT
     run.font.size = Pt(size)
     run.font.bold = bold
+    if italic:
+        run.font.italic = True
     run.font.color.rgb = _colour(colour)
+
+
+def _add_markdown(paragraph: Any, text: str, size: float, colour: str, bold: bool = False) -> None:
+    """``text``'s Markdown as real formatting: bold and italic runs, code spans in IBM Plex Mono."""
+    # An empty line still gets one run, so it too carries the font: every run is IBM Plex.
+    for part in runs(text, bold=bold) or [Run("", bold)]:
+        run = paragraph.add_run()
+        run.text = part.text
+        _style_run(run, size, colour, part.bold, part.italic, part.code)
 
 
 def _textbox(slide: Any, box: Box) -> Any:
@@ -65,8 +79,7 @@ def _write_lines(frame: Any, lines: list[str], size: float, colour: str, family:
             paragraph.space_before = Pt(size * 0.45)
         if bullets:
             _bullet(paragraph, family.accent)
-        _style_run(paragraph.add_run(), size, colour, bold)
-        paragraph.runs[-1].text = text
+        _add_markdown(paragraph, text, size, colour, bold)
 
 
 def _rect(slide: Any, x: float, y: float, w: float, h: float, colour: str) -> None:
@@ -82,6 +95,8 @@ def _table(slide: Any, box: Box, table: Table, size: float, family: Family) -> N
     shape = slide.shapes.add_table(len(table), cols, Inches(box.x), Inches(box.y), Inches(box.w), Inches(box.h))
     grid = shape.table
     grid.first_row = True
+    for c, width in enumerate(column_widths(table, box.w)):
+        grid.columns[c].width = Inches(width)
     row_h = Emu(int(Inches(box.h) / len(table)))
     for r, row in enumerate(table):
         grid.rows[r].height = row_h
@@ -94,9 +109,23 @@ def _table(slide: Any, box: Box, table: Table, size: float, family: Family) -> N
             cell.vertical_anchor = MSO_ANCHOR.MIDDLE
             cell.margin_top = cell.margin_bottom = Inches(0.03)
             paragraph = cell.text_frame.paragraphs[0]
-            run = paragraph.add_run()
-            run.text = row[c] if c < len(row) else ""
-            _style_run(run, size, family.header_text if header else family.body, bold=header)
+            _add_markdown(paragraph, row[c] if c < len(row) else "", size,
+                          family.header_text if header else family.body, bold=header)
+
+
+def _code(slide: Any, box: Box, code: str, size: float, family: Family) -> None:
+    """A code block: a tinted panel, one monospaced paragraph per line, indentation kept."""
+    _rect(slide, box.x, box.y, box.w, box.h, family.row_fill)
+    _rect(slide, box.x, box.y, 0.06, box.h, family.accent)
+    inner = Box(box.x + CODE_PAD, box.y + CODE_PAD / 2, box.w - 2 * CODE_PAD, box.h - CODE_PAD)
+    frame = _textbox(slide, inner)
+    frame.word_wrap = False  # code keeps its lines; code_size already made them fit
+    for index, line in enumerate(code.split("\n")):
+        paragraph = frame.paragraphs[0] if index == 0 else frame.add_paragraph()
+        run = paragraph.add_run()
+        indent = len(line) - len(line.lstrip(" "))
+        run.text = "\u00a0" * indent + line[indent:]  # no-break spaces: PowerPoint keeps the indent
+        _style_run(run, size, family.body, mono=True)
 
 
 def _slide(prs: Any, plan: Plan, index: int, family: Family) -> SlideLayout:
@@ -117,8 +146,10 @@ def _slide(prs: Any, plan: Plan, index: int, family: Family) -> SlideLayout:
             _write_lines(frame, lines, layout.bullet_size, family.body, family, bullets=layout.kind != "title")
     for box, table in layout.tables:
         _table(slide, box, table, layout.table_size, family)
+    for box, code in layout.code:
+        _code(slide, box, code, layout.code_size, family)
     footer = _textbox(slide, layout.footer_box)
-    _write_lines(footer, [f"{plan.title}  \u00b7  {index + 1} / {len(plan.sections)}"], 11, family.muted,
+    _write_lines(footer, [f"{plain(plan.title)}  \u00b7  {index + 1} / {len(plan.sections)}"], 11, family.muted,
                  family, bullets=False)
     return layout
 

@@ -35,6 +35,7 @@ def merge_sections(group: list[Section]) -> Section:
             merged.bullets.append(section.title)
         merged.bullets.extend(section.bullets)
         merged.tables.extend(section.tables)
+        merged.code.extend(section.code)
         for directive in section.directives:
             is_layout = directive.lower().startswith("layout")
             # A per-section "[[1 slide]]" no longer describes a merged section.
@@ -45,10 +46,26 @@ def merge_sections(group: list[Section]) -> Section:
     return merged
 
 
+def _size(section: Section) -> int:
+    return len(section.bullets) + sum(len(t) for t in section.tables) + sum(c.count("\n") + 1 for c in section.code)
+
+
+def merge_smallest(sections: list[Section], count: int) -> list[Section]:
+    """Merge the smallest pair of neighbours (earliest on a tie) until ``count`` remain: losing a slide
+    or two puts two short slides together, instead of folding the opening slides into one."""
+    out = list(sections)
+    while len(out) > count:
+        pair = min(range(len(out) - 1), key=lambda i: _size(out[i]) + _size(out[i + 1]))
+        out[pair : pair + 2] = [merge_sections(out[pair : pair + 2])]
+    return out
+
+
 def merge_to(sections: list[Section], count: int) -> list[Section]:
     """Merge contiguous runs into ``count`` sections of near-equal size (earlier runs larger)."""
     if len(sections) <= count:
         return sections
+    if len(sections) - count <= max(1, len(sections) // 4):
+        return merge_smallest(sections, count)
     size, extra = divmod(len(sections), count)
     out: list[Section] = []
     start = 0
@@ -70,13 +87,13 @@ def headline(text: str) -> str:
 
 
 def split_section(section: Section, retitle: bool = False) -> tuple[Section, Section]:
-    """Halve a section's bullets; tables stay with the first half.
+    """Halve a section's bullets; tables and code stay with the first half.
 
     ``retitle`` names the second half after its own first bullet (for prose, whose titles
     are headlines anyway); otherwise it is "<title> (continued)".
     """
     half = (len(section.bullets) + 1) // 2
-    first = Section(section.title, section.bullets[:half], section.tables, list(section.directives))
+    first = Section(section.title, section.bullets[:half], section.tables, list(section.directives), section.code)
     rest = section.bullets[half:]
     title = headline(rest[0]) if retitle and rest else f"{section.title} (continued)"
     second = Section(title, rest, [],
@@ -102,6 +119,10 @@ def grow_to(sections: list[Section], count: int, topic: str, tone: str, min_spli
 
 def fit_to(sections: list[Section], count: int, topic: str, tone: str, min_split: int = 6,
            retitle: bool = False) -> list[Section]:
+    if sections and sections[0].is_title and len(sections) > 1:
+        # The title slide stays slide 1 and is never merged into content; a one-slide deck is all content.
+        rest = fit_to(sections[1:], max(1, count - 1), topic, tone, min_split, retitle)
+        return rest if count <= 1 else [sections[0], *rest]
     if len(sections) > count:
         return merge_to(sections, count)
     return grow_to(sections, count, topic, tone, min_split, retitle)
