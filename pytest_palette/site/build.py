@@ -62,7 +62,7 @@ def write(paths: Sequence[Path], out: Path, *, label: str = "") -> Written:
     started = time.perf_counter()
     runs = _runs(paths)
     _claim(out)
-    items: dict[tuple[str, str, str, int], item.Item] = {}
+    items: matrix.Items = {}
     names = _names([run.folder for run in runs])
     for run in runs:
         for record in run.records:
@@ -85,8 +85,9 @@ def write(paths: Sequence[Path], out: Path, *, label: str = "") -> Written:
     pages.write("index.html", "matrix.html", matrix=grid, comparisons=views, title=label or _title(runs),
                 tables={run.run_id: tables(run.report) for run in runs})
     for found in items.values():
-        repeats = [items[k] for k in _repeat_keys(items, found)]
-        pages.write(found.page, "item.html", item=found, repeats=repeats, plan=item.plan_text(found),
+        repeats = matrix.cell_items(items, found.run_folder, found.record.case, found.record.host)
+        pages.write(found.page, "item.html", item=found, repeats=repeats if len(repeats) > 1 else [],
+                    plan=item.plan_text(found),
                     title=found.label)
     for view in views:
         pages.write(view.page, "compare.html", view=view, title=view.title)
@@ -142,14 +143,7 @@ def _title(runs: list[matrix.RunView]) -> str:
     return "Palette benchmark — " + ", ".join(run.run_id for run in runs)
 
 
-def _repeat_keys(items: dict[tuple[str, str, str, int], item.Item], found: item.Item) -> list[tuple[str, str, str,
-                                                                                                     int]]:
-    key = (str(found.run_folder), found.record.case, found.record.host)
-    keys = list(itertools.takewhile(lambda k: k in items, ((*key, n) for n in itertools.count(1))))
-    return keys if len(keys) > 1 else []
-
-
-def _comparisons(runs: list[matrix.RunView], items: comparison.Items, names: dict[Path, str]
+def _comparisons(runs: list[matrix.RunView], items: matrix.Items, names: dict[Path, str]
                  ) -> list[comparison.ComparisonView]:
     """The first run against each later one; within each run, every pair of its hosts."""
     views = []

@@ -4,7 +4,6 @@ regressions first, the paired test, the skill hashes, and the two decks side by 
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -13,7 +12,7 @@ import msgspec
 from ..results.compare import Change, Comparison, compare
 from ..results.record import Record
 from .item import Item
-from .matrix import RunView
+from .matrix import Items, RunView, cell_items
 
 #: The order rows are shown in: what got worse first.
 _ORDER = {"regression": 0, "improvement": 1, "no verdict": 2, "": 3, "new": 4, "gone": 4}
@@ -38,9 +37,6 @@ class ComparisonView:
     @property
     def regressions(self) -> list[Row]:
         return [row for row in self.rows if row.change.flag == "regression"]
-
-
-Items = dict[tuple[str, str, str, int], Item]
 
 
 def between_runs(a: RunView, b: RunView, items: Items, page: str) -> ComparisonView:
@@ -70,11 +66,6 @@ def _rows(comparison: Comparison, item_of: Callable[[Change, int], Item | None])
 
 def _first(items: Items, run: RunView, case: str, host: str) -> Item | None:
     """The cell's first item: a failed one when any failed (it is the one to look at), else run 1."""
-    own: list[Item] = []
-    for k in itertools.count(1):
-        found = items.get((str(run.folder), case, host, k))
-        if found is None:
-            break
-        own.append(found)
+    own = cell_items(items, run.folder, case, host)
     own.sort(key=lambda item: (item.outcome != "fail", item.record.run_index))
     return own[0] if own else None

@@ -6,12 +6,12 @@ beside the calls that broke each rule.
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..cases import Case
 from ..judge import answer_of, call_args, judge
 from ..results.record import Record
 from ..run import command_log, evidence, faults
@@ -33,6 +33,11 @@ class Command:
     exit_code: int | None
     output: str
     errors: str
+
+    @classmethod
+    def of(cls, run: command_log.CommandRun) -> Command:
+        return cls(run.command, run.started_at, round(run.ended_at - run.started_at, 3), run.exit_code, run.stdout,
+                   run.stderr)
 
     @property
     def long(self) -> bool:
@@ -164,7 +169,7 @@ def read(run_folder: Path, record: Record) -> Item:
             if call.at is not None:
                 call.at -= origin
     item.revisions = _revisions(calls)
-    item.failures = _failures(item, calls, transcript)
+    item.failures = _failures(item, case, transcript)
     return item
 
 
@@ -191,13 +196,11 @@ def _turns(transcript: Transcript, runs: list[command_log.CommandRun]) -> list[T
         turn = Turn(number, record.sent, record.answer, record.error, record.seconds, steps, tokens=tokens,
                     retries=record.retries)
         if begin is not None:
-            turn.commands = [Command(r.command, r.started_at, round(r.ended_at - r.started_at, 3), r.exit_code,
-                                     r.stdout, r.stderr) for r in runs
+            turn.commands = [Command.of(r) for r in runs
                              if r.started_at >= begin and (end is None or r.started_at < end)]
         turns.append(turn)
     if transcript.turns and all(t.started_at is None for t in transcript.turns) and runs and turns:
-        turns[-1].commands = [Command(r.command, r.started_at, round(r.ended_at - r.started_at, 3), r.exit_code,
-                                      r.stdout, r.stderr) for r in runs]  # times unknown: shown once, at the end
+        turns[-1].commands = [Command.of(r) for r in runs]  # times unknown: shown once, at the end
     return turns
 
 
@@ -252,13 +255,12 @@ def _revisions(calls: list[dict[str, Any]]) -> list[Revision]:
     return revisions
 
 
-def _failures(item: Item, calls: list[dict[str, Any]], transcript: Transcript) -> list[Failure]:
+def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[Failure]:
     """The judge's words as recorded, each beside the calls that broke its rule. Those are found by judging the
     folder again (the judge reads only the disk); where today's judge reads it otherwise, the page says so."""
     record = item.record
     if record.outcome != "fail":
         return [Failure(words, [], "") for words in record.failures]
-    case = item.workspace.case()
     blame: dict[str, tuple[int, ...]] = {}
     if case is not None:
         try:
@@ -288,10 +290,3 @@ def plan_text(item: Item) -> str:
         return plan.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return item.revisions[-1].text if item.revisions else ""
-
-
-def case_json(item: Item) -> dict[str, Any]:
-    try:
-        return dict(json.loads(item.workspace.definition.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        return {}

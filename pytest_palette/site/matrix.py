@@ -6,6 +6,7 @@ columns, never pooled into one.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,13 +92,27 @@ class Matrix:
         return sorted({t for row in self.rows for t in row.tags})
 
 
+Items = dict[tuple[str, str, str, int], Item]
+
+
+def cell_items(items: Items, folder: Path, case: str, host: str) -> list[Item]:
+    """The runs of one (case, host) of one run, by run index: 1, 2, … as far as they go."""
+    found: list[Item] = []
+    for k in itertools.count(1):
+        item = items.get((str(folder), case, host, k))
+        if item is None:
+            return found
+        found.append(item)
+    return found
+
+
 def run_view(folder: Path, records: list[Record]) -> RunView:
     run_ids = sorted({r.run_id for r in records})
     # Never refused for mixed terms: the groups are shown side by side, as `report --allow-mixed` shows them.
     return RunView(folder, ", ".join(run_ids), build_report(records, allow_mixed=True), records)
 
 
-def build(runs: list[RunView], items: dict[tuple[str, str, str, int], Item]) -> Matrix:
+def build(runs: list[RunView], items: Items) -> Matrix:
     """The matrix over `runs`; `items` by (folder, case, host, run index) — folder as str, one per run."""
     columns = [MatrixColumn(f"{run.run_id}/{column.label}", run, column) for run in runs
                for column in run.report.columns]
