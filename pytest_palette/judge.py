@@ -50,6 +50,10 @@ class Verdict:
     spins: int = 0
     #: Where the calls were read: "trace" (the skill's), "host" (our record of the commands), "" (no call).
     calls_from: str = "trace"
+    #: Whether the case needed the skill (`expect.skill`), and whether it was used: any call of it. A trigger is a
+    #: call of the skill's script; loading its instructions alone leaves nothing the judge can read on every host.
+    skill_expected: bool = True
+    skill_used: bool = False
     #: Beside each failure, the calls that broke its rule (indexes into the evidence's calls): the page of a
     #: failed item shows the command beside the words. Empty where the failure is what was not done.
     blame: tuple[tuple[int, ...], ...] = field(default=(), compare=False)
@@ -82,6 +86,8 @@ PASSED = _Passed()
 
 def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
     """Apply the rules, in order, and return every failure in words."""
+    if not case.expect.skill:
+        return trigger_verdict(case, evidence, host)
     failures: list[str] = []
     blame: list[tuple[int, ...]] = []
     commands = evidence.commands
@@ -104,7 +110,7 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
                        str(evidence.pptx) if evidence.pptx else None, evidence.has_plex,
                        evidence.call_notes + notes, expect.max_polls,
                        expect.context, context_reached, expect.edit, first_edit is not None, replanned, spins,
-                       evidence.calls_from, tuple(blame))
+                       evidence.calls_from, skill_used=bool(evidence.calls), blame=tuple(blame))
 
     if not case.expect.deck:
         # Nothing else is judged: the user never approved, so there is no deck to inspect.
@@ -152,6 +158,20 @@ def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
     if evidence.unfinished:
         notes += (f"a build was still running when the deck was read: {evidence.unfinished[0]}",)
     return verdict(notes)
+
+
+def trigger_verdict(case: Case, evidence: Evidence, host: str = "") -> Verdict:
+    """A case whose request needs no skill (`expect.skill` false: a near miss): any call of the skill fails it, with
+    the blame on the first; no call passes. Nothing else is judged — with no call there is nothing to judge."""
+    commands = tuple(evidence.commands)
+    failures = (f"the skill was used although the request needed none: {' → '.join(commands)}",) if commands else ()
+    # Not a failure (the skill was not the one to make it), but worth a look.
+    notes = (f"a .pptx was left in the workspace without a call of the skill: {evidence.decks[0].name}",) \
+        if evidence.decks and not commands else ()
+    return Verdict(case.name, host, failures, evidence.slides, sum(c in POLL_COMMANDS for c in commands), commands,
+                   str(evidence.pptx) if evidence.pptx else None, evidence.has_plex, evidence.call_notes + notes,
+                   case.expect.max_polls, calls_from=evidence.calls_from, skill_expected=False,
+                   skill_used=bool(commands), blame=((0,),) if commands else ())
 
 
 def built_before_approval(case: Case, evidence: Evidence) -> tuple[str, int] | None:

@@ -85,6 +85,10 @@ class Judged(Struct, cache_hash=True, **_PARTS):
     #: What the judge noted beside its rules: the poll ceiling reached, a disagreement between the skill's trace
     #: and the host's record, a rule it could not apply.
     notes: tuple[str, ...] = ()
+    #: Whether the case needed the skill (False for a near miss), and whether any call of it was made: the trigger
+    #: metric's facts. None in records written before near misses were judged (see `tally.triggered`).
+    skill_expected: bool | None = None
+    skill_used: bool | None = None
 
 
 class Usage(Struct, **_PARTS):
