@@ -1,7 +1,8 @@
 """The rehearsal model's policy: what a careful agent does next, given the conversation so far.
 
 It is a scripted, deterministic stand-in for a language model, so that every host can run end to
-end with no network. It follows the skill the way a good agent would: it loads the skill, looks
+end with no network. It follows the skill the way a good agent would: it answers a request that asks for
+no deck in words (a question about slides) and leaves the skill alone; for a deck, it loads the skill, looks
 before it acts, plans with the user's words verbatim and pasted material in --context, asks for
 approval, classifies each reply, edits rather than re-plans, holds rather than spins, builds only
 after approval and reports the absolute path. It decides from the conversation alone — the
