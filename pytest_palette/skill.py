@@ -34,6 +34,14 @@ class SkillCard:
     def scripts(self) -> Path:
         return self.directory / "scripts"
 
+    @property
+    def script_names(self) -> tuple[str, ...]:
+        """The skill's entry points, as a command line names them: the files of its `scripts/` folder. A command
+        that runs one is a call of the skill (our own record of the calls, when the skill writes no trace)."""
+        if not self.scripts.is_dir():
+            return ()
+        return tuple(sorted(p.name for p in self.scripts.iterdir() if p.is_file() and p.suffix != ".pyc"))
+
 
 def parse_frontmatter(meta: str) -> dict[str, str]:
     """Parse the flat `key: value` frontmatter SKILL.md files use, folded scalars included.

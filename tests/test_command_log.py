@@ -4,7 +4,7 @@ writes no trace, and compared with the trace when it writes one."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -13,9 +13,12 @@ from pytest_palette.hosts.claude import parse_stream
 from pytest_palette.hosts.shell import run_shell
 from pytest_palette.judge import explain, judge
 from pytest_palette.run.command_log import CommandLog, CommandRun, invocations, read, skill_calls
-from pytest_palette.run.evidence import Evidence, choose_calls
+from pytest_palette.run.evidence import Evidence, calls_of, choose_calls
+from pytest_palette.run.workspace import Workspace
+from pytest_palette.skill import PACKAGED_SKILLS, load_card
 
 DECK = "python3 skills/palette/scripts/deck.py"
+CHANGELOG = "python3 skills/changelog/scripts/changelog.py"
 
 
 @pytest.mark.parametrize(("command", "expected"), [
@@ -132,3 +135,38 @@ def test_a_verdict_carries_where_its_calls_came_from_and_the_notes(tmp_path: Pat
     verdict = judge(case, evidence, "react")
     assert verdict.calls_from == "host" and verdict.notes == ("judged from the host's record",)
     assert "  note: judged from the host's record" in explain(verdict)
+
+
+def test_another_skills_calls_are_the_runs_of_its_own_scripts(tmp_path: Path) -> None:
+    assert load_card(PACKAGED_SKILLS / "palette").script_names == ("deck.py",)
+    skill = tmp_path / "changelog"
+    (skill / "scripts" / "__pycache__").mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: changelog\n---\n", encoding="utf-8")
+    (skill / "scripts" / "changelog.py").write_text("", encoding="utf-8")
+    scripts = load_card(skill).script_names
+    assert scripts == ("changelog.py",)
+    line = f"{CHANGELOG} write --plan plan.md --out CHANGELOG.md && {DECK} find --root ."
+    assert list(invocations(line, scripts)) == [("write", {"plan": "plan.md", "out": "CHANGELOG.md"})]
+    assert list(invocations(line)) == [("find", {"root": "."})]  # the reference skill's, by default
+    (skill / "scripts" / "changelog.py").unlink()
+    (skill / "scripts" / "__pycache__").rmdir()
+    (skill / "scripts").rmdir()
+    assert load_card(skill).script_names == ()  # a skill of prose only: no command is a call of it
+
+
+def test_the_trace_of_another_skill_agrees_with_the_record_of_its_scripts(tmp_path: Path) -> None:
+    # Its trace and our record of its commands hold the same calls: no disagreement is noted, as long as the
+    # record is read for the skill's own scripts (with deck.py's, the host would seem to have seen none).
+    workspace = Workspace(tmp_path, PurePosixPath("react/c"))
+    workspace.trace.write_text(json.dumps({"at": 10.0, "command": "plan", "args": {}}) + "\n"
+                               + json.dumps({"at": 20.0, "command": "write", "args": {}}) + "\n", encoding="utf-8")
+    log = CommandLog(workspace.commands)
+    log.add(f"{CHANGELOG} plan --request r --out plan.md", 10.0, 10.1, 0, "{}")
+    log.add(f"{CHANGELOG} write --plan plan.md --out CHANGELOG.md", 20.0, 20.1, 0, "{}")
+    calls, source, notes = calls_of(workspace, scripts=("changelog.py",))
+    assert ([c["command"] for c in calls], source, notes) == (["plan", "write"], "trace", ())
+    _, _, notes = calls_of(workspace)
+    assert notes and "the host saw no call of the skill" in notes[0]
+    workspace.trace.unlink()  # no trace: judged from the record of its scripts
+    calls, source, _ = calls_of(workspace, scripts=("changelog.py",))
+    assert ([c["command"] for c in calls], source) == (["plan", "write"], "host")

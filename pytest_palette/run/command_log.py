@@ -13,13 +13,14 @@ import contextlib
 import os
 import re
 import shlex
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-#: The skill's entry point; a command that runs it is a call of the skill.
+#: The reference skill's entry point; a command that runs it is a call of the skill. Another skill's are the
+#: files of its own `scripts/` folder (`SkillCard.script_names`), given to the functions below.
 SKILL_SCRIPT = "deck.py"
 #: Where one shell command ends and the next begins, for a line that runs several.
 _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "(", ")"})
@@ -91,14 +92,14 @@ def read(path: Path) -> list[CommandRun]:
     return sorted(runs, key=lambda run: run.started_at)
 
 
-def skill_calls(runs: list[CommandRun]) -> list[dict[str, Any]]:
-    """The skill's calls in the commands, shaped like its trace lines (`at`, `command`, `args`, `seconds`,
-    `exit_code`, `stdout`), each marked `"from": "host"`. A command line that runs the skill twice gives two
-    calls that share its times and output; a call the agent made some other way (from a script of its own)
-    is not seen here."""
+def skill_calls(runs: list[CommandRun], scripts: Collection[str] = (SKILL_SCRIPT,)) -> list[dict[str, Any]]:
+    """The skill's calls in the commands (runs of any of its `scripts`), shaped like its trace lines (`at`,
+    `command`, `args`, `seconds`, `exit_code`, `stdout`), each marked `"from": "host"`. A command line that runs
+    the skill twice gives two calls that share its times and output; a call the agent made some other way (from
+    a script of its own) is not seen here."""
     calls = []
     for run in runs:
-        for subcommand, args in invocations(run.command):
+        for subcommand, args in invocations(run.command, scripts):
             calls.append({"at": run.started_at, "command": subcommand, "args": args,
                           "seconds": round(run.ended_at - run.started_at, 3), "exit_code": run.exit_code,
                           "stdout": run.stdout, "from": "host"})
@@ -111,9 +112,9 @@ def without_heredocs(command: str) -> str:
     return _HEREDOC.sub(lambda found: f"<<{found.group(2)}{found.group(3)}\n", command)
 
 
-def invocations(command: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Each run of the skill's script in a shell command line: its subcommand and its options, named as the
-    script's parser names them (`--hold-seconds 0` → `hold_seconds: 0.0`)."""
+def invocations(command: str, scripts: Collection[str] = (SKILL_SCRIPT,)) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each run of one of the skill's `scripts` (file names) in a shell command line: its subcommand and its
+    options, named as the script's parser names them (`--hold-seconds 0` → `hold_seconds: 0.0`)."""
     try:
         lexer = shlex.shlex(without_heredocs(command), posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
@@ -121,7 +122,7 @@ def invocations(command: str) -> Iterator[tuple[str, dict[str, Any]]]:
     except ValueError:  # unbalanced quotes: not a command line this record can read
         return
     for start, token in enumerate(tokens):
-        if Path(token).name != SKILL_SCRIPT:
+        if Path(token).name not in scripts:
             continue
         rest: list[str] = []
         for word in tokens[start + 1:]:

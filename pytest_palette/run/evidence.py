@@ -8,6 +8,7 @@ import shutil
 import time
 import warnings
 import zipfile
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -54,24 +55,26 @@ class Evidence:
         return [str(call.get("command", "?")) for call in self.calls]
 
 
-def read(workspace: Workspace, grace: float, turns_started: tuple[float, ...] = ()) -> Evidence:
+def read(workspace: Workspace, grace: float, turns_started: tuple[float, ...] = (),
+         scripts: Collection[str] = (command_log.SKILL_SCRIPT,)) -> Evidence:
     """The evidence in an item's folder, after waiting up to `grace` seconds for builds still running;
     `turns_started` is the conversation's (`Transcript.started`). The calls are the skill's trace when it wrote
-    one, else our own record of the commands the agent ran."""
+    one, else our own record of the commands the agent ran (the runs of the skill's `scripts`)."""
     found = collect(workspace.work, workspace.trace, grace)
     runs = command_log.read(workspace.commands)
-    calls, source, notes = calls_of(workspace, list(found.calls), runs)
+    calls, source, notes = calls_of(workspace, list(found.calls), runs, scripts)
     return replace(found, turns_started=turns_started, calls=tuple(calls), calls_from=source, call_notes=notes,
                    commands_run=tuple(runs))
 
 
 def calls_of(workspace: Workspace, traced: list[dict[str, Any]] | None = None,
              runs: list[command_log.CommandRun] | None = None,
+             scripts: Collection[str] = (command_log.SKILL_SCRIPT,),
              ) -> tuple[list[dict[str, Any]], str, tuple[str, ...]]:
     """An item's calls as the judge reads them (`choose_calls`), from its trace and our record of its
-    commands (each read here unless given)."""
+    commands (each read here unless given), where a run of one of the skill's `scripts` is a call."""
     traced = read_trace(workspace.trace) if traced is None else traced
-    seen = command_log.skill_calls(command_log.read(workspace.commands) if runs is None else runs)
+    seen = command_log.skill_calls(command_log.read(workspace.commands) if runs is None else runs, scripts)
     return choose_calls(traced, seen, workspace.commands.exists())
 
 
