@@ -9,6 +9,10 @@ import pytest
 from browser import Browser, require
 from sites import OfflineRuns, make_offline_runs
 
+# tests/fixtures/ holds data and a whole project (changelog_project/, with a conftest.py of its own): the tests that
+# use them run them, pytest does not collect them.
+collect_ignore = ["fixtures"]
+
 # A developer's real Palette, a leaked trace path or a latency setting would change what these tests
 # measure; each test that needs one sets it itself.
 _PALETTE_VARIABLES = ("PALETTE_HOME", "PALETTE_URL", "PALETTE_TRACE", "PALETTE_ENGINE_LATENCY", "PALETTE_PYTHON")
