@@ -163,14 +163,13 @@ def on_host(results: dict[tuple[str, str], Result], host: str) -> dict[str, Resu
 
 
 def test_the_case_file_gives_every_known_bad_agent_cases_to_fail_and_cases_to_pass() -> None:
-    # Derived from the cases: a set of none proves nothing, and a set of all (writes_early's: every case waits
-    # for a reply) is told from an agent that breaks everything by the other agent's, which passes some.
+    # Derived from the cases: a set of none or of all would not tell a known-bad agent from a broken one.
     assert len(CASES) >= 5 and {case.expect.of(SKILL) is not None for case in CASES} == {True, False}
     writes_early, _ = EXPECTED["writes_early"]
     replans, _ = EXPECTED["replans"]
-    assert writes_early == {case.name for case in CASES}
-    assert replans and replans < writes_early
-    assert any(not approved(case) for case in CASES)  # a case where CHANGELOG.md must never appear
+    assert replans and replans < writes_early < {case.name for case in CASES}
+    assert any(case.expect.skill and not approved(case) for case in CASES)  # CHANGELOG.md must never appear
+    assert any(not case.expect.skill for case in CASES)  # a near miss: the skill must not be used at all
 
 
 @pytest.mark.slow
@@ -184,10 +183,14 @@ def test_the_good_agent_passes_every_case_judged_by_the_projects_rules(project_r
     assert len(records) == len(CASES)
     for record in records:
         assert record.judged is not None and record.judged.rules == SKILL, record
+        case = next(c for c in CASES if c.name == record.case)
+        assert record.judged.notes == (), record.judged
+        if not case.expect.skill:  # a near miss: answered in words, judged by the plugin's near-miss rule
+            assert record.judged.calls == () and record.judged.calls_from == "", record.judged
+            continue
         # The skill's trace is read, and our record of its commands (changelog.py, not deck.py) agrees with it.
-        assert record.judged.calls_from == "trace" and record.judged.notes == (), record.judged
-        assert record.judged.calls[0] == "plan" and ("write" in record.judged.calls) == (
-            approved(next(c for c in CASES if c.name == record.case)))
+        assert record.judged.calls_from == "trace", record.judged
+        assert record.judged.calls[0] == "plan" and ("write" in record.judged.calls) == approved(case)
 
 
 @pytest.mark.slow
