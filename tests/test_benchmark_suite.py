@@ -21,6 +21,10 @@ from known_bad_cases import expected_failures
 
 from pytest_palette.cases import Case, load_cases
 
+#: Whole sessions on several hosts: the suite's 600 s hang guard (make test) is too tight for them when the
+#: machine is oversubscribed; this one still ends a hang.
+pytestmark = pytest.mark.timeout(1800)
+
 REPO = Path(__file__).resolve().parent.parent
 CASES = [case for path in sorted((REPO / "cases").glob("*.yaml")) for case in load_cases(path)]
 ALL = {case.name for case in CASES}

@@ -13,6 +13,10 @@ from sites import OfflineRuns
 
 from pytest_palette.results.ledger import load
 
+#: Whole sessions on several hosts: the suite's 600 s hang guard (make test) is too tight for them when the
+#: machine is oversubscribed; this one still ends a hang.
+pytestmark = pytest.mark.timeout(1800)
+
 GOOD = """<!doctype html><html><head><meta charset="utf-8"><title>good</title></head><body id="top">
 <img src="pic.png" alt="a picture"> <a href="other.html">the other page</a> <a href="#top">top</a>
 <a href="mailto:someone@example.com">mail</a>

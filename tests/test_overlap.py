@@ -132,3 +132,31 @@ def test_bad_concurrency_settings_are_one_line_usage_errors(pytester: pytest.Pyt
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{said}"])
     assert "Traceback" not in result.stderr.str()
+
+
+def test_an_item_waiting_for_a_conversation_not_yet_started_is_released_when_the_session_ends() -> None:
+    """An item collects its key (and forgets it) before its job has a slot; the session then ends (Ctrl-C, -x):
+    the wait ends in a cancellation, and the feeder still finds the job it must not start."""
+    overlap = Overlap(1)
+    release, ran = threading.Event(), []
+
+    def first(conversation: Conversation) -> object:
+        release.wait(60)
+        return "first"
+
+    overlap.start([("first", None, first), ("second", None, lambda conversation: ran.append("second"))])
+    outcome: list[object] = []
+
+    def collect() -> None:
+        try:
+            outcome.append(overlap.collect("second"))
+        except CancelledError as error:
+            outcome.append(error)
+
+    waiting = threading.Thread(target=collect)
+    waiting.start()
+    overlap.close()
+    release.set()
+    waiting.join(60)  # a hang guard, not a measure: it returns at once once the wait is cancelled
+    assert not waiting.is_alive() and len(outcome) == 1 and isinstance(outcome[0], CancelledError)
+    assert ran == []

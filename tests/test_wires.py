@@ -115,6 +115,7 @@ DOCUMENTS = {
 }
 
 
+@pytest.mark.timeout(1800)  # a whole session on three hosts: more than the suite's 600 s guard on a busy machine
 def test_generated_documents_pass_on_every_host(pytester: pytest.Pytester) -> None:
     from pytest_palette.hosts.claude import find_cli
     from pytest_palette.hosts.cuga import CugaHost

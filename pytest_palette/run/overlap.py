@@ -40,27 +40,28 @@ class Overlap:
         self._slots = threading.BoundedSemaphore(limit)
         self._serial: dict[str, threading.Lock] = {}
         self._held: dict[str, Conversation] = {}
+        self._all: list[Conversation] = []
         self._closed = threading.Event()
         self._lock = threading.Lock()
 
     def start(self, jobs: Iterable[tuple[str, str | None, Callable[[Conversation], object]]]) -> None:
         """Start `(key, serial group or None, hold)` jobs in order; `hold(conversation)` returns the result an
         item collects with `collect(key)`, and registers what must be closed should the session end first."""
-        jobs = list(jobs)
-        for key, _, _ in jobs:
-            self._held[key] = Conversation()
-        threading.Thread(target=self._feed, args=(jobs,), name="palette-overlap", daemon=True).start()
+        # Each job keeps its own Conversation: an item may collect (and forget) its key before the job starts.
+        started = [(key, self._held.setdefault(key, Conversation()), group, hold) for key, group, hold in jobs]
+        self._all = [conversation for _, conversation, _, _ in started]
+        threading.Thread(target=self._feed, args=(started,), name="palette-overlap", daemon=True).start()
 
-    def _feed(self, jobs: list[tuple[str, str | None, Callable[[Conversation], object]]]) -> None:
+    def _feed(self, jobs: list[tuple[str, Conversation, str | None, Callable[[Conversation], object]]]) -> None:
         # Started in collection order, so the item pytest runs next is never the one still waiting to start.
-        for key, group, hold in jobs:
+        for key, conversation, group, hold in jobs:
             self._slots.acquire()
             if self._closed.is_set():
                 self._slots.release()
-                self._held[key].future.cancel()
+                conversation.future.cancel()
                 continue
             serial = self._serial.setdefault(group, threading.Lock()) if group else None
-            threading.Thread(target=self._run, args=(self._held[key], hold, serial), daemon=True,
+            threading.Thread(target=self._run, args=(conversation, hold, serial), daemon=True,
                              name=f"palette-conversation-{key}").start()
 
     def _run(self, conversation: Conversation, hold: Callable[[Conversation], object],
@@ -95,7 +96,7 @@ class Overlap:
         """The session ends: start nothing more, and close every conversation still held — its host session
         (no further command runs) and what it registered (its sandbox: every process in it stops)."""
         self._closed.set()
-        for conversation in list(self._held.values()):
+        for conversation in self._all:  # those an item is waiting to collect too
             conversation.future.cancel()
             if conversation.future.running():
                 if conversation.session is not None:
