@@ -217,6 +217,10 @@ def test_report_of_a_run_with_the_skill_beside_one_without_shows_the_lift_and_th
     shown = to_json(report)
     assert shown["lift"][0]["lift"] == pytest.approx(0.5)
     assert [h["instead"] for h in shown["hosts"]] == [{}, {"wrote a deck itself": 3, "no deck": 1}]
+    # The baseline alone: no lift to show, but what its agent did instead.
+    alone = report_markdown(build_report(with_deck_by(BASELINE, made)))
+    assert "no skill at all" not in alone and "| react | 0 | 3 | 1 |" in alone
+    assert "| alpha | wrote a deck itself |" in alone
 
 
 def test_a_report_still_refuses_two_skills_and_a_baseline_pooled() -> None:
