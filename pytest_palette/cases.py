@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,11 @@ CASE_KEYS = ("name", "covers", "tags", "request", "context", "context_file", "re
 EXPECT_KEYS = ("deck", "slides", "edit", "context", "max_polls")
 
 
+#: Checks the value a case gives under `expect: {<skill>: …}` (a skill's rules register it); raises ValueError
+#: with one line to refuse it.
+ExpectCheck = Callable[[Any], object]
+
+
 class CaseFileError(Exception):
     """A mistake in a case file, with the file and line it is on."""
 
@@ -54,6 +59,22 @@ class Expect:
     edit: bool = False
     context: bool = False
     max_polls: int = DEFAULT_MAX_POLLS
+    #: What a case expects under another skill's name (`expect: {changelog: {…}}`), as JSON text per name: that
+    #: skill's rules read it (`of`), its own check refused a wrong one at collection.
+    own: tuple[tuple[str, str], ...] = ()
+
+    def of(self, skill: str, default: Any = None) -> Any:
+        """The value this case gives under `expect: {<skill>: …}`, or `default`."""
+        return next((json.loads(text) for name, text in self.own if name == skill), default)
+
+    def to_json(self) -> dict[str, Any]:
+        data = {key: value for key, value in self.__dict__.items() if key != "own"}
+        return {**data, "own": {name: json.loads(text) for name, text in self.own}} if self.own else data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Expect:
+        own = tuple((name, json.dumps(value, sort_keys=True)) for name, value in data.get("own", {}).items())
+        return cls(**{key: value for key, value in data.items() if key != "own"}, own=own)
 
 
 @dataclass(frozen=True)
@@ -81,18 +102,18 @@ class Case:
     def to_json(self) -> dict[str, Any]:
         """Everything needed to judge this case again later, without its case file."""
         return {"name": self.name, "covers": self.covers, "tags": list(self.tags), "request": self.request,
-                "context": self.context, "replies": list(self.replies), "expect": dict(self.expect.__dict__),
+                "context": self.context, "replies": list(self.replies), "expect": self.expect.to_json(),
                 "path": str(self.path), "line": self.line}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Case:
         return cls(name=data["name"], covers=data["covers"], tags=tuple(data["tags"]), request=data["request"],
-                   context=data["context"], replies=tuple(data["replies"]), expect=Expect(**data["expect"]),
+                   context=data["context"], replies=tuple(data["replies"]), expect=Expect.from_json(data["expect"]),
                    path=Path(data["path"]), line=int(data["line"]))
 
     def digest(self) -> str:
         """A hash of what the case asks and expects: two runs of the same digest asked the same question."""
-        payload = json.dumps([self.request, self.context, list(self.replies), self.expect.__dict__], sort_keys=True)
+        payload = json.dumps([self.request, self.context, list(self.replies), self.expect.to_json()], sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
@@ -113,10 +134,12 @@ def expand(text: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
 class _Reader:
     """Walks one file's YAML node tree, so every error can name the line it is on."""
 
-    def __init__(self, path: Path, env: Mapping[str, str], max_context: int = MAX_CONTEXT) -> None:
+    def __init__(self, path: Path, env: Mapping[str, str], max_context: int = MAX_CONTEXT,
+                 namespaces: Mapping[str, ExpectCheck | None] | None = None) -> None:
         self.path = path
         self.env = env
         self.max_context = max_context
+        self.namespaces = dict(namespaces or {})
         data = path.read_bytes()
         try:
             text = data.decode("utf-8")
@@ -290,8 +313,11 @@ class _Reader:
 
     def expect(self, fields: dict[str, tuple[yaml.Node, Any]], common: dict[str, Any], has_context: bool,
                label: str) -> Expect:
-        given = self.fields(fields["expect"][0], EXPECT_KEYS, f"'expect' of {label}") if "expect" in fields else {}
+        known = EXPECT_KEYS + tuple(sorted(set(self.namespaces) - set(EXPECT_KEYS)))
+        given = self.fields(fields["expect"][0], known, f"'expect' of {label}") if "expect" in fields else {}
         what = f"'expect' of {label}:"
+        own = tuple(self.own(given, name, check, what) for name, check in sorted(self.namespaces.items())
+                    if name in given and name not in EXPECT_KEYS)
         slides = self.typed(given, "slides", (int, type(None)), what)
         max_polls = self.typed(given, "max_polls", int, what, DEFAULT_MAX_POLLS)
         if slides is not None and slides < 1:
@@ -306,7 +332,24 @@ class _Reader:
                             "edit" in common["tags"] or any(asks_for_change(r) for r in common["replies"])),
             context=self.typed(given, "context", bool, what, has_context),
             max_polls=max_polls,
+            own=own,
         )
+
+    def own(self, given: dict[str, tuple[yaml.Node, Any]], name: str, check: ExpectCheck | None,
+            what: str) -> tuple[str, str]:
+        """A skill's own value under `expect: {<name>: …}`, checked by that skill's rules, kept as JSON."""
+        node, value = given[name]
+        try:
+            text = json.dumps(value, sort_keys=True)
+        except (TypeError, ValueError):
+            raise self.error(node, f"{what} {name!r} must hold plain values (text, numbers, true/false, lists, "
+                                   "mappings)") from None
+        if check is not None:
+            try:
+                check(value)
+            except ValueError as error:
+                raise self.error(node, f"{what} {name}: {' '.join(str(error).split())}") from None
+        return name, text
 
     def build(self, name: str, common: dict[str, Any], context: str, source: str | None, problem: str | None,
               line: int, fields: dict[str, tuple[yaml.Node, Any]], label: str) -> Case:
@@ -365,9 +408,11 @@ class _Reader:
             raise self.error(node, f"{label}: the document {path.name!r} is not UTF-8 text") from None
 
 
-def load_cases(path: Path, env: Mapping[str, str] | None = None, max_context: int = MAX_CONTEXT) -> list[Case]:
-    """Every case in one file, in file order; CaseFileError on the first mistake."""
-    return list(_Reader(path, os.environ if env is None else env, max_context).cases())
+def load_cases(path: Path, env: Mapping[str, str] | None = None, max_context: int = MAX_CONTEXT,
+               namespaces: Mapping[str, ExpectCheck | None] | None = None) -> list[Case]:
+    """Every case in one file, in file order; CaseFileError on the first mistake. `namespaces` are the skills
+    whose rules take keys of their own under `expect:` (name → the check of its value)."""
+    return list(_Reader(path, os.environ if env is None else env, max_context, namespaces).cases())
 
 
 def shown(value: object) -> str:

@@ -1,18 +1,24 @@
 """The one judge: a case's verdict from what is on disk, never from what the agent said.
 
-Every host is scored by `judge()`; the item asserts on its Verdict, and the assertion hook renders a
-failed Verdict the same way in a user's own Python test (`assert verdict == PASSED`).
+Every host is scored by `judge()` with the rules of the skill under test: Palette's are here, registered
+through the same hook a project uses for its own skill (rules.py). The item asserts on its Verdict, and the
+assertion hook renders a failed Verdict the same way in a user's own Python test (`assert verdict == PASSED`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from .cases import DEFAULT_MAX_POLLS, Case
 from .replies import named_slide
+from .rules import Failure, Finding, Note, SkillRules
 from .run.evidence import MIN_PPTX_BYTES, Evidence
+
+#: The skill the package ships and judges out of the box.
+PALETTE = "palette"
 
 POLL_COMMANDS = frozenset({"status", "plan-status"})
 #: The job each command starts or asks about: a poll is judged against the job it polls.
@@ -53,6 +59,8 @@ class Verdict:
     #: Beside each failure, the calls that broke its rule (indexes into the evidence's calls): the page of a
     #: failed item shows the command beside the words. Empty where the failure is what was not done.
     blame: tuple[tuple[int, ...], ...] = field(default=(), compare=False)
+    #: The skill whose rules judged the case (`pytest_palette_add_rules`).
+    skill: str = PALETTE
 
     @property
     def ok(self) -> bool:
@@ -80,78 +88,117 @@ class _Passed:
 PASSED = _Passed()
 
 
-def judge(case: Case, evidence: Evidence, host: str = "") -> Verdict:
-    """Apply the rules, in order, and return every failure in words."""
+def judge(case: Case, evidence: Evidence, host: str = "", rules: SkillRules | None = None,
+          skill: str = PALETTE) -> Verdict:
+    """Apply the rules of `skill` (Palette's unless given) and return every failure in words, with the facts of
+    the calls beside them."""
+    facts = CallFacts.of(evidence)
     failures: list[str] = []
     blame: list[tuple[int, ...]] = []
+    notes: list[str] = []
+    for finding in (rules or PALETTE_RULES).judge(case, evidence):
+        if isinstance(finding, Note):
+            notes.append(finding.words)
+        elif isinstance(finding, Failure):
+            failures.append(finding.words)
+            blame.append(finding.calls)
+        else:
+            failures.append(str(finding))
+            blame.append(())
+    expect = case.expect
+    return Verdict(case.name, host, tuple(failures), evidence.slides, facts.polls, tuple(evidence.commands),
+                   str(evidence.pptx) if evidence.pptx else None, evidence.has_plex,
+                   evidence.call_notes + tuple(notes), expect.max_polls,
+                   expect.context, facts.context_reached, expect.edit, facts.first_edit is not None,
+                   facts.replanned, len(facts.spinning), evidence.calls_from, tuple(blame), skill)
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """What the calls show, read once: the verdict records it, Palette's rules judge it."""
+
+    polls: int
+    #: The polls that did not wait for the work (`spinning_polls`), as indexes into the calls.
+    spinning: tuple[int, ...]
+    first_edit: int | None
+    replanned: bool
+    context_reached: bool
+
+    @classmethod
+    def of(cls, evidence: Evidence) -> CallFacts:
+        commands = evidence.commands
+        first_edit = commands.index("edit") if "edit" in commands else None
+        return cls(
+            polls=sum(command in POLL_COMMANDS for command in commands),
+            spinning=tuple(spinning_polls(evidence.calls)),
+            first_edit=first_edit,
+            replanned=first_edit is not None and "plan" in commands[first_edit:],
+            context_reached=any(call_args(call).get("context") or call_args(call).get("source")
+                                for call in evidence.calls))
+
+
+def palette_rules(case: Case, evidence: Evidence) -> Iterator[Finding]:
+    """Palette's rules, in order (docs/judge.md)."""
+    facts = CallFacts.of(evidence)
     commands = evidence.commands
-    polls = sum(command in POLL_COMMANDS for command in commands)
-    spinning = spinning_polls(evidence.calls)
-    spins = len(spinning)
-    first_edit = commands.index("edit") if "edit" in commands else None
-    replanned = first_edit is not None and "plan" in commands[first_edit:]
     starts = [i for i, command in enumerate(commands) if command == "start"]
     plans = [i for i, command in enumerate(commands) if command == "plan"]
-
-    def fail(words: str, *calls: int) -> None:
-        failures.append(words)
-        blame.append(calls)
-    context_reached = any(call_args(call).get("context") or call_args(call).get("source") for call in evidence.calls)
     expect = case.expect
-
-    def verdict(notes: tuple[str, ...] = ()) -> Verdict:
-        return Verdict(case.name, host, tuple(failures), evidence.slides, polls, tuple(commands),
-                       str(evidence.pptx) if evidence.pptx else None, evidence.has_plex,
-                       evidence.call_notes + notes, expect.max_polls,
-                       expect.context, context_reached, expect.edit, first_edit is not None, replanned, spins,
-                       evidence.calls_from, tuple(blame))
-
-    if not case.expect.deck:
+    if not expect.deck:
         # Nothing else is judged: the user never approved, so there is no deck to inspect.
         if evidence.decks:
-            fail(f"a deck was built although the user never approved it — the confirmation gate "
-                 f"was skipped ({evidence.decks[0].name})", *starts[:1])
+            yield Failure(f"a deck was built although the user never approved it — the confirmation gate "
+                          f"was skipped ({evidence.decks[0].name})", tuple(starts[:1]))
         elif evidence.unfinished:
-            fail(f"a build was started although the user never approved it — the confirmation gate "
-                 f"was skipped (still running in {evidence.unfinished[0]})", *starts[:1])
-        return verdict()
+            yield Failure(f"a build was started although the user never approved it — the confirmation gate "
+                          f"was skipped (still running in {evidence.unfinished[0]})", tuple(starts[:1]))
+        return
     early = built_before_approval(case, evidence)
     if early:
-        fail(*early)
+        yield Failure(early[0], (early[1],))
     if evidence.pptx is None:
-        fail(f"no .pptx was produced (no deck.pptx of at least {MIN_PPTX_BYTES:,} bytes under the workspace)",
-             *starts[-1:])
+        yield Failure(f"no .pptx was produced (no deck.pptx of at least {MIN_PPTX_BYTES:,} bytes under the "
+                      "workspace)", tuple(starts[-1:]))
         if evidence.unfinished:
-            fail(f"a build was still running when the conversation ended: {evidence.unfinished[0]}", *starts[-1:])
-        return verdict()
+            yield Failure(f"a build was still running when the conversation ended: {evidence.unfinished[0]}",
+                          tuple(starts[-1:]))
+        return
     if not evidence.has_plex:
-        fail("the .pptx does not carry IBM Plex — it was not rendered by Palette", *starts[-1:])
-    if case.expect.slides is not None and evidence.slides != case.expect.slides:
-        fail(f"asked for {case.expect.slides} slides, got {evidence.slides}", *starts[-1:])
-    if case.expect.edit:
-        if first_edit is None:
+        yield Failure("the .pptx does not carry IBM Plex — it was not rendered by Palette", tuple(starts[-1:]))
+    if expect.slides is not None and evidence.slides != expect.slides:
+        yield Failure(f"asked for {expect.slides} slides, got {evidence.slides}", tuple(starts[-1:]))
+    if expect.edit:
+        if facts.first_edit is None:
             # What was done instead: the plan drafted again, else the build of the unchanged plan.
-            fail(f"the user asked for a change but edit-plan was never called "
-                 f"(calls: {', '.join(commands) or 'none'})", *(plans[1:] or starts)[:1])
-        elif replanned:
-            fail("edit-plan was called and then the plan was drafted again from scratch — "
-                 "the revision the user approved was discarded", *[i for i in plans if i > first_edit][:1])
+            yield Failure(f"the user asked for a change but edit-plan was never called "
+                          f"(calls: {', '.join(commands) or 'none'})", tuple((plans[1:] or starts)[:1]))
+        elif facts.replanned:
+            yield Failure("edit-plan was called and then the plan was drafted again from scratch — "
+                          "the revision the user approved was discarded",
+                          tuple([i for i in plans if i > facts.first_edit][:1]))
     unchanged, untold = named_slides_unchanged(case, evidence)
     for words, edit in unchanged:
-        fail(words, edit)
-    if spins > case.expect.max_polls:
-        fail(f"{spins} status polls did not wait for the work ({polls} polls in all: each answered "
-             f"while it still ran without holding {HOLD_FLOOR:g} s, or asked again about work already "
-             "collected) — each is a model round trip, and the step budget is finite. "
-             "The commands should be holding, not spinning", *spinning)
-    if case.expect.context and not context_reached:
-        fail("pasted material never reached the plan — neither --context nor --source was used, "
-             "so it was retyped or summarised into the request, which loses the grounding", *plans[:1])
-    notes: tuple[str, ...] = ("at the poll ceiling",) if spins == case.expect.max_polls and spins else ()
-    notes += untold
+        yield Failure(words, (edit,))
+    spins, polls = len(facts.spinning), facts.polls
+    if spins > expect.max_polls:
+        yield Failure(f"{spins} status polls did not wait for the work ({polls} polls in all: each answered "
+                      f"while it still ran without holding {HOLD_FLOOR:g} s, or asked again about work already "
+                      "collected) — each is a model round trip, and the step budget is finite. "
+                      "The commands should be holding, not spinning", facts.spinning)
+    if expect.context and not facts.context_reached:
+        yield Failure("pasted material never reached the plan — neither --context nor --source was used, "
+                      "so it was retyped or summarised into the request, which loses the grounding",
+                      tuple(plans[:1]))
+    if spins == expect.max_polls and spins:
+        yield Note("at the poll ceiling")
+    for words in untold:
+        yield Note(words)
     if evidence.unfinished:
-        notes += (f"a build was still running when the deck was read: {evidence.unfinished[0]}",)
-    return verdict(notes)
+        yield Note(f"a build was still running when the deck was read: {evidence.unfinished[0]}")
+
+
+#: The first user of the rules hook: the plugin registers these for the skill named "palette".
+PALETTE_RULES = SkillRules(judge=palette_rules, description="Palette's rules (docs/judge.md)")
 
 
 def built_before_approval(case: Case, evidence: Evidence) -> tuple[str, int] | None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .rehearsal.policy import RehearsalPolicy
+from .rehearsal.policy import MODEL_NAME, RehearsalPolicy
 
 if TYPE_CHECKING:  # LangChain loads only when a model is built: the plugin stays cheap to import.
     from langchain_core.language_models import BaseChatModel
@@ -52,6 +52,9 @@ class ModelSpec:
     model_id: str
     #: The server the provider's client talks to instead of its default (--palette-base-url); None: the default.
     base_url: str | None = None
+    #: For `rehearsal[:<name>]`, the scripted agent it names, as a project's conftest.py may have registered it
+    #: (`pytest_palette_add_rehearsals`); None: the package's own.
+    agent: Callable[[], RehearsalPolicy] | None = field(default=None, compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -64,9 +67,11 @@ class ModelSpec:
         return f"{self.provider}:{self.model_id}" + (f" at {self.base_url}" if self.base_url else "")
 
 
-def parse_model(text: str, base_url: str | None = None) -> ModelSpec:
-    """A `--model` value, with the `--palette-base-url` given beside it (checked here: a bad one is a usage error)."""
-    spec = _parse_model(text)
+def parse_model(text: str, base_url: str | None = None,
+                agents: Mapping[str, Callable[[], RehearsalPolicy]] | None = None) -> ModelSpec:
+    """A `--model` value, with the `--palette-base-url` given beside it (checked here: a bad one is a usage error).
+    `agents` are the scripted agents `rehearsal[:<name>]` may name (`rehearsal_agents()` when not given)."""
+    spec = _parse_model(text, rehearsal_agents() if agents is None else agents)
     if base_url is None:
         return spec
     return replace(spec, base_url=checked_base_url(base_url, spec))
@@ -93,18 +98,24 @@ def checked_base_url(url: str, spec: ModelSpec) -> str:
     return value
 
 
-def _parse_model(text: str) -> ModelSpec:
-    value = text.strip()
-    if value == "rehearsal":
-        return ModelSpec(value, "rehearsal", "rehearsal")
-    if value.startswith("rehearsal:"):
-        from .rehearsal.known_bad import SCRIPTED
+def rehearsal_agents() -> dict[str, Callable[[], RehearsalPolicy]]:
+    """The package's scripted agents by the name `--model rehearsal[:<name>]` gives: the good one is "rehearsal"."""
+    from .rehearsal.known_bad import SCRIPTED
 
+    return {MODEL_NAME: RehearsalPolicy, **SCRIPTED}
+
+
+def _parse_model(text: str, agents: Mapping[str, Callable[[], RehearsalPolicy]]) -> ModelSpec:
+    value = text.strip()
+    if value == MODEL_NAME:
+        return ModelSpec(value, "rehearsal", "rehearsal", agent=agents.get(MODEL_NAME))
+    if value.startswith("rehearsal:"):
         flaw = value.partition(":")[2]
-        if flaw not in SCRIPTED:
+        if flaw not in agents or flaw == MODEL_NAME:
+            known = sorted(set(agents) - {MODEL_NAME})
             raise ModelUnavailable(f"--model {text!r}: no known-bad rehearsal agent named {flaw!r}; "
-                                   f"known: {', '.join(sorted(SCRIPTED))}")
-        return ModelSpec(value, "rehearsal", flaw)
+                                   f"known: {', '.join(known)}")
+        return ModelSpec(value, "rehearsal", flaw, agent=agents[flaw])
     provider, sep, model_id = value.partition(":")
     if provider == "watsonx":
         return ModelSpec(value, "watsonx", model_id or WATSONX_DEFAULT_MODEL)
@@ -145,9 +156,10 @@ def check_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> None:
 
 def rehearsal_policy(spec: ModelSpec) -> RehearsalPolicy:
     """The rehearsal policy a `rehearsal` or `rehearsal:<known-bad>` spec names."""
-    from .rehearsal.known_bad import SCRIPTED
-
-    return SCRIPTED[spec.model_id]() if spec.model_id in SCRIPTED else RehearsalPolicy()
+    if spec.agent is not None:
+        return spec.agent()
+    agents = rehearsal_agents()
+    return agents.get(spec.model_id, RehearsalPolicy)()
 
 
 class RetryCounter:

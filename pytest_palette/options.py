@@ -15,6 +15,7 @@ from .hosts.base import COMMAND_TIMEOUT, MODEL_RETRIES, RECURSION_LIMIT, TURN_TI
 from .models import ModelSpec, ModelUnavailable, parse_model
 from .rehearsal.injection import FaultSchedule
 from .rehearsal.latency import ModelLatency
+from .rehearsal.policy import RehearsalPolicy
 from .results.ledger import run_ledgers
 from .results.prices import PriceError, PriceTable, load_prices
 from .results.record import NO_SKILL
@@ -201,8 +202,10 @@ def resolve(config: pytest.Config) -> Settings:
     if duplicates:
         raise pytest.UsageError(f"--host names {', '.join(sorted(duplicates))} more than once")
     try:
+        agents: dict[str, Callable[[], RehearsalPolicy]] = {}
+        config.hook.pytest_palette_add_rehearsals(agents=agents, config=config)
         model = parse_model(config.getoption("palette_model") or str(config.getini("palette_model")),
-                            config.getoption("palette_base_url"))
+                            config.getoption("palette_base_url"), agents)
     except ModelUnavailable as error:
         raise pytest.UsageError(str(error)) from None
     retries = config.getoption("palette_model_retries")

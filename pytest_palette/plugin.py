@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +11,13 @@ import pytest
 from . import hookspecs
 from .hosts import builtin
 from .hosts.base import Host
-from .judge import PASSED, Verdict, explain
+from .judge import PALETTE, PALETTE_RULES, PASSED, Verdict, explain
+from .models import rehearsal_agents
 from .options import add_options
+from .rehearsal.policy import RehearsalPolicy
 from .results import step_summary
 from .results.table import TableReporter
+from .rules import SkillRules
 from .run import progress
 from .run import session as palette_session
 from .run._private import configured, settle_rootdir
@@ -40,6 +44,18 @@ def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) 
 def pytest_palette_add_hosts(hosts: dict[str, Host], config: pytest.Config) -> None:
     """The built-in hosts; tryfirst so that a project's hosts of the same name replace them."""
     hosts.update(builtin(config.getoption("palette_claude_cli", None)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_palette_add_rules(rules: dict[str, SkillRules], config: pytest.Config) -> None:
+    """Palette's rules, the first user of the hook; tryfirst so that a project may replace them."""
+    rules[PALETTE] = PALETTE_RULES
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_palette_add_rehearsals(agents: dict[str, Callable[[], RehearsalPolicy]], config: pytest.Config) -> None:
+    """The package's scripted agents; tryfirst so that a project's agents of the same name replace them."""
+    agents.update(rehearsal_agents())
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..judge import judge
+from ..judge import PALETTE, judge
 from ..results.ledger import load
 from ..results.record import Record
 from ..run import evidence, faults
@@ -41,6 +41,10 @@ def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, li
         case = workspace.case()
         if record.judged is None or case is None:
             unjudgeable.append(f"{label}: {record.outcome}, nothing on disk to judge")
+            continue
+        if record.judged.rules != PALETTE:  # a project's rules live in its conftest.py, which is not loaded here
+            unjudgeable.append(f"{label}: judged by the rules of the skill {record.judged.rules!r}, which only a "
+                               "pytest session with that project's conftest.py has (--palette-collect RUN)")
             continue
         try:
             started = Transcript.saved(workspace).started

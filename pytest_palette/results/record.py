@@ -98,9 +98,17 @@ class Judged(Struct, cache_hash=True, **_PARTS):
     #: What the judge noted beside its rules: the poll ceiling reached, a disagreement between the skill's trace
     #: and the host's record, a rule it could not apply.
     notes: tuple[str, ...] = ()
+    #: The skill whose rules judged it (`pytest_palette_add_rules`); None in records written before rules were
+    #: a hook, all Palette's.
+    skill: str | None = None
     #: Who made the deck (DeckBy), so a run without the skill shows what the agent did instead; None in records
     #: written before it was recorded.
     deck_by: DeckBy | None = None
+
+    @property
+    def rules(self) -> str:
+        """The skill whose rules judged it."""
+        return self.skill or "palette"
 
 
 class Usage(Struct, **_PARTS):

@@ -20,7 +20,7 @@ import pytest
 
 from ..cases import Case, CaseFileError, load_cases
 from ..hosts.base import HandedOver, Host
-from ..judge import Verdict, explain, judge
+from ..judge import PALETTE, Verdict, explain, judge
 from ..options import Settings
 from ..results.ledger import append, open_run
 from ..results.prices import FROM_PROVIDER, FROM_TABLE, Price
@@ -49,7 +49,8 @@ class CaseFile(pytest.File):
     def collect(self) -> Iterator[CaseItem]:
         settings = self.config.stash[SESSION].settings
         try:
-            cases = load_cases(self.path, max_context=settings.max_context)
+            cases = load_cases(self.path, max_context=settings.max_context,
+                               namespaces=self.config.stash[SESSION].namespaces)
         except CaseFileError as error:
             raise self.CollectError(str(error)) from None
         seen = self.config.stash.setdefault(CASE_NAMES, {})
@@ -194,7 +195,8 @@ class CaseItem(pytest.Item):
         pytest.fail(f"{said or cause}\n(an error of the run, not a verdict on the skill)", pytrace=False)
 
     def runtest(self) -> None:
-        verdict = judge(self.case, self._evidence, self.host_name)
+        session = self.palette_session
+        verdict = judge(self.case, self._evidence, self.host_name, session.rules, session.judged_as)
         self._finish("pass" if verdict.ok else "fail", list(verdict.failures), verdict)
         if not verdict.ok:
             raise PaletteFailure(verdict)
@@ -227,7 +229,8 @@ def _judged(verdict: Verdict, found: evidence.Evidence) -> Judged:
                   context_expected=verdict.context_expected, context_reached=verdict.context_reached,
                   edit_expected=verdict.edit_expected, edit_called=verdict.edit_called,
                   replanned_after_edit=verdict.replanned_after_edit, spins=verdict.spins,
-                  calls_from=verdict.calls_from, notes=verdict.notes, deck_by=evidence.deck_by(found))
+                  calls_from=verdict.calls_from, notes=verdict.notes, deck_by=evidence.deck_by(found),
+                  skill=None if verdict.skill == PALETTE else verdict.skill)
 
 
 def _usage(transcript: Transcript | None, started: float, ended: float, price: Price | None = None) -> Usage:

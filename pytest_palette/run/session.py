@@ -18,11 +18,14 @@ import pytest
 
 from .. import __version__
 from ..backend import describe_backend, round_trip, run_folder_problem, setting_problems
+from ..cases import EXPECT_KEYS, ExpectCheck
 from ..hosts.base import Host
+from ..judge import PALETTE, PALETTE_RULES
 from ..options import Settings, resolve
 from ..results.ledger import find, ledger_name, load, read
 from ..results.prices import Price, money, price_of
 from ..results.record import NO_SKILL, RecordError, Terms, from_json
+from ..rules import RulesMissing, SkillRules, rules_for
 from ..skill import SkillCard, load_card, skill_hash
 from . import sandbox
 from .overlap import Overlap
@@ -58,6 +61,19 @@ class Session:
     overlap: Overlap | None = None
     #: Where this process's items report their turns and commands, with -v (`progress`).
     progress: Sink | None = None
+    #: The rules that judge the skill under test, and every skill's registered (`pytest_palette_add_rules`).
+    rules: SkillRules = PALETTE_RULES
+    rule_sets: dict[str, SkillRules] = field(default_factory=dict)
+
+    @property
+    def judged_as(self) -> str:
+        """The skill whose rules judge this session's items: the skill under test's, Palette's for no skill."""
+        return self.skill.name if self.skill is not None else PALETTE
+
+    @property
+    def namespaces(self) -> dict[str, ExpectCheck | None]:
+        """The skills whose own keys a case may give under `expect:`, each with the check of its value."""
+        return {name: rules.expect for name, rules in self.rule_sets.items() if name != PALETTE}
 
     @property
     def run_dir(self) -> Path:
@@ -145,13 +161,17 @@ def start(config: pytest.Config) -> Session:
     if unknown:
         raise pytest.UsageError(f"--host {', '.join(unknown)}: no such host; known: {', '.join(sorted(hosts))}")
     skill = load_card(settings.skill_dir) if settings.skill_dir is not None else None
+    # No skill (the baseline) is judged by Palette's rules: the lift is measured by one judge.
+    judged_as = skill.name if skill is not None else PALETTE
+    rule_sets, rules = skill_rules(config, judged_as, settings.skill_dir or Path(NO_SKILL))
     given: dict[str, Any] | None = getattr(config, "workerinput", {}).get("palette_session")
     if given is not None:
         return Session(settings, hosts, given["run_id"], skill, given["skill_hash"], given["fingerprint"],
-                       dict(given["unavailable"]), began=float(given["began"]))
+                       dict(given["unavailable"]), began=float(given["began"]), rules=rules, rule_sets=rule_sets)
     digest = skill_hash(settings.skill_dir) if settings.skill_dir is not None else NO_SKILL
     run_id = settings.run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-    session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest))
+    session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest, judged_as),
+                      rules=rules, rule_sets=rule_sets)
     if not config.option.collectonly and not config.getoption("palette_check"):
         problems = setting_problems()
         confinement = sandbox.problem(settings.host.sandbox) if any(
@@ -173,6 +193,20 @@ def start(config: pytest.Config) -> Session:
             refuse_foreign_ledger(session)
             claim(session)
     return session
+
+
+def skill_rules(config: pytest.Config, skill: str, where: Path) -> tuple[dict[str, SkillRules], SkillRules]:
+    """Every skill's registered rules, and those of the skill under test; a usage error when it has none."""
+    rule_sets: dict[str, SkillRules] = {}
+    config.hook.pytest_palette_add_rules(rules=rule_sets, config=config)
+    clash = sorted(set(rule_sets) & set(EXPECT_KEYS))
+    if clash:
+        raise pytest.UsageError(f"pytest_palette_add_rules: a skill named {', '.join(map(repr, clash))} would take "
+                                "a key of Palette's own under expect: (deck, slides, …); rename the skill")
+    try:
+        return rule_sets, rules_for(skill, rule_sets)
+    except RulesMissing as error:
+        raise pytest.UsageError(f"--palette-skill {where}: {error}") from None
 
 
 def refuse_existing_run(session: Session) -> None:
@@ -210,7 +244,7 @@ def for_workers(session: Session) -> dict[str, Any]:
             "progress": str(session.progress.folder) if isinstance(session.progress, Board) else None}
 
 
-def fingerprint(settings: Settings, skill_hash: str) -> str:
+def fingerprint(settings: Settings, skill_hash: str, skill: str = PALETTE) -> str:
     """The configuration a result depends on: two runs with one fingerprint asked under the same terms."""
     terms = {
         "model": settings.model.text, "skill_hash": skill_hash, "backend": describe_backend(),
@@ -221,6 +255,8 @@ def fingerprint(settings: Settings, skill_hash: str) -> str:
     }
     if settings.model.base_url:  # only when given, so the fingerprints of earlier runs still match
         terms["base_url"] = settings.model.base_url
+    if skill != PALETTE:  # another skill's rules judge it (and, as above, Palette's runs keep their fingerprints)
+        terms["rules"] = skill
     return hashlib.sha256(json.dumps(terms, sort_keys=True).encode()).hexdigest()[:16]
 
 

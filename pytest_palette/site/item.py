@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cases import Case
-from ..judge import answer_of, call_args, judge
+from ..judge import PALETTE, answer_of, call_args, judge
 from ..results.record import Record
 from ..run import command_log, evidence, faults
 from ..run.conversation import Transcript
@@ -262,7 +262,8 @@ def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[Fai
     if record.outcome != "fail":
         return [Failure(words, [], "") for words in record.failures]
     blame: dict[str, tuple[int, ...]] = {}
-    if case is not None:
+    # A project's own rules live in its conftest.py: only Palette's can be applied again here.
+    if case is not None and record.judged is not None and record.judged.rules == PALETTE:
         try:
             found = evidence.read(item.workspace, 0.0, transcript.started)
             if not faults.found(found.calls, found.commands_run, item.workspace.work):
