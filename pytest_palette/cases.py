@@ -36,7 +36,9 @@ DEFAULT_MAX_POLLS = 12
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
 CASE_KEYS = ("name", "covers", "tags", "request", "context", "context_file", "replies", "expect", "documents")
-EXPECT_KEYS = ("deck", "slides", "edit", "context", "max_polls")
+EXPECT_KEYS = ("skill", "deck", "slides", "edit", "context", "max_polls")
+#: What a case that needs no skill (`skill: false`) cannot also expect: each is about driving the skill.
+DRIVING_KEYS = ("slides", "edit", "context", "max_polls")
 
 
 #: Checks the value a case gives under `expect: {<skill>: …}` (a skill's rules register it); raises ValueError
@@ -54,6 +56,9 @@ class CaseFileError(Exception):
 
 @dataclass(frozen=True)
 class Expect:
+    #: Whether the request needs the skill at all; False for a near miss (a question about slides, a chat-only
+    #: task), where any call of the skill fails the case and no deck is expected.
+    skill: bool = True
     deck: bool = True
     slides: int | None = None
     edit: bool = False
@@ -113,7 +118,9 @@ class Case:
 
     def digest(self) -> str:
         """A hash of what the case asks and expects: two runs of the same digest asked the same question."""
-        payload = json.dumps([self.request, self.context, list(self.replies), self.expect.to_json()], sort_keys=True)
+        # `skill` left out at its default, so a case written before the key existed keeps its hash.
+        expect = {k: v for k, v in self.expect.to_json().items() if not (k == "skill" and v)}
+        payload = json.dumps([self.request, self.context, list(self.replies), expect], sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
@@ -318,6 +325,8 @@ class _Reader:
         what = f"'expect' of {label}:"
         own = tuple(self.own(given, name, check, what) for name, check in sorted(self.namespaces.items())
                     if name in given and name not in EXPECT_KEYS)
+        if not self.typed(given, "skill", bool, what, True):
+            return self.near_miss(given, what, own)
         slides = self.typed(given, "slides", (int, type(None)), what)
         max_polls = self.typed(given, "max_polls", int, what, DEFAULT_MAX_POLLS)
         if slides is not None and slides < 1:
@@ -351,11 +360,24 @@ class _Reader:
                 raise self.error(node, f"{what} {name}: {' '.join(str(error).split())}") from None
         return name, text
 
+    def near_miss(self, given: dict[str, tuple[yaml.Node, Any]], what: str, own: tuple[tuple[str, str], ...]) -> Expect:
+        """`skill: false`: the request needs no skill, so no deck, and nothing about driving it, may be expected."""
+        if self.typed(given, "deck", bool, what, False):
+            raise self.error(given["deck"][0], f"{what} skill: false means no deck is built; drop 'deck: true'")
+        for key in DRIVING_KEYS:
+            if key in given:
+                raise self.error(given[key][0], f"{what} {key!r} is about driving the skill, which skill: false "
+                                                "says the request does not need; drop it")
+        return Expect(skill=False, deck=False, own=own)
+
     def build(self, name: str, common: dict[str, Any], context: str, source: str | None, problem: str | None,
               line: int, fields: dict[str, tuple[yaml.Node, Any]], label: str) -> Case:
         has_context = bool(context) or "context_file" in fields
+        expect = self.expect(fields, common, has_context, label)
+        if not expect.skill and "replies" not in fields:
+            common = {**common, "replies": ()}  # a near miss is answered, not planned: nothing waits for a reply
         return Case(name=name, context=context, context_source=source, problem=problem, path=self.path,
-                    line=line, expect=self.expect(fields, common, has_context, label), **common)
+                    line=line, expect=expect, **common)
 
     def generated(self, node: yaml.Node, fields: dict[str, tuple[yaml.Node, Any]]) -> Iterator[Case]:
         """`documents: <glob>`: one case per matching document, named from its file stem."""

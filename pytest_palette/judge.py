@@ -56,11 +56,15 @@ class Verdict:
     spins: int = 0
     #: Where the calls were read: "trace" (the skill's), "host" (our record of the commands), "" (no call).
     calls_from: str = "trace"
+    #: Whether the case needed the skill (`expect.skill`), and whether it was used: any call of it. A trigger is a
+    #: call of the skill's script; loading its instructions alone leaves nothing the judge can read on every host.
+    skill_expected: bool = True
+    skill_used: bool = False
     #: Beside each failure, the calls that broke its rule (indexes into the evidence's calls): the page of a
     #: failed item shows the command beside the words. Empty where the failure is what was not done.
     blame: tuple[tuple[int, ...], ...] = field(default=(), compare=False)
     #: The skill whose rules judged the case (`pytest_palette_add_rules`).
-    skill: str = PALETTE
+    rules: str = PALETTE
 
     @property
     def ok(self) -> bool:
@@ -91,12 +95,13 @@ PASSED = _Passed()
 def judge(case: Case, evidence: Evidence, host: str = "", rules: SkillRules | None = None,
           skill: str = PALETTE) -> Verdict:
     """Apply the rules of `skill` (Palette's unless given) and return every failure in words, with the facts of
-    the calls beside them."""
+    the calls beside them. A near miss (`expect.skill` false) is judged by `near_miss` alone, for any skill."""
     facts = CallFacts.of(evidence)
+    findings = near_miss(case, evidence) if not case.expect.skill else (rules or PALETTE_RULES).judge(case, evidence)
     failures: list[str] = []
     blame: list[tuple[int, ...]] = []
     notes: list[str] = []
-    for finding in (rules or PALETTE_RULES).judge(case, evidence):
+    for finding in findings:
         if isinstance(finding, Note):
             notes.append(finding.words)
         elif isinstance(finding, Failure):
@@ -110,7 +115,8 @@ def judge(case: Case, evidence: Evidence, host: str = "", rules: SkillRules | No
                    str(evidence.pptx) if evidence.pptx else None, evidence.has_plex,
                    evidence.call_notes + tuple(notes), expect.max_polls,
                    expect.context, facts.context_reached, expect.edit, facts.first_edit is not None,
-                   facts.replanned, len(facts.spinning), evidence.calls_from, tuple(blame), skill)
+                   facts.replanned, len(facts.spinning), evidence.calls_from, expect.skill, bool(evidence.calls),
+                   tuple(blame), skill)
 
 
 @dataclass(frozen=True)
@@ -199,6 +205,16 @@ def palette_rules(case: Case, evidence: Evidence) -> Iterator[Finding]:
 
 #: The first user of the rules hook: the plugin registers these for the skill named "palette".
 PALETTE_RULES = SkillRules(judge=palette_rules, description="Palette's rules (docs/judge.md)")
+
+
+def near_miss(case: Case, evidence: Evidence) -> Iterator[Finding]:
+    """A case whose request needs no skill (`expect.skill` false): any call of the skill fails it, with the blame
+    on the first; no call passes. Nothing else is judged — with no call there is nothing to judge."""
+    commands = evidence.commands
+    if commands:
+        yield Failure(f"the skill was used although the request needed none: {' → '.join(commands)}", (0,))
+    elif evidence.decks:  # not a failure (the skill was not the one to make it), but worth a look
+        yield Note(f"a .pptx was left in the workspace without a call of the skill: {evidence.decks[0].name}")
 
 
 def built_before_approval(case: Case, evidence: Evidence) -> tuple[str, int] | None:

@@ -23,8 +23,9 @@ def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], 
     conditional = named(lambda c: any(classify_reply(r) is ReplyKind.CHANGE and r.lower().startswith(("yes", "ok"))
                                       for r in c.replies))
     return {
-        # It builds once the plan is drafted: before the approval of every case that has a reply to wait for.
-        "builds_early": (named(lambda c: bool(c.replies)), "the confirmation gate was skipped"),
+        # It builds once the plan is drafted: before the approval of every case that drives the skill and has a reply
+        # to wait for (a near miss drafts no plan: like the good agent, it answers in words).
+        "builds_early": (named(lambda c: c.expect.skill and bool(c.replies)), "the confirmation gate was skipped"),
         "retypes_context": (named(lambda c: c.expect.context), "pasted material never reached the plan"),
         "replans": (edit, "edit-plan was never called"),
         # Its zero-second polls are judged by what they were, never timed: each answers "still running" or repeats
@@ -34,4 +35,6 @@ def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], 
         "yes_but_is_yes": (conditional, "edit-plan was never called"),
         "never_edits": (edit, "edit-plan was never called"),
         "hand_writes": (deck, "does not carry IBM Plex"),
+        # It plans a deck from any request: exactly the near misses, which need no skill, fail.
+        "always_triggers": (named(lambda c: not c.expect.skill), "the skill was used although the request needed none"),
     }

@@ -1,5 +1,6 @@
-"""The shipped benchmark, run for real: the good rehearsal model passes all 33 cases, and each known-bad
-agent fails exactly the cases its mistake is documented to fail (docs/known-bad-agents.md).
+"""The shipped benchmark, run for real: the good rehearsal model passes every case (the 33 that drive the skill and
+the 8 near misses that need none), and each known-bad agent fails exactly the cases its mistake is documented to
+fail (docs/known-bad-agents.md).
 
 This is the benchmark's equivalent of running gold and empty patches: a judge that passes a known-bad
 agent where it should fail turns an unnoticed regression into evidence that there is none.
@@ -30,10 +31,11 @@ def names(keep: Callable[[Case], bool]) -> set[str]:
     return {case.name for case in CASES if keep(case)}
 
 
+NEAR_MISS = names(lambda c: not c.expect.skill)
 DECK = names(lambda c: c.expect.deck)
 EDIT = names(lambda c: c.expect.edit)
 CONTEXT = names(lambda c: c.expect.context)
-GATE = ALL - DECK
+GATE = ALL - DECK - NEAR_MISS
 #: What each known-bad agent must fail, and a phrase every one of its failures must contain.
 EXPECTED = expected_failures(CASES)
 
@@ -63,7 +65,9 @@ def run_suite(tmp_path: Path, model: str, *args: str, env: dict[str, str] | None
 
 
 def test_the_shipped_suite_has_the_documented_shape() -> None:
-    assert len(CASES) == 33 and len(ALL) == 33
+    assert len(CASES) == 41 and len(ALL) == 41
+    assert names(lambda c: "trigger" in c.tags) == NEAR_MISS and len(NEAR_MISS) == 8
+    assert all(not c.replies and not c.expect.deck for c in CASES if c.name in NEAR_MISS)
     assert len(names(lambda c: "corpus" in c.tags)) == 13
     assert len(names(lambda c: "core" in c.tags)) == 5
     assert names(lambda c: "trap" in c.tags) == {
@@ -72,7 +76,7 @@ def test_the_shipped_suite_has_the_documented_shape() -> None:
         32, 8, 17, {"never_approves"}, {"conditional_yes"})
     assert {flaw: len(cases) for flaw, (cases, _) in EXPECTED.items()} == {
         "builds_early": 33, "retypes_context": 17, "replans": 8, "spins": 32, "yes_but_is_yes": 1,
-        "never_edits": 8, "hand_writes": 32}
+        "never_edits": 8, "hand_writes": 32, "always_triggers": 8}
     assert all(isinstance(case, Case) and case.problem is None for case in CASES)
 
 
@@ -93,13 +97,13 @@ def test_a_reply_that_asks_for_a_change_expects_an_edit_whatever_the_tags(tmp_pa
 
 @pytest.fixture(scope="module")
 def good_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[str]]]:
-    """The good rehearsal model over all 33 cases, once per module (per xdist worker)."""
+    """The good rehearsal model over all 41 cases, once per module (per xdist worker)."""
     folder = tmp_path_factory.mktemp("good")
     return folder / "runs", run_suite(folder, "rehearsal")
 
 
 @pytest.mark.slow
-def test_the_good_rehearsal_model_passes_all_33(good_run: tuple[Path, dict[str, list[str]]]) -> None:
+def test_the_good_rehearsal_model_passes_every_case(good_run: tuple[Path, dict[str, list[str]]]) -> None:
     _, results = good_run
     assert set(results) == ALL
     assert {case: failures for case, failures in results.items() if failures} == {}
@@ -176,6 +180,25 @@ def test_without_the_skill_its_decks_fail_and_report_and_compare_show_the_lift(t
     compared = (tmp_path / "c.md").read_text()
     assert compared.startswith("# Is the skill better than no skill? — the lift") and row in compared
     assert "regression" not in compared and compared.count("**the skill helps**") == b
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["rehearsal", "rehearsal:always_triggers"])
+def test_the_report_gives_trigger_recall_and_precision_over_near_misses_and_deck_cases(tmp_path: Path,
+                                                                                      model: str) -> None:
+    from pytest_palette.results.ledger import load
+    from pytest_palette.results.report import build_report, to_markdown
+    from pytest_palette.results.tally import ratio
+
+    results = run_suite(tmp_path, model, "-m", "trigger or core")
+    core = names(lambda c: "core" in c.tags)
+    assert set(results) == core | NEAR_MISS
+    fires = model.endswith("always_triggers")  # on every request; the good model on the deck cases only
+    assert {case for case, failures in results.items() if failures} == (NEAR_MISS if fires else set())
+    used = len(core) + (len(NEAR_MISS) if fires else 0)
+    markdown = to_markdown(build_report(load(tmp_path / "runs")))
+    assert f"| Trigger recall: the skill used where the request needed it | {ratio(len(core), len(core))} |" in markdown
+    assert f"| Trigger precision: the skill needed where it was used | {ratio(len(core), used)} |" in markdown
 
 
 @pytest.mark.slow

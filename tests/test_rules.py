@@ -98,7 +98,7 @@ def test_the_judge_applies_the_rules_it_is_given_with_their_blame_and_notes(tmp_
                     SkillRules(rules), "changelog")
     assert verdict.failures == ("the changelog was written 2 times", "plain words are a failure too")
     assert verdict.blame == ((0, 1), ())
-    assert verdict.notes == ("a note is not a failure",) and verdict.skill == "changelog"
+    assert verdict.notes == ("a note is not a failure",) and verdict.rules == "changelog"
     passing = judge(case, evidence(tmp_path, ({"command": "write"},)), "react",
                     SkillRules(lambda c, e: [Note("only a note")]), "changelog")
     assert passing.ok and passing.notes == ("only a note",)

@@ -42,7 +42,7 @@ def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, li
         if record.judged is None or case is None:
             unjudgeable.append(f"{label}: {record.outcome}, nothing on disk to judge")
             continue
-        if record.judged.rules != PALETTE:  # a project's rules live in its conftest.py, which is not loaded here
+        if (record.judged.rules or PALETTE) != PALETTE:  # a project's rules live in its conftest.py, not loaded here
             unjudgeable.append(f"{label}: judged by the rules of the skill {record.judged.rules!r}, which only a "
                                "pytest session with that project's conftest.py has (--palette-collect RUN)")
             continue

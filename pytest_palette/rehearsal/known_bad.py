@@ -124,8 +124,18 @@ class HandWrites(RehearsalPolicy):
         return RunCommand(f'"${{PALETTE_PYTHON:-python3}}" -c {shlex.quote(script)}')
 
 
+class AlwaysTriggers(RehearsalPolicy):
+    """Reaches for the skill on every request: a question about slides, or any other task, gets a deck planned."""
+
+    name = "always_triggers"
+
+    def wants_deck(self, user_text: str) -> bool:
+        return True
+
+
 KNOWN_BAD: dict[str, type[RehearsalPolicy]] = {
-    cls.name: cls for cls in (BuildsEarly, RetypesContext, Replans, Spins, YesButIsYes, NeverEdits, HandWrites)
+    cls.name: cls for cls in (BuildsEarly, RetypesContext, Replans, Spins, YesButIsYes, NeverEdits, HandWrites,
+                              AlwaysTriggers)
 }
 
 

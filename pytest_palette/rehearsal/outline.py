@@ -22,7 +22,6 @@ DEFAULT_SLIDES = 5
 FILLERS = ("Background", "Key points", "How it works", "Examples", "Challenges", "Options", "Recommendation",
            "Timeline", "Risks", "Next steps", "Questions", "Summary")
 
-_DECK_WORDS = re.compile(r"\b(deck|slides?|presentation|pptx|powerpoint)\b", re.I)
 _NUMBERS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
 _COUNT = re.compile(r"\b(\d+|" + "|".join(_NUMBERS) + r")[\s-]*slides?\b", re.I)
 _TOPIC = re.compile(r"\b(?:on|about|summari[sz]ing|introducing|covering)\s+(.+?)(?:\s+instead)?[.!]?$", re.I)
@@ -31,11 +30,6 @@ _NAMED = re.compile(r"\bslide\s+(\d+|" + "|".join(_NUMBERS) + r")\b", re.I)
 _DROP = re.compile(r"\b(?:drop|remove|delete|cut)\b", re.I)
 _ADD = re.compile(r"\badd (?:a|one more|another) slide (?:on|about|for|with)\s+(.+?)(?:\s+at the end)?[.!]?$", re.I)
 _ABOUT = re.compile(r"\b(?:about|on|to be)\s+(.+?)[.!]?$", re.I)
-
-
-def wants_deck(request: str) -> bool:
-    """The request asks for slides (read from its words, not from the material pasted under it)."""
-    return _DECK_WORDS.search(request) is not None
 
 
 def _number(word: str) -> int:

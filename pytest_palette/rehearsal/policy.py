@@ -1,7 +1,8 @@
 """The rehearsal model's policy: what a careful agent does next, given the conversation so far.
 
 It is a scripted, deterministic stand-in for a language model, so that every host can run end to
-end with no network. It follows the skill the way a good agent would: it loads the skill, looks
+end with no network. It follows the skill the way a good agent would: it answers a request that asks for
+no deck in words (a question about slides) and leaves the skill alone; for a deck, it loads the skill, looks
 before it acts, plans with the user's words verbatim and pasted material in --context, asks for
 approval, classifies each reply, edits rather than re-plans, holds rather than spins, builds only
 after approval and reports the absolute path. Offered no skill for decks (the baseline), it does what a
@@ -43,6 +44,37 @@ _SCRIPT = re.compile(r"(python3?\s+\S*deck\.py)")
 _BASE_DIRECTORY = re.compile(r"Base directory for this skill:[ \t]*(\S[^\n]*?)[ \t]*$", re.M)
 _UNDER_SKILLS = re.compile(r"^(?:\./)?skills/[^/\s]+/")
 
+# -- whether a message asks for a deck (`asks_for_deck`) --------------------------------------------------------
+_COUNT = r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty)"
+#: A word that names what Palette makes; "slide 3" names a slide of a deck that exists, not one to build.
+_DECK_NOUN = re.compile(rf"(?:decks?|slides?|presentations?|pptx|powerpoint|talk|readout|briefing|{_COUNT}-slides?)$")
+#: What may stand between a build verb and the deck it asks for ("a short 4-slide"): anything but a preposition,
+#: a conjunction or another thing to make — "draft an email about the presentation" asks for an email.
+_BLOCKS = frozenset((
+    "to", "for", "from", "about", "on", "of", "in", "into", "with", "at", "by", "as", "and", "or", "but", "that",
+    "this", "these", "those", "which", "if", "than", "when", "while", "so", "because", "it", "its",
+    "email", "mail", "message", "note", "notes", "sentence", "title", "titles", "paragraph", "summary", "list", "tip",
+    "tips", "font", "fonts", "question", "questions", "answer", "word", "words", "joke", "poem", "script", "invite",
+    "invitation", "reply", "comment", "feedback", "bullet", "bullets", "point", "points", "table", "chart", "image",
+    "picture", "photo", "colour", "color", "colours", "colors"))
+_BUILD_VERB = re.compile(r"\b(?:build|make|create|put\s+together|draft|prepare|need|want|produce|generate|design|"
+                         r"do|whip\s+up|(?:would|'d|’d)\s+like)\b", re.I)
+_TURN_INTO = re.compile(r"\bturn\b.*?\binto\b", re.I)
+#: "Just two slides on …", "A short deck about …", "Another deck": a deck named as the whole request.
+_NAMED = re.compile(rf"^(?:(?:just|only)\s+)?(?:a|an|one|another|some|{_COUNT}|{_COUNT}-slide)\b", re.I)
+#: Presenting something to people: "help me explain our hiring plan to the leadership team".
+_PRESENT = re.compile(
+    r"\b(?:explain|present|pitch|brief|introduce|walk\s+(?:\w+\s+){1,3}?through)\b.*?\b(?:to|at|for)\s+(?:the|our|my)\s+"
+    r"(?:[\w-]+\s+){0,2}?(?:team|leadership|board|execs?|executives|investors|customers|clients|all-hands|company|"
+    r"staff|department|org|organi[sz]ation|students|class|committee|council|managers|stakeholders|partners|"
+    r"leaders|directors|meeting|offsite|review|kickoff|town\s+hall|conference|workshop)\b", re.I)
+#: "Can you …", "Please …", "Could I get …": a request phrased politely is still a request.
+_POLITE = re.compile(r"^(?:(?:please|kindly|hey|hi|ok(?:ay)?|so|now)[,!]?\s+)*(?:(?:can|could|would|will)\s+you\s+|"
+                     r"(?:can|could|may)\s+(?:i|we)\s+(?:get|have)\s+)?(?:please\s+)?", re.I)
+_QUESTION = re.compile(r"^(?:how|what|what's|which|why|when|where|who|whose|is|are|am|was|were|do|does|did|should|"
+                       r"shall|can|could|would|will|may|might|must|have|has|any)\b", re.I)
+_QUOTED = re.compile(r'"[^"\n]*"|“[^”\n]*”')
+
 
 @dataclass(frozen=True)
 class Step:
@@ -79,6 +111,41 @@ def split_opening(message: str) -> tuple[str, str]:
     return text, ""
 
 
+def asks_for_deck(message: str) -> bool:
+    """Whether a message asks for a deck to be made — a build verb with a deck as its object ("build a 5-slide
+    deck", "turn my notes into a deck"), a deck named as the whole request ("just two slides on …"), or
+    presenting something to people ("help me explain our plan to the leadership team") — rather than a question
+    about decks or some other task ("how many slides does a 10-minute talk need?", "fix this sentence from slide
+    3"). Read from the request only: pasted material and quoted text can say anything."""
+    request, _ = split_opening(message)
+    for sentence in re.findall(r"[^.!?;:\n—–]+[.!?;:\n—–]?", _QUOTED.sub(" ", request)):
+        words = sentence.strip()
+        polite = _POLITE.match(words)
+        rest = words[polite.end():] if polite else words
+        if not (polite and polite.group(0)) and _QUESTION.match(rest):
+            continue  # a question about decks is answered, not built
+        if _PRESENT.search(rest) or (_NAMED.match(rest) and _object_is_deck(rest)):
+            return True
+        into = _TURN_INTO.search(rest)
+        if into and _object_is_deck(rest[into.end():]):
+            return True
+        if any(_object_is_deck(rest[verb.end():]) for verb in _BUILD_VERB.finditer(rest)):
+            return True
+    return False
+
+
+def _object_is_deck(text: str, reach: int = 5) -> bool:
+    """Whether a deck word comes within `reach` words at the start of `text`, with nothing that blocks between."""
+    words = re.findall(r"[\w'’-]+", text.lower())
+    for index, word in enumerate(words[:reach]):
+        if _DECK_NOUN.match(word):
+            # "slide 3" names a slide that exists.
+            return not (word.startswith("slide") and index + 1 < len(words) and words[index + 1].isdigit())
+        if word in _BLOCKS:
+            return False
+    return False
+
+
 def catalogue(system: str) -> list[tuple[str, str]]:
     """The skills a host's system prompt offers, as (name, description)."""
     entries = re.findall(r"^\s*-\s*([a-z0-9][\w-]*):\s*(.+)$", system, re.M)
@@ -93,6 +160,8 @@ class RehearsalPolicy:
 
     def next_action(self, conversation: Conversation) -> Action:
         user_text, turn = conversation.current_turn()
+        if not self.engaged(conversation) and not self.wants_deck(user_text):
+            return Reply(self.answer_in_words(user_text))
         skill = self.skill_text(conversation)
         if skill is None:
             return self.route(conversation, turn)
@@ -103,6 +172,17 @@ class RehearsalPolicy:
         return self.continue_turn(conversation, user_text, steps, deck)
 
     # -- reading the conversation ------------------------------------------------------------
+
+    def wants_deck(self, user_text: str) -> bool:
+        """Whether this message asks for a deck, so that the skill is the tool for it (`asks_for_deck`)."""
+        return asks_for_deck(user_text)
+
+    def engaged(self, conversation: Conversation) -> bool:
+        """Whether the conversation already works on a deck: the skill was loaded or its script run — or, with no
+        skill for decks (`without_skill`), an earlier message asked for one. Its replies ("yes", "make it 3
+        slides") are then the deck's business, whatever they say."""
+        return any(isinstance(event, LoadSkill) or (isinstance(event, RunCommand) and "deck.py" in event.command)
+                   for event in conversation.events) or any(map(self.wants_deck, conversation.user_messages()[:-1]))
 
     def skill_text(self, conversation: Conversation) -> str | None:
         """The skill's instructions, if the agent has them: inlined, or returned by a load."""
@@ -165,8 +245,7 @@ class RehearsalPolicy:
         kind: ReplyKind | None = None
         for message in conversation.user_messages():  # the outline as the user's messages left it
             if current is None:
-                request, material = split_opening(message)
-                current = outline.drafted(request, material) if outline.wants_deck(request) else None
+                current = outline.drafted(*split_opening(message)) if self.wants_deck(message) else None
                 kind = None
             else:
                 kind = self.classify(message)
@@ -179,7 +258,7 @@ class RehearsalPolicy:
             return Reply(self.report(path, len(current.titles)) if path else
                          f"I could not write the deck: {(output or 'no output').strip()[-400:]}")
         if current is None:
-            return Reply("Here is my answer, in words: nothing you asked for needs slides, so I made none.")
+            return Reply(self.answer_in_words(user_text))
         if kind is ReplyKind.APPROVAL:
             return RunCommand(outline.write_command(current))
         if kind is ReplyKind.QUESTION:
@@ -297,6 +376,14 @@ class RehearsalPolicy:
         if tail:
             text += "\n\n" + (tail if isinstance(tail, str) else "\n".join(map(str, tail)))
         return text
+
+    def answer_in_words(self, user_text: str) -> str:
+        """A request that needs no deck gets an answer in the chat, and no skill is loaded for it."""
+        request, _ = split_opening(user_text)
+        shown = " ".join(request.split())
+        shown = shown if len(shown) <= 200 else shown[:200] + "…"
+        return (f"You asked: \u201c{shown}\u201d. That needs an answer here, not a deck, so I have not used the deck "
+                "skill. (The rehearsal model is a scripted stand-in: it does not compose the answer itself.)")
 
     def answer_question(self, question: str, plan_text: str) -> str:
         titles = re.findall(r"^##\s+(.+)$", plan_text, re.M)

@@ -98,17 +98,16 @@ class Judged(Struct, cache_hash=True, **_PARTS):
     #: What the judge noted beside its rules: the poll ceiling reached, a disagreement between the skill's trace
     #: and the host's record, a rule it could not apply.
     notes: tuple[str, ...] = ()
-    #: The skill whose rules judged it (`pytest_palette_add_rules`); None in records written before rules were
-    #: a hook, all Palette's.
-    skill: str | None = None
+    #: The skill whose rules judged it (`pytest_palette_add_rules`); None for Palette's (and in records written
+    #: before rules were a hook, all Palette's).
+    rules: str | None = None
+    #: Whether the case needed the skill (False for a near miss), and whether any call of it was made: the trigger
+    #: metric's facts. None in records written before near misses were judged (see `tally.triggered`).
+    skill_expected: bool | None = None
+    skill_used: bool | None = None
     #: Who made the deck (DeckBy), so a run without the skill shows what the agent did instead; None in records
     #: written before it was recorded.
     deck_by: DeckBy | None = None
-
-    @property
-    def rules(self) -> str:
-        """The skill whose rules judged it."""
-        return self.skill or "palette"
 
 
 class Usage(Struct, **_PARTS):

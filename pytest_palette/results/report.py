@@ -8,7 +8,7 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..cases import DEFAULT_MAX_POLLS
@@ -16,7 +16,7 @@ from . import lift, stats
 from .ledger import Reading
 from .prices import money
 from .record import MARK, NO_SKILL, Record, Terms
-from .tally import SUMMED, Cell, Group, Tally, ceiling, judged_polls, tally
+from .tally import SUMMED, Cell, Group, Tally, Triggers, ceiling, judged_polls, tally, triggers
 
 
 class ReportError(Exception):
@@ -261,6 +261,8 @@ def _metrics(cells: list[Cell], group: Group) -> dict[str, Any]:
         "edit_expected": edit_expected,
         "edit_called": edit_called,
         "replanned_after_edit": replanned,
+        # Counts, each run counted: the rows and readers compute recall and precision from them (`Triggers`).
+        "triggers": asdict(triggers(cells)),
     }
 
 
@@ -625,6 +627,10 @@ def _metric_rows(columns: list[Column]) -> list[list[str]]:
             lambda x: _of(x["context_reached"], x["context_expected"])),
         row("Edits routed to `edit`", lambda x: _of(x["edit_called"], x["edit_expected"])),
         row("Revisions discarded by re-planning", lambda x: str(x["replanned_after_edit"])),
+        row("Trigger recall: the skill used where the request needed it",
+            lambda x: Triggers(**x["triggers"]).recall_text()),
+        row("Trigger precision: the skill needed where it was used",
+            lambda x: Triggers(**x["triggers"]).precision_text()),
     ]
 
 

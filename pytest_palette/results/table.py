@@ -14,7 +14,7 @@ import pytest
 
 from .prices import money
 from .record import MARK, Record, RecordError, from_json
-from .tally import Cell, Group, Tally, tally
+from .tally import Cell, Group, Tally, tally, triggers
 
 #: The report property that carries an item's record (a JSON line).
 RECORD_PROPERTY = "palette.record"
@@ -101,7 +101,8 @@ def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
 
 def footer(counted: Tally, shown: Matrix) -> list[str]:
     """Below the rows: a warning when the hosts ran different models, a line per host (its runs counted one by
-    one, its model, spending and sandbox), and with several hosts how many cases tell them apart."""
+    one, its model, spending and sandbox), its trigger recall and precision when near misses ran, and with several
+    hosts how many cases tell them apart."""
     by_key, columns, models, sandboxes = shown.cells, shown.columns, shown.models, shown.sandboxes
     lines = []
     if len(set(models.values())) > 1:
@@ -117,6 +118,9 @@ def footer(counted: Tally, shown: Matrix) -> list[str]:
                         else "")
                      + _spending(counted, host)
                      + (f" · commands {' and '.join(sorted(sandboxes[host]))}" if host in sandboxes else ""))
+    counted_triggers = {host: triggers(c for (_, h), c in by_key.items() if h == host) for host in columns}
+    if any(t.near_misses for t in counted_triggers.values()):  # only a session with near misses says it
+        lines += [f"{host} trigger: {t.text()}" for host, t in counted_triggers.items() if t.needed or t.near_misses]
     if len(columns) > 1:
         rows = [[by_key.get((case, host)) for host in columns] for case in shown.cases]
         everywhere = sum(all(c is not None for c in row) for row in rows)

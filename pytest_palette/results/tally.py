@@ -199,3 +199,59 @@ def judged_polls(facts: Judged) -> int | None:
 def ceiling(facts: Judged) -> int:
     """The run's poll ceiling: its case's own, or (schema-1 records did not say) the judge's default."""
     return DEFAULT_MAX_POLLS if facts.max_polls is None else facts.max_polls
+
+
+def triggered(facts: Judged) -> tuple[bool, bool]:
+    """Whether the run's case needed the skill, and whether the run used it. Records written before near misses
+    were judged did not say: every case then needed the skill, and it was used when any call of it was made."""
+    expected = True if facts.skill_expected is None else facts.skill_expected
+    used = bool(facts.calls) if facts.skill_used is None else facts.skill_used
+    return expected, used
+
+
+@dataclass(frozen=True)
+class Triggers:
+    """Whether the skill fired when it should and stayed silent when it should not, over judged runs (each repeat
+    counts): recall over the runs whose case needed the skill, precision over the runs that used it."""
+
+    needed: int = 0  # runs whose case needed the skill
+    needed_and_used: int = 0
+    used: int = 0  # runs that used it, needed or not
+    near_misses: int = 0  # runs whose case needed no skill
+
+    @property
+    def recall(self) -> tuple[int, int]:
+        return self.needed_and_used, self.needed
+
+    @property
+    def precision(self) -> tuple[int, int]:
+        return self.needed_and_used, self.used
+
+    def recall_text(self) -> str:
+        return ratio(*self.recall)
+
+    def precision_text(self) -> str:
+        """n/a without a near miss to stay silent on: every use was then needed, whatever the agent did."""
+        return ratio(*self.precision) if self.near_misses else "n/a (no near-miss case)"
+
+    def text(self) -> str:
+        """`recall 33/33 = 100% · precision 33/35 = 94%`."""
+        return f"recall {self.recall_text()} · precision {self.precision_text()}"
+
+
+def triggers(cells: Iterable[Cell]) -> Triggers:
+    """The trigger counts over the judged runs of `cells`."""
+    needed = needed_and_used = used = near_misses = 0
+    for cell in cells:
+        for facts, count in cell.judged():
+            expected, fired = triggered(facts)
+            needed += count * expected
+            needed_and_used += count * (expected and fired)
+            used += count * fired
+            near_misses += count * (not expected)
+    return Triggers(needed, needed_and_used, used, near_misses)
+
+
+def ratio(part: int, whole: int) -> str:
+    """`33/33 = 100%`; `n/a (0/0)` where there is nothing to divide by."""
+    return f"{part}/{whole} = {part / whole:.0%}" if whole else "n/a (0/0)"

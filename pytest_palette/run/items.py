@@ -229,8 +229,9 @@ def _judged(verdict: Verdict, found: evidence.Evidence) -> Judged:
                   context_expected=verdict.context_expected, context_reached=verdict.context_reached,
                   edit_expected=verdict.edit_expected, edit_called=verdict.edit_called,
                   replanned_after_edit=verdict.replanned_after_edit, spins=verdict.spins,
-                  calls_from=verdict.calls_from, notes=verdict.notes, deck_by=evidence.deck_by(found),
-                  skill=None if verdict.skill == PALETTE else verdict.skill)
+                  calls_from=verdict.calls_from, notes=verdict.notes, skill_expected=verdict.skill_expected,
+                  skill_used=verdict.skill_used, rules=None if verdict.rules == PALETTE else verdict.rules,
+                  deck_by=evidence.deck_by(found))
 
 
 def _usage(transcript: Transcript | None, started: float, ended: float, price: Price | None = None) -> Usage:

@@ -263,7 +263,7 @@ def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[Fai
         return [Failure(words, [], "") for words in record.failures]
     blame: dict[str, tuple[int, ...]] = {}
     # A project's own rules live in its conftest.py: only Palette's can be applied again here.
-    if case is not None and record.judged is not None and record.judged.rules == PALETTE:
+    if case is not None and record.judged is not None and (record.judged.rules or PALETTE) == PALETTE:
         try:
             found = evidence.read(item.workspace, 0.0, transcript.started)
             if not faults.found(found.calls, found.commands_run, item.workspace.work):

@@ -1,0 +1,239 @@
+"""Trigger cases: a case can say the request needs no skill (`expect: {skill: false}`, a near miss); the judge fails
+any call of the skill there; the good rehearsal model answers such a request in words and `always_triggers` plans
+a deck from it; the report gives each host's trigger recall and precision, every run counted."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from ledger_records import as_record, record
+
+from pytest_palette.cases import Case, CaseFileError, Expect, load_cases
+from pytest_palette.judge import PASSED, judge
+from pytest_palette.rehearsal.conversation import Conversation, LoadSkill, Reply, RunCommand, ToolResult, UserSaid
+from pytest_palette.rehearsal.known_bad import AlwaysTriggers
+from pytest_palette.rehearsal.policy import RehearsalPolicy, asks_for_deck
+from pytest_palette.results.record import Judged, Record, Terms, Usage
+from pytest_palette.results.report import build_report, to_json, to_markdown
+from pytest_palette.results.table import render
+from pytest_palette.results.tally import Triggers, tally, triggered, triggers
+from pytest_palette.run.evidence import Evidence
+from pytest_palette.skill import load_skill
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = [case for path in sorted((REPO / "cases").glob("*.yaml")) for case in load_cases(path)]
+USED = "the skill was used although the request needed none"
+
+
+def cases_of(tmp_path: Path, text: str) -> list[Case]:
+    path = tmp_path / "c.yaml"
+    path.write_text(text, encoding="utf-8")
+    return load_cases(path, env={})
+
+
+def error_of(tmp_path: Path, text: str) -> CaseFileError:
+    with pytest.raises(CaseFileError) as raised:
+        cases_of(tmp_path, text)
+    return raised.value
+
+
+# --------------------------------------------------------------------------- the case key
+
+
+def test_a_near_miss_expects_no_deck_no_edit_no_context_and_waits_for_no_reply(tmp_path: Path) -> None:
+    [near, asked, deck] = cases_of(tmp_path, (
+        "- {name: near, covers: x, tags: [edit], request: How many slides for a talk?, context: notes,\n"
+        "   expect: {skill: false}}\n"
+        "- {name: asked, covers: x, request: r, replies: ['make it shorter'], expect: {skill: false, deck: false}}\n"
+        "- {name: deck, covers: x, request: Build a deck}\n"))
+    assert near.expect == Expect(skill=False, deck=False, edit=False, context=False)
+    assert near.replies == () and near.context == "notes"
+    # Replies given are kept (a user who says more), and `deck: false` says what skill: false already says.
+    assert asked.replies == ("make it shorter",) and asked.expect == Expect(skill=False, deck=False)
+    assert deck.expect.skill is True and deck.replies == ("yes",)
+
+
+@pytest.mark.parametrize(("key", "value"), [("deck", "true"), ("slides", "3"), ("edit", "true"),
+                                            ("context", "false"), ("max_polls", "4")])
+def test_a_near_miss_that_also_expects_driving_the_skill_is_an_error_at_that_line(tmp_path: Path, key: str,
+                                                                                   value: str) -> None:
+    error = error_of(tmp_path, f"- name: near\n  covers: x\n  request: r\n  expect:\n    skill: false\n"
+                               f"    {key}: {value}\n")
+    assert error.line == 6 and "\n" not in str(error) and str(error).startswith(f"{tmp_path / 'c.yaml'}:6: ")
+    assert "skill: false" in str(error) and "case 'near'" in str(error)
+
+
+def test_skill_must_be_a_boolean(tmp_path: Path) -> None:
+    error = error_of(tmp_path, "- name: near\n  covers: x\n  request: r\n  expect:\n    skill: 'no'\n")
+    assert error.line == 5 and "'skill' must be bool, not str" in str(error)
+
+
+def test_a_near_miss_round_trips_and_a_case_json_from_before_the_key_still_loads(tmp_path: Path) -> None:
+    [near] = cases_of(tmp_path, "- {name: near, covers: x, request: r, expect: {skill: false}}\n")
+    assert Case.from_json(json.loads(json.dumps(near.to_json()))) == near
+    old = {**near.to_json(), "expect": {"deck": True, "slides": 3, "edit": False, "context": False, "max_polls": 12},
+           "replies": ["yes"]}
+    assert Case.from_json(old).expect == Expect(slides=3)
+
+
+def test_the_key_leaves_the_digest_of_every_case_that_needs_the_skill_as_it_was() -> None:
+    case = Case(name="c", covers="x", tags=(), request="Build a deck", context="", replies=("yes",),
+                expect=Expect(slides=3), path=Path("c.yaml"), line=1)
+    # The digest an earlier version computed, before Expect had `skill`.
+    earlier = {"deck": True, "slides": 3, "edit": False, "context": False, "max_polls": 12}
+    payload = json.dumps([case.request, case.context, list(case.replies), earlier], sort_keys=True)
+    assert case.digest() == hashlib.sha256(payload.encode()).hexdigest()[:12]
+    near = Case(**{**case.__dict__, "expect": Expect(skill=False, deck=False)})
+    assert near.digest() != Case(**{**case.__dict__, "expect": Expect(deck=False)}).digest()
+
+
+# --------------------------------------------------------------------------- the judge
+
+
+def near_miss() -> Case:
+    return Case(name="near", covers="x", tags=("trigger",), request="What does pptx stand for?", context="",
+                replies=(), expect=Expect(skill=False, deck=False), path=Path("cases/trigger.yaml"), line=1)
+
+
+def evidence(*commands: str, decks: tuple[Path, ...] = ()) -> Evidence:
+    calls = tuple({"at": 0.0, "command": c, "args": {}, "seconds": 0.1, "exit_code": 0, "stdout": "{}"}
+                  for c in commands)
+    return Evidence(workspace=Path("/w"), pptx=None, slides=0, has_plex=False, size=0, decks=decks, calls=calls,
+                    calls_from="trace" if calls else "")
+
+
+def test_a_near_miss_with_no_call_of_the_skill_passes() -> None:
+    verdict = judge(near_miss(), evidence(), "react")
+    assert verdict == PASSED and (verdict.skill_expected, verdict.skill_used) == (False, False)
+
+
+@pytest.mark.parametrize("chain", [("find",), ("find", "plan"), ("plan", "start", "status")])
+def test_any_call_of_the_skill_fails_a_near_miss_and_blames_the_first(chain: tuple[str, ...]) -> None:
+    verdict = judge(near_miss(), evidence(*chain), "react")
+    assert verdict.failures == (f"{USED}: {' → '.join(chain)}",)
+    assert verdict.blame == ((0,),) and verdict.skill_used and not verdict.skill_expected
+
+
+def test_nothing_else_is_judged_on_a_near_miss() -> None:
+    # A deck left without a call of the skill is no call of it: noted, not failed (no Plex, count or gate rule).
+    verdict = judge(near_miss(), evidence(decks=(Path("/w/hand.pptx"),)), "react")
+    assert verdict == PASSED and verdict.notes == ("a .pptx was left in the workspace without a call of the skill: "
+                                                   "hand.pptx",)
+
+
+def test_a_deck_case_carries_whether_the_skill_was_used() -> None:
+    case = Case(name="deck", covers="x", tags=(), request="Build a deck", context="", replies=("yes",),
+                expect=Expect(), path=Path("c.yaml"), line=1)
+    assert (judge(case, evidence(), "react").skill_used, judge(case, evidence("plan"), "react").skill_used) == \
+        (False, True)
+    assert judge(case, evidence(), "react").skill_expected is True
+
+
+# --------------------------------------------------------------------------- the rehearsal model
+
+
+def test_the_shipped_openings_ask_for_a_deck_exactly_where_the_case_needs_the_skill() -> None:
+    wrong = {case.name for case in SHIPPED if asks_for_deck(case.opening) is not case.expect.skill}
+    assert wrong == set()
+    assert sum(not case.expect.skill for case in SHIPPED) >= 8
+
+
+@pytest.mark.parametrize(("message", "wanted"), [
+    ("Can you build a deck on tides?", True),
+    ("Could I get a 5-slide deck on owls?", True),
+    ("I'd like a short presentation on our roadmap", True),
+    ("A deck about solar power", True),
+    ("I need to present our Q3 numbers to the board", True),
+    ("Make slide 3 punchier", False),  # a slide of a deck that exists
+    ("I need to give a talk tomorrow; how long should it be?", False),
+    ('Rewrite this slide title: "Build a better deck"', False),  # quoted text asks for nothing
+    ("How should I explain a delayed launch to the leadership team?", False),
+    ("Can PowerPoint open a Keynote presentation, or do I need to export it first?", False),
+    ("yes", False),
+])
+def test_what_asks_for_a_deck(message: str, wanted: bool) -> None:
+    assert asks_for_deck(message) is wanted
+
+
+SYSTEM = "Available skills:\n- palette: REQUIRED for every request that produces slides: a deck.\n"
+SKILL = load_skill("palette").body
+
+
+def test_the_good_model_answers_a_near_miss_in_words_without_loading_the_skill() -> None:
+    for system in (SYSTEM, f"{SYSTEM}--- begin palette instructions ---\n{SKILL}\n--- end palette instructions ---"):
+        action = RehearsalPolicy().next_action(Conversation(system, [UserSaid("What does pptx stand for?")]))
+        assert isinstance(action, Reply) and "“What does pptx stand for?”" in action.text
+        assert "not a deck" in action.text
+
+
+def test_a_reply_in_a_conversation_already_on_a_deck_goes_to_the_skill_whatever_it_says() -> None:
+    conversation = Conversation(SYSTEM, [UserSaid("Build a deck on tides"), LoadSkill("palette", "c1"),
+                                         ToolResult("c1", SKILL), UserSaid("yes")])
+    assert isinstance(RehearsalPolicy().next_action(conversation), RunCommand)
+
+
+def test_always_triggers_reaches_for_the_skill_on_a_question() -> None:
+    assert AlwaysTriggers().next_action(Conversation(SYSTEM, [UserSaid("What does pptx stand for?")])) == \
+        LoadSkill("palette")
+
+
+# --------------------------------------------------------------------------- the metric
+
+
+def judged_record(case: str, run_index: int, *, expected: bool | None, used: bool | None, host: str = "react",
+                  calls: tuple[str, ...] = ()) -> Record:
+    facts = Judged(slides=0, has_plex=False, deck=False, calls=calls, polls=0, max_polls=12, context_expected=False,
+                   context_reached=False, edit_expected=False, edit_called=False, replanned_after_edit=False,
+                   skill_expected=expected, skill_used=used)
+    fails = (expected is False and used) or (expected and not used)
+    return Record(run_id="r", case=case, host=host, run_index=run_index, workspace=f"{host}/{case}-{run_index}",
+                  outcome="fail" if fails else "pass", failures=("x",) if fails else (), judged=facts,
+                  terms=Terms(model="m", label="m", provider="p", skill_hash="s", fingerprint="f",
+                              plugin_version="0"),
+                  usage=Usage(seconds=1.0, turns=1, input_tokens=None, output_tokens=None, cost_usd=None,
+                              started_at=1.0, ended_at=2.0),
+                  case_hash="h", tags=())
+
+
+def test_recall_and_precision_count_every_run() -> None:
+    records = [
+        # A deck case run 3 times, the skill used in 2; another used once; a near miss used in 1 of 2 runs.
+        *(judged_record("deck_a", i, expected=True, used=i != 3) for i in (1, 2, 3)),
+        judged_record("deck_b", 1, expected=True, used=True),
+        judged_record("near", 1, expected=False, used=True), judged_record("near", 2, expected=False, used=False),
+    ]
+    counted = triggers(tally(records).cells.values())
+    assert counted == Triggers(needed=4, needed_and_used=3, used=4, near_misses=2)
+    assert (counted.recall, counted.precision) == ((3, 4), (3, 4))
+    assert counted.text() == "recall 3/4 = 75% · precision 3/4 = 75%"
+    markdown = to_markdown(build_report(records))
+    assert "| Trigger recall: the skill used where the request needed it | 3/4 = 75% |" in markdown
+    assert "| Trigger precision: the skill needed where it was used | 3/4 = 75% |" in markdown
+    assert to_json(build_report(records))["hosts"][0]["metrics"]["triggers"] == {
+        "needed": 4, "needed_and_used": 3, "used": 4, "near_misses": 2}
+    assert "react trigger: recall 3/4 = 75% · precision 3/4 = 75%" in render(tally(records), ["react"])
+
+
+def test_without_a_near_miss_precision_is_not_applicable_and_the_table_says_nothing() -> None:
+    records = [judged_record("deck_a", 1, expected=True, used=True), judged_record("deck_b", 1, expected=True,
+                                                                                    used=False)]
+    markdown = to_markdown(build_report(records))
+    assert "| Trigger recall: the skill used where the request needed it | 1/2 = 50% |" in markdown
+    assert "| Trigger precision: the skill needed where it was used | n/a (no near-miss case) |" in markdown
+    assert not any("trigger" in line for line in render(tally(records), ["react"]))
+
+
+def test_records_from_before_the_fields_count_as_needing_the_skill_and_using_it_when_they_called_it() -> None:
+    old = as_record(record())  # a first-format line: no such fields, calls made
+    assert old.judged is not None and (old.judged.skill_expected, old.judged.skill_used) == (None, None)
+    assert triggered(old.judged) == (True, True)
+    silent = judged_record("deck", 1, expected=None, used=None)
+    assert silent.judged is not None and triggered(silent.judged) == (True, False)
+    # A current-format line written before the fields existed reads, with both None.
+    line = json.loads(silent.to_json())
+    for key in ("skill_expected", "skill_used"):
+        del line["judged"][key]
+    assert as_record(line).judged == silent.judged
