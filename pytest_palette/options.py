@@ -18,6 +18,7 @@ from .rehearsal.latency import ModelLatency
 from .rehearsal.policy import RehearsalPolicy
 from .results.ledger import run_ledgers
 from .results.prices import PriceError, PriceTable, load_prices
+from .results.record import NO_SKILL
 from .site.folder import refusal as site_refusal
 from .skill import PACKAGED_SKILLS
 
@@ -50,7 +51,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-cases", action="append", default=[], dest="palette_cases", metavar="DIR",
                     help="folders whose *.yaml files are case files (default: ini palette_cases, else 'cases')")
     group.addoption("--palette-skill", default=None, dest="palette_skill", metavar="DIR",
-                    help="the skill folder under test (default: the reference Palette skill in the package)")
+                    help="the skill folder under test (default: the reference Palette skill in the package), or "
+                         f"{NO_SKILL!r}: no skill installed on any host, the baseline a skill is measured against "
+                         f"(a folder named {NO_SKILL} is ./{NO_SKILL})")
     group.addoption("--palette-html", default=None, dest="palette_html", metavar="DIR",
                     help="at the end, write the run as a static HTML site into DIR (as `palette-bench view`): the "
                          "matrix, a page per item with its slides, the conversation and the calls")
@@ -122,7 +125,8 @@ class Settings:
     hosts: tuple[str, ...]
     model: ModelSpec
     case_dirs: tuple[Path, ...]
-    skill_dir: Path
+    #: The skill folder under test; None for no skill at all (`--palette-skill none`, the baseline).
+    skill_dir: Path | None
     run_root: Path
     turn_timeout: float
     build_grace: float
@@ -214,9 +218,11 @@ def resolve(config: pytest.Config) -> Settings:
     if not case_dirs:
         case_dirs = [root / "cases"]
     skill = config.getoption("palette_skill")
-    skill_dir = Path(skill).resolve() if skill else PACKAGED_SKILLS / "palette"
-    if not (skill_dir / "SKILL.md").is_file():
-        raise pytest.UsageError(f"--palette-skill {skill_dir}: no SKILL.md there")
+    skill_dir = None if skill == NO_SKILL else Path(skill).resolve() if skill else PACKAGED_SKILLS / "palette"
+    if skill_dir is not None and not (skill_dir / "SKILL.md").is_file():
+        raise pytest.UsageError(f"--palette-skill {skill_dir}: no SKILL.md there (or {NO_SKILL!r} for no skill)")
+    if skill_dir is None and config.getoption("palette_eager"):
+        raise pytest.UsageError(f"--palette-eager inlines the skill, and --palette-skill {NO_SKILL} has none")
     run_root = Path(config.getoption("palette_run_dir") or root / str(config.getini("palette_run_dir")))
     recursion = config.getoption("palette_recursion_limit")
     if recursion is not None and recursion < 1:

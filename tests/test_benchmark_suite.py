@@ -8,6 +8,7 @@ agent where it should fail turns an unnoticed regression into evidence that ther
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -143,6 +144,46 @@ def test_three_repeats_of_the_core_cases_give_fifteen_records_and_pass_at_k(tmp_
     for needed in ("pass@1", "pass@3", "pass^3", "3/3"):
         assert needed in text, needed
     assert text.count("3/3") >= 5 and "Wilson" in text
+
+
+@pytest.mark.slow
+def test_without_the_skill_its_decks_fail_and_report_and_compare_show_the_lift(tmp_path: Path) -> None:
+    from pytest_palette.commands import main as palette_bench
+    from pytest_palette.results import stats
+
+    # The core cases and the gate: a case whose user never approves passes with no skill at all.
+    # (PYTHONPATH reaches the agent's commands: a checkout run from its own folder starts its own engine.)
+    selection = ("-m", "core or gate", "--palette-sandbox-env=PYTHONPATH")
+    chosen = names(lambda c: bool({"core", "gate"} & set(c.tags)))
+    # Without the skill the agent writes its own decks, which the same judge fails: not rendered by Palette.
+    failing, passing = chosen & DECK, chosen - DECK
+    assert failing and passing
+    without, with_skill = tmp_path / "without", tmp_path / "with"
+    results = run_suite(without, "rehearsal", *selection, "--palette-skill", "none")
+    assert set(results) == chosen and {case for case, failures in results.items() if failures} == failing
+    assert all(any("does not carry IBM Plex" in failure for failure in results[case]) for case in failing)
+    assert not any(run_suite(with_skill, "rehearsal", *selection).values())
+
+    assert palette_bench(["report", str(with_skill / "runs"), str(without / "runs"), "--out", str(tmp_path / "r.md"),
+                          "--json", str(tmp_path / "r.json")]) == 0
+    shown = json.loads((tmp_path / "r.json").read_text())
+    [lift] = shown["lift"]
+    n, b, ties = len(chosen), len(failing), len(passing)
+    assert (lift["host"], lift["with_skill"], lift["without"]) == ("react", {"passes": n, "n": n},
+                                                                   {"passes": ties, "n": n})
+    assert (lift["skill_higher"], lift["no_skill_higher"], lift["ties"]) == (b, 0, ties)
+    assert lift["p"] == stats.sign_test_p(b, 0) and lift["lift"] == pytest.approx(b / n)
+    baseline = next(host for host in shown["hosts"] if host["baseline"])
+    assert baseline["instead"] == {"wrote a deck itself": b, "no deck": ties}
+    row = (f"| react | {n}/{n} (100%) | {ties}/{n} ({ties / n:.0%}) | +{100 * b / n:.0f} pp | {n} | {b} | 0 | {ties} "
+           f"| {stats.sign_test_p(b, 0):.4g} |")
+    assert row in (tmp_path / "r.md").read_text()
+
+    assert palette_bench(["compare", str(without / "runs"), str(with_skill / "runs"), "--out",
+                          str(tmp_path / "c.md")]) == 0
+    compared = (tmp_path / "c.md").read_text()
+    assert compared.startswith("# Is the skill better than no skill? — the lift") and row in compared
+    assert "regression" not in compared and compared.count("**the skill helps**") == b
 
 
 @pytest.mark.slow

@@ -38,10 +38,12 @@ from pytest_palette.hosts.claude import (
     turn_command,
 )
 from pytest_palette.models import ModelSpec, parse_model
+from pytest_palette.rehearsal.conversation import Conversation
+from pytest_palette.rehearsal.policy import catalogue
 from pytest_palette.run.command_log import read as read_commands
 from pytest_palette.run.command_log import skill_calls
 from pytest_palette.run.conversation import open_sandbox
-from pytest_palette.run.evidence import inspect_deck, newest_deck, read_trace
+from pytest_palette.run.evidence import collect, deck_by, inspect_deck, newest_deck, read_trace
 from pytest_palette.run.sandbox import problem as sandbox_problem
 from pytest_palette.run.workspace import Workspace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, drift, load_card, load_skill, skill_hash
@@ -340,7 +342,7 @@ class Item:
     """One item's folder as the runner makes it: work/ for the agent, the trace beside it."""
 
     def __init__(self, root: Path, host: ClaudeHost, model: str = "rehearsal",
-                 base: dict[str, str] | None = None, timeout: float = 120.0) -> None:
+                 base: dict[str, str] | None = None, timeout: float = 120.0, skill: bool = True) -> None:
         workspace = Workspace(root, PurePosixPath("item"))  # an item's folder: work/, the trace, turns
         self.root, self.work, self.trace = workspace.folder, workspace.work, workspace.trace
         self.env = agent_environment(self.trace, base)
@@ -348,8 +350,8 @@ class Item:
         workspace.work.mkdir(parents=True, exist_ok=True)
         self.sandbox = open_sandbox(workspace, settings, base)
         self.sandbox.prepare()
-        self.session = host.open(workspace, load_skill("palette"), self.env, parse_model(model), settings,
-                                 self.sandbox)
+        self.session = host.open(workspace, load_skill("palette") if skill else None, self.env, parse_model(model),
+                                 settings, self.sandbox)
         self.timeout = timeout
 
     def say(self, *messages: str) -> list[str]:
@@ -357,6 +359,27 @@ class Item:
 
     def commands(self) -> list[str]:
         return [call["command"] for call in read_trace(self.trace)]
+
+
+@needs_cli
+def test_with_no_skill_the_cli_offers_only_its_own_and_the_agent_writes_a_deck_of_its_own(
+        host: ClaudeHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    policy = host.endpoint.server(REHEARSAL).policy
+    seen: list[Conversation] = []
+    decide = policy.next_action
+    monkeypatch.setattr(policy, "next_action", lambda conversation: seen.append(conversation) or decide(conversation))
+    item = Item(tmp_path, host, skill=False)
+    outlined, done = item.say("Build a 2-slide deck on tides", "yes")
+    assert "## Tides" in outlined and done.startswith("Your deck is ready:") and "(2 slides)" in done
+    # Nothing installed: no .claude/skills, no skills link; the CLI lists only the skills it brings, none of
+    # them for decks, and none is loaded.
+    assert not (item.work / ".claude" / "skills").exists() and not (item.work / "skills").is_symlink()
+    offered = {name for conversation in seen for name, _ in catalogue(conversation.system)}
+    assert seen and "palette" not in offered
+    assert not any(step.startswith("→ Skill") for turn in item.session.turns for step in turn.steps)
+    found = collect(item.work, item.trace, 0)
+    assert found.pptx is not None and found.slides == 2 and not found.has_plex and deck_by(found) == "agent"
+    assert item.commands() == []  # the skill's script never ran
 
 
 @needs_cli

@@ -41,12 +41,12 @@ from pytest_palette.hosts.cuga import (
 )
 from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal import openai_wire
-from pytest_palette.rehearsal.conversation import ToolResult, UserSaid
-from pytest_palette.rehearsal.policy import RehearsalPolicy
+from pytest_palette.rehearsal.conversation import Conversation, ToolResult, UserSaid
+from pytest_palette.rehearsal.policy import RehearsalPolicy, catalogue
 from pytest_palette.run.command_log import read as read_commands
 from pytest_palette.run.command_log import skill_calls
 from pytest_palette.run.conversation import open_sandbox
-from pytest_palette.run.evidence import any_deck, inspect_deck, newest_deck, read_trace
+from pytest_palette.run.evidence import any_deck, collect, deck_by, inspect_deck, newest_deck, read_trace
 from pytest_palette.run.sandbox import problem as sandbox_problem
 from pytest_palette.run.workspace import TRACE_NAME, Workspace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, SkillCard, drift, install, load_card, load_skill
@@ -333,11 +333,41 @@ def _open(host: CugaHost, tmp_path: Path, skill: SkillCard | None = None) -> tup
     return session, workspace.trace
 
 
+def _recording(host: CugaHost, monkeypatch: pytest.MonkeyPatch) -> list[Conversation]:
+    """Every conversation the rehearsal model is asked about from now on, as it read it."""
+    policy = host._endpoint.server(REHEARSAL).policy
+    seen: list[Conversation] = []
+    decide = policy.next_action
+    monkeypatch.setattr(policy, "next_action", lambda conversation: seen.append(conversation) or decide(conversation))
+    return seen
+
+
 def _talk(session: CugaSession, *messages: str) -> list[str]:
     try:
         return [session.send(message, 120).answer for message in messages]
     finally:
         session.close()
+
+
+@needs_cuga
+def test_with_no_skill_cuga_offers_none_and_its_agent_writes_a_deck_of_its_own(
+        host: CugaHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _recording(host, monkeypatch)
+    workspace = Workspace(tmp_path, PurePosixPath("item"))
+    workspace.work.mkdir()
+    settings = HostSettings(sandbox=SANDBOX)
+    sandbox = open_sandbox(workspace, settings)
+    sandbox.prepare()
+    session = host.open(workspace, None, agent_environment(workspace.trace), REHEARSAL, settings, sandbox)
+    outlined, done = _talk(session, "Build a 2-slide deck on tides", "yes")
+    sandbox.close()
+    assert "## Tides" in outlined and done.startswith("Your deck is ready:") and "(2 slides)" in done
+    # Nothing installed, nothing offered: no skills folder, no <available_skills> block, no load_skill call.
+    assert not (workspace.work / ".cuga" / "skills").exists()
+    assert seen and not any("<available_skills>" in c.system or catalogue(c.system) for c in seen)
+    assert not any("load_skill" in step for turn in session.turns for step in turn.steps)
+    found = collect(workspace.work, workspace.trace, 0)
+    assert found.pptx is not None and found.slides == 2 and not found.has_plex and deck_by(found) == "agent"
 
 
 @needs_cuga

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import shlex
 from typing import Any
 
@@ -17,6 +19,7 @@ from pytest_palette.rehearsal.conversation import (
     ToolResult,
     UserSaid,
 )
+from pytest_palette.rehearsal.known_bad import YesButIsYes
 from pytest_palette.rehearsal.policy import RehearsalPolicy, split_opening
 from pytest_palette.skill import load_skill
 
@@ -84,10 +87,74 @@ def test_it_runs_the_script_where_the_skill_says() -> None:
     assert script.next() == RunCommand("python3 tools/deck.py find --root .")
 
 
-def test_without_a_skill_it_says_so_instead_of_hand_writing_a_deck() -> None:
-    conversation = Conversation(system="Available skills:\n(none)", events=[UserSaid("Build a deck")])
-    action = RehearsalPolicy().next_action(conversation)
-    assert isinstance(action, Reply) and "no skill" in action.text
+def unskilled(*messages: str, system: str = "You are an agent with a shell.",
+              policy: RehearsalPolicy | None = None) -> tuple[list[Any], Conversation]:
+    """Each action the policy takes over these user messages with no skill offered; a command it runs is
+    answered with the path a python-pptx script would print."""
+    conversation, actions = Conversation(system=system), []
+    for message in messages:
+        conversation.events.append(UserSaid(message))
+        while True:
+            action = (policy or RehearsalPolicy()).next_action(conversation)
+            actions.append(action)
+            if isinstance(action, Reply):
+                conversation.events.append(AgentSaid(action.text))
+                break
+            call = f"c{len(actions)}"
+            conversation.events += [RunCommand(action.command, call), ToolResult(call, "/w/deck.pptx\n")]
+    return actions, conversation
+
+
+def written_titles(command: str) -> list[str]:
+    """The slide titles a python-pptx command of the policy's writes."""
+    script = shlex.split(command)[2]
+    found = re.search(r"^titles = (.+)$", script, re.M)
+    assert found is not None, script
+    titles: list[str] = ast.literal_eval(found.group(1))
+    return titles
+
+
+def test_without_a_skill_it_outlines_waits_for_approval_then_writes_the_deck_itself() -> None:
+    actions, _ = unskilled("Build a 3-slide deck on tides", "looks good to me")
+    outline, write, done = actions
+    assert isinstance(outline, Reply) and outline.text.count("\n## ") == 3 and "Reply **yes**" in outline.text
+    assert isinstance(write, RunCommand) and "from pptx import Presentation" in write.command
+    assert "deck.py" not in write.command and write.command.startswith('"${PALETTE_PYTHON:-python3}" -c ')
+    assert done == Reply("Your deck is ready: /w/deck.pptx (3 slides).")
+    assert written_titles(write.command)[0] == "Tides"
+
+
+def test_without_a_skill_each_reply_is_read_as_the_skill_has_it_read() -> None:
+    actions, _ = unskilled("Build a 4-slide deck on our API deprecation timeline", "yes, but drop the last slide",
+                           "why is there no slide on rollback?", "yes")
+    shown, revised, answered, write, _ = actions
+    assert shown.text.count("\n## ") == 4 and revised.text.count("\n## ") == 3  # a change revises, builds nothing
+    assert "The plan has 3 slides" in answered.text and "rollback" in answered.text
+    assert isinstance(write, RunCommand) and len(written_titles(write.command)) == 3
+    # A known-bad agent's reading of the replies is kept too: "yes, but …" is an approval to it.
+    actions, _ = unskilled("Build a 4-slide deck on our API deprecation timeline", "yes, but drop the last slide",
+                           policy=YesButIsYes())
+    assert isinstance(actions[1], RunCommand)
+
+
+def test_without_a_skill_nothing_is_written_unless_the_user_approves() -> None:
+    actions, _ = unskilled("Build a 3-slide deck on our holiday schedule", "hmm, let me think about it",
+                           "actually, hold off for now")
+    assert all(isinstance(action, Reply) for action in actions) and len(actions) == 3
+    assert "won't" in actions[1].text and "won't" in actions[2].text
+
+
+def test_without_a_skill_a_request_for_no_deck_is_just_answered() -> None:
+    actions, _ = unskilled("What is prompt caching, in two sentences?", "thanks")
+    assert all(isinstance(action, Reply) and "## " not in action.text for action in actions)
+
+
+def test_skills_that_are_not_about_decks_are_not_loaded_for_one_but_the_only_skill_offered_is() -> None:
+    others = "Skills:\n- deep-research: Research a question in depth\n- code-review: Review a change\n"
+    actions, _ = unskilled("Build a 3-slide deck on tides", system=others)
+    assert isinstance(actions[0], Reply) and "\n## " in actions[0].text  # its own outline, no skill loaded
+    only = Conversation(system="Skills:\n- house-style: Our house style\n", events=[UserSaid("Build a deck")])
+    assert RehearsalPolicy().next_action(only) == LoadSkill("house-style")
 
 
 def test_the_request_goes_verbatim_and_pasted_material_goes_to_context() -> None:

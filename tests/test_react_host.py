@@ -33,9 +33,9 @@ def test_the_lazy_prompt_offers_the_skill_without_its_body_or_palette_vocabulary
     assert card.description in lazy and "load_skill" in lazy and card.body.strip() not in lazy
     eager = system_prompt([card], tmp_path / "skills", eager=True)
     assert card.body.strip() in eager
-    host_text = system_prompt([], tmp_path / "skills")
-    assert "(none)" in host_text
-    for word in ("plan.md", "--context", "pptx", "slide", "deck"):
+    host_text = system_prompt([], tmp_path / "skills")  # no skill (the baseline): nothing about skills at all
+    assert "shell" in host_text
+    for word in ("plan.md", "--context", "pptx", "slide", "deck", "skill", "load_skill", str(tmp_path)):
         assert word not in host_text
 
 

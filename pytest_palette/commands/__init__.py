@@ -17,8 +17,10 @@ COMMANDS = (
     ("converse", "converse", "drive one conversation by hand and show what it left on disk"),
     ("show", "show", "one run in depth: each call with its arguments and output, each failure"),
     ("rejudge", "rejudge", "the current judge over a saved run, with no host; lists every changed verdict"),
-    ("report", "report", "every run's ledger under a folder as Markdown (and JSON): scores, pass@k, metrics"),
-    ("compare", "compare", "two runs before vs after, per case and host, with a paired exact test"),
+    ("report", "report", "every run's ledger under the folders given as Markdown (and JSON): scores, pass@k, "
+                         "metrics; a run with the skill beside one without it: the lift"),
+    ("compare", "compare", "two runs before vs after (or with the skill vs without it), per case and host, with a "
+                           "paired exact test"),
     ("view", "view", "a static HTML site to look at: the matrix, a page per item with its slides, comparisons"),
 )
 

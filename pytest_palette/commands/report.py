@@ -1,4 +1,5 @@
-"""`palette-bench report RUN_OR_FOLDER`: every run's ledger under a folder, as Markdown and JSON."""
+"""`palette-bench report RUN_OR_FOLDER [...]`: every run's ledger under the folders given, as Markdown and JSON. A
+run with the skill and one with `--palette-skill none` report together as the skill's lift."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from ..results.tally import Tally, tally
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", type=Path, metavar="RUN_OR_FOLDER",
-                        help="a run folder, or a folder of runs or shards: each run's ledger is read")
+    parser.add_argument("runs", type=Path, nargs="+", metavar="RUN_OR_FOLDER",
+                        help="a run folder, or a folder of runs or shards: each run's ledger is read (a run with "
+                             "the skill and one with --palette-skill none: the lift of the skill over no skill)")
     parser.add_argument("--out", type=Path, help="write the Markdown here instead of printing it")
     parser.add_argument("--json", type=Path, help="also write the numbers as JSON here")
     parser.add_argument("--allow-mixed", action="store_true",
@@ -23,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        report = build_report(counted(args.run), allow_mixed=args.allow_mixed)
+        report = build_report(counted(*args.runs), allow_mixed=args.allow_mixed)
     except ReportError as error:
         print(f"palette-bench report: {error}", file=sys.stderr)
         return 2
@@ -33,15 +35,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def counted(path: Path) -> Tally:
-    """The tally of every run at or under `path`; ReportError naming the path when there is nothing to report."""
-    if not path.exists():
-        raise ReportError(f"{path}: no such file or folder")
-    if not find(path).ledgers:
-        raise ReportError(f"{path}: no {LEDGER_NAME} at or under it — nothing was recorded there")
-    result = tally(load(path))
+def counted(path: Path, *more: Path) -> Tally:
+    """The tally of every run at or under each path; ReportError naming a path with nothing to report."""
+    for given in (path, *more):
+        if not given.exists():
+            raise ReportError(f"{given}: no such file or folder")
+        if not find(given).ledgers:
+            raise ReportError(f"{given}: no {LEDGER_NAME} at or under it — nothing was recorded there")
+    result = tally(load(path, *more))
     if not len(result):
-        raise ReportError(f"{path}: its ledger(s) hold no valid record ({result.skipped} line(s) skipped)")
+        named = ", ".join(map(str, (path, *more)))
+        raise ReportError(f"{named}: the ledger(s) hold no valid record ({result.skipped} line(s) skipped)")
     return result
 
 

@@ -141,8 +141,9 @@ class Host(abc.ABC):
         return {"model": model.label}
 
     @abc.abstractmethod
-    def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings, sandbox: Sandbox) -> HostSession:
-        """Start a conversation whose agent works in `workspace.work`. `env` is the conversation's whole
-        environment, for the host's own client (a model key is there); every command the agent runs goes through
-        `sandbox` (`sandbox.argv`, `sandbox.env`), which holds no secret."""
+        """Start a conversation whose agent works in `workspace.work`, with `skill` installed where the host finds
+        skills — or, for None (`--palette-skill none`, the baseline), with no skill installed and none offered.
+        `env` is the conversation's whole environment, for the host's own client (a model key is there); every
+        command the agent runs goes through `sandbox` (`sandbox.argv`, `sandbox.env`), which holds no secret."""

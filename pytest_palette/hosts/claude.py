@@ -333,7 +333,7 @@ def session_folder(workspace: Workspace, limit: int = 1000) -> Path:
 class ClaudeSession(HostSession):
     """One item's conversation: one session id, one CLI process per turn, its output kept per turn."""
 
-    def __init__(self, cli: Path, work: Path, skill: SkillCard, env: Mapping[str, str], model_id: str,
+    def __init__(self, cli: Path, work: Path, skill: SkillCard | None, env: Mapping[str, str], model_id: str,
                  folder: Path, permission_mode: str = PERMISSION_MODE, log: CommandLog | None = None,
                  priced: bool = True, sandbox: Sandbox | None = None) -> None:
         self.cli, self.work, self.skill, self.model_id = cli, work, skill, model_id
@@ -435,7 +435,7 @@ class ClaudeSession(HostSession):
         return clean
 
     def _check(self, out: CliOutput, returncode: int, stderr: str) -> None:
-        if out.skills is not None and self.skill.name not in out.skills:
+        if out.skills is not None and self.skill is not None and self.skill.name not in out.skills:
             raise HostError(f"the CLI did not discover the skill {self.skill.name!r} installed in "
                             f"{self.skill.directory} (it lists: {', '.join(out.skills) or 'none'})")
         problem = failure(out, returncode, stderr)
@@ -613,7 +613,7 @@ class ClaudeHost(Host):
             described["cost_usd"] = "not kept (the CLI's estimate prices cli_model, which did not run)"
         return described
 
-    def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings, sandbox: Sandbox) -> ClaudeSession:
         problems = self.check(model, env)
         cli = self.cli
@@ -621,10 +621,13 @@ class ClaudeHost(Host):
             raise HostError("; ".join(map(str, problems)) or "no Claude Code CLI")
         work = workspace.work
         work.mkdir(parents=True, exist_ok=True)
-        installed = install_skill(skill, work)
-        changed = drift(skill.directory, installed.directory)
-        if changed:
-            raise HostError("the skill installed for the CLI is not the skill under test: " + "; ".join(changed[:5]))
+        installed = None
+        if skill is not None:  # none (the baseline): nothing in .claude/skills; the CLI offers only its own
+            installed = install_skill(skill, work)
+            changed = drift(skill.directory, installed.directory)
+            if changed:
+                raise HostError("the skill installed for the CLI is not the skill under test: "
+                                + "; ".join(changed[:5]))
         folder = session_folder(workspace)
         base_url = (self.endpoint.server(model, settings).base_url if model.provider == "rehearsal"
                     else None)
@@ -632,7 +635,8 @@ class ClaudeHost(Host):
         # tool runs goes through the sandbox's script, which takes the network and the model key away.
         config, scratch, home = folder / "config", folder / "tmp", folder / "home"
         sandbox.writable(config, scratch, home)
-        sandbox.protect(installed.directory)
+        if installed is not None:
+            sandbox.protect(installed.directory)
         wrapper = sandbox.script(folder / "sandbox.sh")
         sandbox.readable(wrapper)
         client_env = {**sandbox.env, **{k: v for k, v in env.items() if k.startswith(ROUTING_PREFIXES)}}

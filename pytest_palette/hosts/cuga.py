@@ -448,7 +448,7 @@ _active_lock = threading.Lock()
 class CugaSession(HostSession):
     """One conversation: one CugaAgent, one thread id, one event loop, turns sent in order."""
 
-    def __init__(self, work: Path, skill: SkillCard, env: Mapping[str, str], cuga: CugaModel,
+    def __init__(self, work: Path, skill: SkillCard | None, env: Mapping[str, str], cuga: CugaModel,
                  block_timeout: int, log_file: Path | None = None, commands: CommandLog | None = None,
                  sandbox: Sandbox | None = None) -> None:
         if not _active_lock.acquire(blocking=False):
@@ -470,9 +470,11 @@ class CugaSession(HostSession):
             self.env = item_environment(env, cuga, self.cuga_folder)
             with process_state(self.env, work):
                 configure(settings, block_timeout)
-                self.skill_dir = self._install(skill)
-                self.shell.sandbox.protect(self.cuga_folder)
-                self.agent = self._make_agent()
+                # No skill (the baseline): nothing installed, and CUGA's skills off, so it offers no catalogue.
+                self.skill_dir = self._install(skill) if skill is not None else None
+                if skill is not None:
+                    self.shell.sandbox.protect(self.cuga_folder)
+                self.agent = self._make_agent(skills=skill is not None)
         except BaseException:
             self._release()
             raise
@@ -489,12 +491,12 @@ class CugaSession(HostSession):
                             "Check SKILL.md's frontmatter (name, description)")
         return installed
 
-    def _make_agent(self) -> Any:
+    def _make_agent(self, skills: bool = True) -> Any:
         from cuga.sdk import CugaAgent  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
         # No model=: CUGA builds its own client from its settings, the path a real deployment takes.
         return CugaAgent(cuga_folder=str(self.cuga_folder), auto_load_policies=False, enable_knowledge=False,
-                         enable_skills=True, skills_folder=str(self.cuga_folder),
+                         enable_skills=skills, skills_folder=str(self.cuga_folder) if skills else None,
                          callbacks=[step_recorder(self._steps, self._usage)])
 
     def send(self, message: str, timeout: float) -> TurnRecord:
@@ -686,7 +688,7 @@ class CugaHost(Host):
             facts["model"] = configured  # the truth, when CUGA would not run what was asked for
         return facts
 
-    def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings, sandbox: Sandbox) -> CugaSession:
         url = (self._endpoint.server(model, settings).openai_base_url
                if model.provider == "rehearsal" else None)

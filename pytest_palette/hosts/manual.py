@@ -39,11 +39,11 @@ class ManualHost(Host):
     def sandbox_kind(self, settings: HostSettings) -> str:
         return UNCONFINED  # a person's own agent runs where the person runs it
 
-    def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings, sandbox: Sandbox) -> HostSession:
         """Lay out the folder for a person, add it to the run sheet, and hand the conversation over."""
-        # Where Claude Code discovers project skills; other CLIs can be pointed at the same folder.
-        install(skill, workspace.work / ".claude")
+        if skill is not None:  # where Claude Code discovers project skills; other CLIs can be pointed there
+            install(skill, workspace.work / ".claude")
         python = env.get("PALETTE_PYTHON", sys.executable)
         workspace.own("env.sh").write_text(
             "# source this file in the shell you start the agent from: deck.py writes its trace only when\n"
@@ -59,6 +59,9 @@ class ManualHost(Host):
                  f"    cd {shlex.quote(str(workspace.work))} && source ../env.sh", "",
                  "paste ▸ " + shown.replace("\n", "\n        ")]
         entry += [f"then  ▸ {reply}" for reply in (case.replies if case else ())]
+        if skill is None:
+            entry += ["", "no skill (baseline): nothing was installed here; run an agent that has no Palette skill "
+                          "of its own either (none in ~/.claude/skills)"]
         sheet = workspace.host_folder / RUN_SHEET
         append_to_run_sheet(sheet, [*entry, ""])
         raise HandedOver(f"the manual host is driven by a person: prepared for a person to run: follow {sheet}")

@@ -34,15 +34,17 @@ if TYPE_CHECKING:
 
 
 def system_prompt(cards: list[SkillCard], skills_root: Path, eager: bool = False) -> str:
-    """Host text only: it names no skill-specific vocabulary, so routing stays the model's decision."""
+    """Host text only: it names no skill-specific vocabulary, so routing stays the model's decision. With no
+    skill (the baseline) it says nothing of skills at all: the same agent, a shell and nothing else."""
+    if not cards:
+        return ("You are an agent with a shell.\n\nYour shell's working directory is the folder you work in. "
+                "Work in the current directory. Do not cd elsewhere.")
     lines = [
         "You are an agent with a shell and a set of skills. When a request matches a skill, "
         "load it and follow its instructions exactly.",
         "",
         "Available skills:",
     ]
-    if not cards:
-        lines.append("(none)")
     for card in cards:
         lines.append(f"- {card.name}: {card.description}")
         if eager:
@@ -86,7 +88,7 @@ def make_tools(
                      f"do not cd. Commands are stopped after {command_timeout:g} s. Returns stdout, "
                      "stderr and a non-zero exit code."),
     )
-    if eager:
+    if eager or not cards:  # nothing to load: the skill is inlined, or there is none (the baseline)
         return [tool]
     loader = StructuredTool.from_function(
         load_skill, name="load_skill",
@@ -120,7 +122,7 @@ class ReactSession(HostSession):
         self.workspace = workspace
         self.cards = [install(card, workspace) for card in cards] if stage_skills else list(cards)
         skills_root = workspace / "skills" if stage_skills else (cards[0].directory.parent if cards else workspace)
-        if sandbox is not None and stage_skills:
+        if sandbox is not None and stage_skills and self.cards:
             sandbox.protect(skills_root)
         self.eager = eager
         self.recursion_limit = recursion_limit
@@ -265,13 +267,13 @@ class ReactHost(Host):
             described["model_retries"] = str(settings.model_retries)
         return described
 
-    def open(self, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings, sandbox: Sandbox) -> ReactSession:
         # Counted where the client stamps its retries (the openai SDK); other clients retry uncounted.
         retries = RetryCounter() if model.provider == "openai" else None
         # The model's client gets `env` (its key); the agent's shell gets only the sandbox's.
         chat = build_chat_model(model, env, max_retries=None if model.provider == "rehearsal" else
                                 settings.model_retries, retries=retries, latency=settings.rehearsal_latency)
-        return ReactSession(chat, [skill], workspace.work, env, eager=settings.eager,
+        return ReactSession(chat, [skill] if skill is not None else [], workspace.work, env, eager=settings.eager,
                             recursion_limit=settings.recursion_limit, command_timeout=settings.command_timeout,
                             log=workspace.command_log(), sandbox=sandbox, retries=retries)

@@ -5,8 +5,9 @@ end with no network. It follows the skill the way a good agent would: it answers
 no deck in words (a question about slides) and leaves the skill alone; for a deck, it loads the skill, looks
 before it acts, plans with the user's words verbatim and pasted material in --context, asks for
 approval, classifies each reply, edits rather than re-plans, holds rather than spins, builds only
-after approval and reports the absolute path. It decides from the conversation alone — the
-user's messages and the tool results — never from knowledge of a benchmark case.
+after approval and reports the absolute path. Offered no skill for decks (the baseline), it does what a
+capable model does without one: an outline, the user's approval, a deck it writes itself. It decides from
+the conversation alone — the user's messages and the tool results — never from knowledge of a benchmark case.
 
 Written once, apart from any message format: adapters serve it to LangChain in-process and, over
 HTTP, to other clients.
@@ -22,6 +23,7 @@ from typing import Any
 
 from ..replies import ReplyKind, classify_reply
 from ..run.command_log import without_heredocs
+from . import outline
 from .conversation import Action, Conversation, Event, LoadSkill, Reply, RunCommand
 
 #: Printed wherever a model name is printed: this is not a language model.
@@ -176,10 +178,11 @@ class RehearsalPolicy:
         return asks_for_deck(user_text)
 
     def engaged(self, conversation: Conversation) -> bool:
-        """Whether the conversation already works on a deck: the skill was loaded or its script run. Its replies
-        ("yes", "make it 3 slides") are then the skill's business, whatever they say."""
+        """Whether the conversation already works on a deck: the skill was loaded or its script run — or, with no
+        skill for decks (`without_skill`), an earlier message asked for one. Its replies ("yes", "make it 3
+        slides") are then the deck's business, whatever they say."""
         return any(isinstance(event, LoadSkill) or (isinstance(event, RunCommand) and "deck.py" in event.command)
-                   for event in conversation.events)
+                   for event in conversation.events) or any(map(self.wants_deck, conversation.user_messages()[:-1]))
 
     def skill_text(self, conversation: Conversation) -> str | None:
         """The skill's instructions, if the agent has them: inlined, or returned by a load."""
@@ -219,18 +222,50 @@ class RehearsalPolicy:
         return found
 
     def route(self, conversation: Conversation, turn: list[Event]) -> Action:
-        """Load the skill the request needs, once; say so plainly when there is none."""
+        """Load the skill the request needs, once; with none for decks on offer, do without (`without_skill`)."""
         tried = [e for e in turn if isinstance(e, LoadSkill)]
         offered = catalogue(conversation.system)
         if tried:
             return Reply(f"I could not load the {tried[-1].name} skill: "
                          f"{(conversation.result_of(tried[-1].call_id) or 'no answer').strip()[:300]}")
-        if not offered:
-            return Reply("I have no skill that builds slide decks here, so I cannot build one.")
         for name, description in offered:
             if _DECK_WORDS.search(description) or _DECK_WORDS.search(name):
                 return LoadSkill(name)
-        return LoadSkill(offered[0][0])
+        if len(offered) == 1:  # the one skill offered is the one under test, whatever its description says
+            return LoadSkill(offered[0][0])
+        return self.without_skill(conversation)
+
+    def without_skill(self, conversation: Conversation) -> Action:
+        """No skill for decks is offered (`--palette-skill none`, the baseline): what a capable model does on its
+        own. A request for slides gets an outline; each reply is read as the skill would have it read (a change
+        revises the outline, a question is answered, a decline builds nothing); an approval gets a deck it writes
+        itself with python-pptx, and where it is. Any other request gets an answer in words."""
+        user_text, turn = conversation.current_turn()
+        current: outline.Outline | None = None
+        kind: ReplyKind | None = None
+        for message in conversation.user_messages():  # the outline as the user's messages left it
+            if current is None:
+                current = outline.drafted(*split_opening(message)) if self.wants_deck(message) else None
+                kind = None
+            else:
+                kind = self.classify(message)
+                current = outline.revised(current, message) if kind is ReplyKind.CHANGE else \
+                    outline.drafted(message) if kind is ReplyKind.NEW_DECK else current
+        wrote = [e for e in turn if isinstance(e, RunCommand) and outline.MARKER in e.command]
+        if wrote and current is not None:
+            output = conversation.result_of(wrote[-1].call_id)
+            path = outline.written(output)
+            return Reply(self.report(path, len(current.titles)) if path else
+                         f"I could not write the deck: {(output or 'no output').strip()[-400:]}")
+        if current is None:
+            return Reply(self.answer_in_words(user_text))
+        if kind is ReplyKind.APPROVAL:
+            return RunCommand(outline.write_command(current))
+        if kind is ReplyKind.QUESTION:
+            return Reply(self.answer_question(user_text, current.text))
+        if kind is ReplyKind.DECLINE:
+            return Reply("Understood — I won't make the deck.")
+        return Reply(self.present(current.text))
 
     def state_before(self, conversation: Conversation) -> dict[str, Any]:
         """What earlier turns left: whether a plan was shown, and its text."""

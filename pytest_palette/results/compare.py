@@ -1,7 +1,9 @@
 """Two measurements before vs after, per case and host, with the paired test.
 
 The usual question is "did my skill change help?", so the loudest line is the one that says when the
-skill did *not* change: then any difference is noise, or a change outside the skill.
+skill did *not* change: then any difference is noise, or a change outside the skill. When one side ran no
+skill at all (`--palette-skill none`), the question is "is the skill better than no skill?", and the
+comparison is titled and read as the skill's lift over that baseline, whichever side it was given on.
 """
 
 from __future__ import annotations
@@ -9,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from . import stats
+from . import lift, stats
 from .ledger import Reading
 from .prices import money
 from .record import Record
-from .report import Column, Report, build_report
+from .report import Column, Report, build_report, table_lines
 from .tally import Cell, Tally
 
 SAME_SKILL = ("same skill hash: any difference is noise or a change outside the skill (model, budgets, host "
@@ -91,6 +93,10 @@ class Comparison:
     skill_before: list[str]
     skill_after: list[str]
     warnings: list[str] = field(default_factory=list)
+    #: Which side ran no skill, "before" or "after", when exactly one did: the comparison is then the lift.
+    baseline: str | None = None
+    #: Per host compared, with the skill against without it (when `baseline` is set).
+    lifts: list[lift.HostLift] = field(default_factory=list)
 
     @property
     def skill_changed(self) -> bool:
@@ -151,6 +157,13 @@ def compare(records_a: Records, records_b: Records) -> Comparison:
     skill_before = sorted({s for c in before.columns for s in c.skill_hashes})
     skill_after = sorted({s for c in after.columns for s in c.skill_hashes})
     comparison = Comparison(changes, hosts, skill_before, skill_after)
+    none_before, none_after = lift.is_baseline(skill_before), lift.is_baseline(skill_after)
+    if none_before != none_after:
+        comparison.baseline = "before" if none_before else "after"
+        for compared in hosts:
+            pairs = [(c.before, c.after) for c in changes if c.host == compared.host and c.before and c.after]
+            comparison.lifts.append(lift.host_lift(compared.host, [(b, a) if none_after else (a, b)
+                                                                   for b, a in pairs]))
     if not comparison.skill_changed:
         comparison.warnings.append(SAME_SKILL)
     only = sorted(old_hosts.keys() ^ new_hosts.keys())
@@ -166,6 +179,8 @@ def _rate_text(rate: tuple[int, int] | None) -> str:
 
 
 def to_markdown(comparison: Comparison) -> str:
+    if comparison.baseline is not None:
+        return _lift_markdown(comparison)
     lines = ["# Palette benchmark — before vs after", ""]
     if comparison.skill_changed:
         lines.append(f"Skill hash: {', '.join(comparison.skill_before)} → {', '.join(comparison.skill_after)}.")
@@ -181,17 +196,7 @@ def to_markdown(comparison: Comparison) -> str:
         test = host.test
         lines.append(f"| {host.host} | {host.shared} | {test.b} | {test.c} | {test.ties} | {test.p:.4g} | "
                      f"{test.verdict} | {'; '.join(host.config_changes) or '—'} |")
-    spent = [h for h in comparison.hosts if h.spent_before and h.spent_after
-             and (h.spent_before.counted or h.spent_after.counted or h.spent_before.priced or h.spent_after.priced)]
-    if spent:
-        lines += ["", "## Tokens and cost", "",
-                  "| Host | Tokens per run before | Tokens per run after | Cost before | Cost after |",
-                  "| --- | --- | --- | --- | --- |"]
-        for host in spent:
-            before, after = host.spent_before, host.spent_after
-            assert before is not None and after is not None
-            lines.append(f"| {host.host} | {before.tokens_text()} | {after.tokens_text()} | {before.cost_text()} | "
-                         f"{after.cost_text()} |")
+    lines += _spent_lines(comparison, ("before", "after"))
     lines += ["", "## Case by case", "", "| Case | Host | Before | After | |", "| --- | --- | --- | --- | --- |"]
     for change in comparison.changes:
         flag = {"regression": "**regression**", "improvement": "**improvement**"}.get(change.flag, change.flag)
@@ -199,4 +204,49 @@ def to_markdown(comparison: Comparison) -> str:
                      f"| {flag} |")
     lines += ["", f"{len(comparison.regressions)} regression(s), {len(comparison.improvements)} improvement(s) "
                   f"over {len(comparison.changes)} (case, host) cell(s)."]
+    return "\n".join(lines) + "\n"
+
+
+def _spent_lines(comparison: Comparison, sides: tuple[str, str], swap: bool = False) -> list[str]:
+    """Tokens per run and cost per host on each side (named `sides`; `swap` shows the after side first)."""
+    spent = [h for h in comparison.hosts if h.spent_before and h.spent_after
+             and (h.spent_before.counted or h.spent_after.counted or h.spent_before.priced or h.spent_after.priced)]
+    if not spent:
+        return []
+    first, second = sides
+    lines = ["", "## Tokens and cost", "",
+             f"| Host | Tokens per run {first} | Tokens per run {second} | Cost {first} | Cost {second} |",
+             "| --- | --- | --- | --- | --- |"]
+    for host in spent:
+        one, other = (host.spent_after, host.spent_before) if swap else (host.spent_before, host.spent_after)
+        assert one is not None and other is not None
+        lines.append(f"| {host.host} | {one.tokens_text()} | {other.tokens_text()} | {one.cost_text()} | "
+                     f"{other.cost_text()} |")
+    return lines
+
+
+def _lift_markdown(comparison: Comparison) -> str:
+    """A comparison of a skill run with a baseline run: the lift per host, then case by case with and without."""
+    skill_first = comparison.baseline == "after"
+    skill = comparison.skill_before if skill_first else comparison.skill_after
+    lines = ["# Is the skill better than no skill? — the lift", "", lift.intro(skill), ""]
+    lines += [f"> ⚠ {warning}" for warning in comparison.warnings]
+    lines += ["", "## Per host", "", *table_lines(*lift.table(comparison.lifts))]
+    lines += _spent_lines(comparison, ("with the skill", "without"), swap=not skill_first)
+    lines += ["", "## Case by case", "", "| Case | Host | With the skill | Without | |",
+              "| --- | --- | --- | --- | --- |"]
+    helps = hurts = 0
+    for change in comparison.changes:
+        with_skill, without = (change.before, change.after) if skill_first else (change.after, change.before)
+        flag = change.flag
+        if flag in ("regression", "improvement"):
+            helped = (flag == "regression") is skill_first  # before → after, read as with → without
+            helps, hurts = helps + helped, hurts + (not helped)
+            flag = "**the skill helps**" if helped else "**the skill hurts**"
+        else:
+            flag = {"new": "without only" if skill_first else "with only",
+                    "gone": "with only" if skill_first else "without only"}.get(flag, flag)
+        lines.append(f"| {change.case} | {change.host} | {_rate_text(with_skill)} | {_rate_text(without)} | {flag} |")
+    lines += ["", f"The skill helps in {helps} and hurts in {hurts} of {len(comparison.changes)} (case, host) "
+                  "cell(s)."]
     return "\n".join(lines) + "\n"

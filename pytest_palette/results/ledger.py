@@ -189,9 +189,14 @@ def latest(records: Iterable[Record], into: Reading | None = None) -> Reading:
 _KEY = attrgetter("run_id", "case", "host", "run_index")
 
 
-def load(path: str | os.PathLike[str]) -> Reading:
-    """Every record of every run at or under `path`, warning about each line skipped and file ignored."""
+def load(path: str | os.PathLike[str], *more: str | os.PathLike[str]) -> Reading:
+    """Every record of every run at or under `path` (and each of `more`: a ledger found twice is read once),
+    warning about each line skipped and file ignored."""
     found = find(path)
+    for other in map(find, more):
+        seen = {os.path.realpath(ledger) for ledger in found.ledgers}
+        found.ledgers += [ledger for ledger in other.ledgers if os.path.realpath(ledger) not in seen]
+        found.ignored += [stray for stray in other.ignored if stray not in found.ignored]
     for stray, run in found.ignored:
         warnings.warn(f"{stray}: ignored — not a ledger of the run {run}, only a file named like one inside it",
                       LedgerWarning, stacklevel=2)

@@ -20,6 +20,14 @@ from msgspec import Meta, Struct
 SCHEMA = 2
 Outcome = Literal["pass", "fail", "error", "skipped"]
 CostSource = Literal["provider", "prices"]
+#: Who made the deck an item left, read from disk: a build of the skill's ("palette"), the agent itself ("agent":
+#: a .pptx no build of the skill made), or nobody ("none": no .pptx at all).
+DeckBy = Literal["palette", "agent", "none"]
+#: How each is said wherever a report shows what an agent did.
+DECK_BY = {"palette": "built with Palette", "agent": "wrote a deck itself", "none": "no deck"}
+#: The skill hash of a run with no skill installed (`--palette-skill none`): the baseline a skill is measured
+#: against. A real hash is 12 hex digits, so a baseline can never be taken for a skill run.
+NO_SKILL = "none"
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 #: The outcomes that are verdicts on the skill; errors and skips are not, and stay out of every denominator.
 JUDGED = ("pass", "fail")
@@ -61,6 +69,11 @@ class Terms(Struct, cache_hash=True, **_PARTS):
     #: and every record written before the sandbox existed).
     sandbox: str = "unconfined"
 
+    @property
+    def baseline(self) -> bool:
+        """Whether no skill was installed (`--palette-skill none`)."""
+        return self.skill_hash == NO_SKILL
+
 
 class Judged(Struct, cache_hash=True, **_PARTS):
     """What the judge read from disk for a pass or a fail. Errors and skips were not judged and have none."""
@@ -92,6 +105,9 @@ class Judged(Struct, cache_hash=True, **_PARTS):
     #: metric's facts. None in records written before near misses were judged (see `tally.triggered`).
     skill_expected: bool | None = None
     skill_used: bool | None = None
+    #: Who made the deck (DeckBy), so a run without the skill shows what the agent did instead; None in records
+    #: written before it was recorded.
+    deck_by: DeckBy | None = None
 
 
 class Usage(Struct, **_PARTS):

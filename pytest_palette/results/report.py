@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..cases import DEFAULT_MAX_POLLS
-from . import stats
+from . import lift, stats
 from .ledger import Reading
 from .prices import money
-from .record import MARK, Record, Terms
+from .record import MARK, NO_SKILL, Record, Terms
 from .tally import SUMMED, Cell, Group, Tally, Triggers, ceiling, judged_polls, tally, triggers
 
 
@@ -54,6 +54,13 @@ class Column:
     #: Runs that reported tokens but no cost, and the models they ran (no price was known for them).
     unpriced: int = 0
     unpriced_models: list[str] = field(default_factory=list)
+    #: A baseline column's judged runs by what the agent did about a deck (`lift.instead`); empty otherwise.
+    instead: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def baseline(self) -> bool:
+        """Whether no skill was installed for this column's runs (`--palette-skill none`)."""
+        return lift.is_baseline(self.skill_hashes)
 
     @property
     def n(self) -> int:
@@ -84,6 +91,8 @@ class Report:
     pairs: list[Pair]
     disagreements: list[str]
     caveats: list[str]
+    #: Per host, with the skill against without it, when the records hold one run of each (`lift`).
+    lifts: list[lift.HostLift] = field(default_factory=list)
 
     def cell(self, case: str, label: str) -> Cell | None:
         return self.cells.get((case, label))
@@ -102,7 +111,11 @@ def _columns_for(counted: Tally, allow_mixed: bool) -> tuple[dict[tuple[str, Ter
         per_host.setdefault(host, set()).add(terms.fingerprint)
     split = {h: fps for h, fps in per_host.items() if len(fps) > 1}
     mixed = len(skills) > 1 or bool(split)
-    if mixed and not allow_mixed:
+    keys = sorted({(terms.skill_hash, terms.fingerprint) for _, terms in combos})
+    # One measurement with a skill beside one without any (the baseline): the lift, shown side by side as two
+    # groups named for what they are, never pooled.
+    lifted = len(keys) == 2 and sum(skill == NO_SKILL for skill, _ in keys) == 1
+    if mixed and not allow_mixed and not lifted:
         problems = []
         if len(skills) > 1:
             problems.append(f"{len(skills)} skill hashes ({', '.join(skills)})")
@@ -113,8 +126,9 @@ def _columns_for(counted: Tally, allow_mixed: bool) -> tuple[dict[tuple[str, Ter
                           "own, use `compare` for before/after, or pass --allow-mixed to see the groups side by "
                           "side (never pooled).")
     groups: dict[tuple[str, str], str] = {}
-    if mixed:
-        keys = sorted({(terms.skill_hash, terms.fingerprint) for _, terms in combos})
+    if lifted:
+        groups = {key: lift.WITHOUT_SKILL if key[0] == NO_SKILL else lift.WITH_SKILL for key in keys}
+    elif mixed:
         groups = {key: _letter(i) for i, key in enumerate(keys)}
     by_label: dict[str, Column] = {}
     where: dict[tuple[str, Terms], str] = {}
@@ -129,7 +143,7 @@ def _columns_for(counted: Tally, allow_mixed: bool) -> tuple[dict[tuple[str, Ter
         _add_unique(column.scaffold, " · ".join(f"{k}={v}" for k, v in terms.scaffold))
         _add_unique(column.sandboxes, terms.sandbox)
         where[(host, terms)] = label
-    ordered = sorted(by_label.values(), key=lambda c: (c.host, c.group))
+    ordered = sorted(by_label.values(), key=lambda c: (c.host, c.group == lift.WITHOUT_SKILL, c.group))
     for column in ordered:
         for values in (column.models, column.providers, column.scaffold, column.skill_hashes, column.fingerprints):
             values.sort()
@@ -180,13 +194,16 @@ def build_report(records: Tally | Reading | Iterable[Record], *, allow_mixed: bo
         column.unpriced_models = sorted({terms.model for (host, terms), own in counted.groups.items()
                                          if own.unpriced and where[(host, terms)] == col})
         column.metrics = _metrics(own, group)
+        if column.baseline:
+            column.instead = lift.instead(own)
 
     disagreements = _disagreements(cases, columns, cells)
     pairs = [Pair(a.label, b.label, stats.paired_test(*_shared_rates(cases, a, b, cells)))
              for a, b in itertools.combinations(columns, 2)]
     report = Report(columns=columns, cases=cases, cells=cells, ks=ks, records=counted.records,
                     duplicates_dropped=counted.superseded, skipped_lines=counted.skipped, ledgers=list(counted.files),
-                    groups=groups, pairs=pairs, disagreements=disagreements, caveats=[])
+                    groups=groups, pairs=pairs, disagreements=disagreements, caveats=[],
+                    lifts=_lifts(cases, columns, cells))
     report.caveats = _caveats(report, counted)
     return report
 
@@ -262,6 +279,19 @@ def _pass_k(cells: list[Cell], ks: list[int]) -> tuple[dict[int, tuple[float | N
         at[k] = (sum(stats.pass_at_k(c.n, c.passes, k) or 0.0 for c in eligible) / len(eligible), len(eligible))
         hat[k] = (sum(stats.pass_hat_k(c.n, c.passes, k) or 0.0 for c in eligible) / len(eligible), len(eligible))
     return at, hat
+
+
+def _lifts(cases: list[str], columns: list[Column], cells: dict[tuple[str, str], Cell]) -> list[lift.HostLift]:
+    """Per host that ran both with the skill and without it: the lift over the cases both ran."""
+    found = []
+    for host in sorted({c.host for c in columns}):
+        sides = {c.baseline: c for c in columns if c.host == host}
+        if len(sides) == 2 and len([c for c in columns if c.host == host]) == 2:
+            with_skill, without = sides[False].label, sides[True].label
+            found.append(lift.host_lift(host, [(cells[(case, with_skill)].rate(), cells[(case, without)].rate())
+                                               for case in cases if (case, with_skill) in cells
+                                               and (case, without) in cells]))
+    return found
 
 
 def _shared_rates(cases: list[str], a: Column, b: Column, cells: dict[tuple[str, str], Cell]
@@ -421,6 +451,10 @@ def to_markdown(report: Report) -> str:
     lines = ["# Palette skill benchmark — results", "",
              f"{report.records - report.duplicates_dropped} record(s) from {len(report.ledgers)} ledger file(s); "
              "every host is judged by the same rules, from what is on disk.", ""]
+    if report.lifts:
+        skills = [s for c in columns if not c.baseline for s in c.skill_hashes]
+        lines += ["## Is the skill better than no skill?", "", lift.intro(skills), "",
+                  *table_lines(*lift.table(report.lifts)), ""]
     lines += ["## Scores", ""]
     lines += table_lines(*shown["scores"])
     unconfined = [c.label for c in columns if "unconfined" in c.sandboxes]
@@ -446,6 +480,7 @@ def to_markdown(report: Report) -> str:
                   f"fails a case with more polls that did not wait for the work than its budget "
                   f"({DEFAULT_MAX_POLLS} unless the case sets its own)."]
     lines += _failure_lines(report)
+    lines += _instead_lines(report)
     lines += ["", "## Metrics", ""]
     lines += table_lines(*shown["metrics"])
     lines += ["", "## What these numbers are not entitled to say", ""]
@@ -513,6 +548,24 @@ def _k_text(value: tuple[float | None, int], cases_n: int) -> str:
     if mean is None:
         return "— (k > n)"
     return _pct(mean) + ("" if over == cases_n else f" ({over} cases)")
+
+
+def _instead_lines(report: Report) -> list[str]:
+    """For the columns that ran with no skill: what the agent did about a deck, in all and case by case."""
+    baseline = [c for c in report.columns if c.baseline]
+    counted = lift.instead_table((c.label, c.instead) for c in baseline)
+    if counted is None:
+        return []
+
+    def did(cell: Cell | None) -> str:
+        done = lift.instead([cell]) if cell is not None else Counter()
+        if len(done) == 1 and sum(done.values()) == 1:
+            return next(iter(done))
+        return "; ".join(f"{what} ×{n}" for what, n in done.most_common()) or "—"
+
+    return ["", "## What the agent did instead (no skill)", "", lift.INSTEAD, "", *table_lines(*counted), "",
+            *table_lines(["Case", *(c.label for c in baseline)],
+                         ([case, *(did(report.cell(case, c.label)) for c in baseline)] for case in report.cases))]
 
 
 def _failure_lines(report: Report) -> list[str]:
@@ -613,12 +666,17 @@ def to_json(report: Report) -> dict[str, Any]:
                    "errors": c.errors, "skipped": c.skipped, "n": c.n, "wilson": c.wilson(),
                    "pass_at_k": k_map(c.pass_at), "pass_hat_k": k_map(c.pass_hat), "metrics": c.metrics,
                    "usage": c.usage, "usage_runs": c.usage_runs, "cost_from": c.cost_from,
-                   "unpriced": {"runs": c.unpriced, "models": c.unpriced_models}} for c in report.columns],
+                   "unpriced": {"runs": c.unpriced, "models": c.unpriced_models},
+                   "baseline": c.baseline, "instead": dict(c.instead.most_common())} for c in report.columns],
         "cases": [{"case": case, "cells": {label: cell_json(cell) for label in (c.label for c in report.columns)
                                            if (cell := report.cell(case, label)) is not None}}
                   for case in report.cases],
         "paired": [{"a": p.a, "b": p.b, "a_higher": p.test.b, "b_higher": p.test.c, "ties": p.test.ties,
                     "p": p.test.p, "verdict": p.test.verdict} for p in report.pairs],
+        "lift": [{"host": h.host, "with_skill": {"passes": h.with_skill[0], "n": h.with_skill[1]},
+                  "without": {"passes": h.without[0], "n": h.without[1]}, "lift": h.lift, "shared": h.shared,
+                  "skill_higher": h.test.b, "no_skill_higher": h.test.c, "ties": h.test.ties, "p": h.test.p,
+                  "verdict": h.test.verdict} for h in report.lifts],
         "disagreements": report.disagreements,
         "discriminating": f"{len(report.disagreements)} of {len(report.cases)}",
         "caveats": report.caveats,

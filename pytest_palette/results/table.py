@@ -113,7 +113,10 @@ def footer(counted: Tally, shown: Matrix) -> list[str]:
         skipped = sum(c.skipped for c in own)
         lines.append(f"{host}: {sum(c.passes for c in own)} passed, {sum(c.fails for c in own)} failed, "
                      f"{sum(c.errors for c in own)} errored" + (f", {skipped} skipped" if skipped else "")
-                     + (f" · model {models[host]}" if host in models else "") + _spending(counted, host)
+                     + (f" · model {models[host]}" if host in models else "")
+                     + (" · skill: none (baseline)" if any(terms.baseline for h, terms in counted.groups if h == host)
+                        else "")
+                     + _spending(counted, host)
                      + (f" · commands {' and '.join(sorted(sandboxes[host]))}" if host in sandboxes else ""))
     counted_triggers = {host: triggers(c for (_, h), c in by_key.items() if h == host) for host in columns}
     if any(t.near_misses for t in counted_triggers.values()):  # only a session with near misses says it

@@ -59,7 +59,7 @@ def open_sandbox(workspace: Workspace, settings: HostSettings, base_env: Mapping
                    trace=workspace.trace, passed=settings.sandbox_env)
 
 
-def hold(case: Case, host: Host, skill: SkillCard, model: ModelSpec, settings: HostSettings,
+def hold(case: Case, host: Host, skill: SkillCard | None, model: ModelSpec, settings: HostSettings,
          workspace: Workspace, turn_timeout: float, sandbox: Sandbox,
          base_env: Mapping[str, str] | None = None,
          on_open: Callable[[HostSession], None] | None = None) -> Transcript:
@@ -116,7 +116,7 @@ def _send(session: HostSession, message: str, timeout: float) -> tuple[TurnRecor
             f"raised {type(error).__name__}: {error}"
 
 
-def _open(host: Host, workspace: Workspace, skill: SkillCard, env: Mapping[str, str], model: ModelSpec,
+def _open(host: Host, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
           settings: HostSettings, sandbox: Sandbox) -> HostSession:
     try:
         return host.open(workspace, skill, env, model, settings, sandbox)

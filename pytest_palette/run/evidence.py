@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cases import Case
+from ..results.record import DeckBy
 from . import command_log
 from .workspace import Workspace
 
@@ -123,6 +124,17 @@ def wait_for_builds(work: Path, grace: float) -> list[Path]:
         if not running or time.monotonic() >= deadline:
             return running
         time.sleep(0.1)
+
+
+def deck_by(found: Evidence) -> DeckBy:
+    """Who made the deck the workspace holds, from disk: "palette" when it lies in a folder where the skill's
+    script started a build (its state file is there), "agent" when a .pptx exists that no build made (the agent
+    wrote it itself, say with python-pptx), "none" when there is no .pptx. The deck judged is asked first."""
+    decks = ([found.pptx] if found.pptx is not None else []) or list(found.decks)
+    if not decks:
+        return "none"
+    built = (deck for deck in decks if (deck.parent / BUILD_STATE).is_file())
+    return "palette" if next(built, None) is not None else "agent"
 
 
 def save_outputs(case: Case, evidence: Evidence, output: Path) -> None:

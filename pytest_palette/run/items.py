@@ -197,7 +197,7 @@ class CaseItem(pytest.Item):
 
     def runtest(self) -> None:
         session = self.palette_session
-        verdict = judge(self.case, self._evidence, self.host_name, session.rules, session.skill.name)
+        verdict = judge(self.case, self._evidence, self.host_name, session.rules, session.judged_as)
         self._finish("pass" if verdict.ok else "fail", list(verdict.failures), verdict)
         if not verdict.ok:
             raise PaletteFailure(verdict)
@@ -208,7 +208,7 @@ class CaseItem(pytest.Item):
         record = Record(
             run_id=session.run_id, case=self.case.name, host=self.host_name, run_index=self.run_index,
             workspace=self.workspace.relative.as_posix(), outcome=outcome,
-            failures=tuple(failures), judged=_judged(verdict) if verdict else None,
+            failures=tuple(failures), judged=_judged(verdict, self._evidence) if verdict else None,
             terms=session.terms(self.host_name),
             usage=_usage(self._transcript, self._started, time.time(), session.price),
             case_hash=self.case.digest(), tags=self.case.tags)
@@ -224,14 +224,15 @@ class CaseItem(pytest.Item):
         return self.path, self.case.line - 1, f"palette: {self.name}"
 
 
-def _judged(verdict: Verdict) -> Judged:
+def _judged(verdict: Verdict, found: evidence.Evidence) -> Judged:
     return Judged(slides=verdict.slides, has_plex=verdict.has_plex, deck=verdict.pptx is not None,
                   calls=verdict.commands, polls=verdict.polls, max_polls=verdict.max_polls,
                   context_expected=verdict.context_expected, context_reached=verdict.context_reached,
                   edit_expected=verdict.edit_expected, edit_called=verdict.edit_called,
                   replanned_after_edit=verdict.replanned_after_edit, spins=verdict.spins,
                   calls_from=verdict.calls_from, notes=verdict.notes, skill_expected=verdict.skill_expected,
-                  skill_used=verdict.skill_used, rules=None if verdict.rules == PALETTE else verdict.rules)
+                  skill_used=verdict.skill_used, rules=None if verdict.rules == PALETTE else verdict.rules,
+                  deck_by=evidence.deck_by(found))
 
 
 def _usage(transcript: Transcript | None, started: float, ended: float, price: Price | None = None) -> Usage:

@@ -24,7 +24,7 @@ from ..judge import PALETTE, PALETTE_RULES
 from ..options import Settings, resolve
 from ..results.ledger import find, ledger_name, load, read
 from ..results.prices import Price, money, price_of
-from ..results.record import RecordError, Terms, from_json
+from ..results.record import NO_SKILL, RecordError, Terms, from_json
 from ..rules import RulesMissing, SkillRules, rules_for
 from ..skill import SkillCard, load_card, skill_hash
 from . import sandbox
@@ -42,7 +42,9 @@ class Session:
     settings: Settings
     hosts: dict[str, Host]
     run_id: str
-    skill: SkillCard
+    #: The skill under test; None when no skill is installed anywhere (`--palette-skill none`), whose records
+    #: carry the skill hash NO_SKILL.
+    skill: SkillCard | None
     skill_hash: str
     fingerprint: str
     #: host → why its items are skipped here (its client is not installed on this machine).
@@ -62,6 +64,11 @@ class Session:
     #: The rules that judge the skill under test, and every skill's registered (`pytest_palette_add_rules`).
     rules: SkillRules = PALETTE_RULES
     rule_sets: dict[str, SkillRules] = field(default_factory=dict)
+
+    @property
+    def judged_as(self) -> str:
+        """The skill whose rules judge this session's items: the skill under test's, Palette's for no skill."""
+        return self.skill.name if self.skill is not None else PALETTE
 
     @property
     def namespaces(self) -> dict[str, ExpectCheck | None]:
@@ -134,6 +141,8 @@ class Session:
         if host not in self._terms:
             settings = self.settings
             described = self.hosts[host].describe(settings.model, settings.host)
+            if self.skill is None:  # whatever the host would do with a skill, it was given none
+                described["skill_loading"] = f"none (--palette-skill {NO_SKILL}: no skill installed)"
             self._terms[host] = Terms(
                 model=settings.model.text, label=described.get("model", settings.model.label),
                 provider=settings.model.provider, skill_hash=self.skill_hash, fingerprint=self.fingerprint,
@@ -151,15 +160,17 @@ def start(config: pytest.Config) -> Session:
     unknown = [name for name in settings.hosts if name not in hosts]
     if unknown:
         raise pytest.UsageError(f"--host {', '.join(unknown)}: no such host; known: {', '.join(sorted(hosts))}")
-    skill = load_card(settings.skill_dir)
-    rule_sets, rules = skill_rules(config, skill.name, settings.skill_dir)
+    skill = load_card(settings.skill_dir) if settings.skill_dir is not None else None
+    # No skill (the baseline) is judged by Palette's rules: the lift is measured by one judge.
+    judged_as = skill.name if skill is not None else PALETTE
+    rule_sets, rules = skill_rules(config, judged_as, settings.skill_dir or Path(NO_SKILL))
     given: dict[str, Any] | None = getattr(config, "workerinput", {}).get("palette_session")
     if given is not None:
         return Session(settings, hosts, given["run_id"], skill, given["skill_hash"], given["fingerprint"],
                        dict(given["unavailable"]), began=float(given["began"]), rules=rules, rule_sets=rule_sets)
-    digest = skill_hash(settings.skill_dir)
+    digest = skill_hash(settings.skill_dir) if settings.skill_dir is not None else NO_SKILL
     run_id = settings.run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-    session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest, skill.name),
+    session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest, judged_as),
                       rules=rules, rule_sets=rule_sets)
     if not config.option.collectonly and not config.getoption("palette_check"):
         problems = setting_problems()
@@ -268,7 +279,7 @@ def finished(run: Path) -> set[tuple[str, str, int]]:
 def check(session: Session, write: Any) -> int:
     """`--palette-check`: every selected host's problems, each with its fix; 0 when all are ready."""
     settings = session.settings
-    write(f"palette check: model {settings.model.label} · skill {settings.skill_dir} ({session.skill_hash})")
+    write(f"palette check: model {settings.model.label} · {skill_words(session)}")
     # "Ready" means what a case needs: well-formed settings, a run folder with room, and a plan back from the
     # backend the skill will actually use.
     found = setting_problems() + [p for p in [run_folder_problem(settings.run_root)] if p]
@@ -281,7 +292,8 @@ def check(session: Session, write: Any) -> int:
           red=bool(confinement))
     if confinement:
         write(f"  ✗ {confinement}")
-    missing, said = round_trip(session.skill)
+    missing, said = round_trip(session.skill) if session.skill is not None else \
+        (None, "not asked: no skill is installed, so nothing calls Palette")
     ready = missing is None and not found and not confinement
     write(f"backend: {describe_backend()}: {'ready' if ready else 'NOT ready'} ({said})", green=ready, red=not ready)
     if missing:
@@ -300,7 +312,8 @@ def header(session: Session) -> list[str]:
     settings = session.settings
     return [
         f"palette: hosts {', '.join(settings.hosts)} · model {settings.model.label}",
-        f"palette: skill {settings.skill_dir} ({session.skill_hash}) · {describe_backend()}",
+        f"palette: {skill_words(session)}" + (f" · {describe_backend()}" if session.skill is not None else
+                                              ": no skill is installed on any host; judged by the same rules"),
         f"palette: run folder {session.run_dir} · the agent's commands "
         + " and ".join(sorted({session.hosts[name].sandbox_kind(settings.host) for name in settings.hosts}))
         + (f" (given {', '.join(settings.host.sandbox_env)} too)" if settings.host.sandbox_env else ""),
@@ -308,6 +321,13 @@ def header(session: Session) -> list[str]:
           for name in settings.hosts),
         *([cost_line(session)] if settings.prices is not None or settings.max_cost is not None else []),
     ]
+
+
+def skill_words(session: Session) -> str:
+    """The skill under test as the header and the check name it: its folder and hash, or the baseline."""
+    if session.skill is None:
+        return f"skill: {NO_SKILL} (baseline)"
+    return f"skill {session.settings.skill_dir} ({session.skill_hash})"
 
 
 def cost_line(session: Session) -> str:
