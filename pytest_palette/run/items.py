@@ -173,8 +173,9 @@ class CaseItem(pytest.Item):
             # What the turns took before the failure (retries, tokens) still counts: read back what was kept.
             self._transcript = Transcript.saved(self.workspace)
             self._error(str(failure), said=f"host {self.host_name} failed: {failure}")
-        self._evidence = evidence.read(self.workspace, settings.build_grace, self._transcript.started,
-                                       session.skill.script_names)
+        # With no skill installed (a baseline), no command of the agent's is a call of one.
+        scripts = session.skill.script_names if session.skill is not None else ()
+        self._evidence = evidence.read(self.workspace, settings.build_grace, self._transcript.started, scripts)
         if self._sandbox is not None:  # what the agent started and left running ends with its item
             self._sandbox.stop()
         fault = faults.found(self._evidence.calls, self._evidence.commands_run, self.workspace.work)
