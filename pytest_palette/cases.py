@@ -33,12 +33,15 @@ MAX_CONTEXT = 1_000_000
 SHOWN = 80
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_MAX_POLLS = 12
+#: The share of the pasted material's figures and headings a deck must carry (docs/judge.md, rule 10): the good
+#: rehearsal model with the reference engine carries all of them on every shipped case but one the user trims.
+DEFAULT_CONTENT = 0.9
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
 CASE_KEYS = ("name", "covers", "tags", "request", "context", "context_file", "replies", "expect", "documents")
-EXPECT_KEYS = ("skill", "deck", "slides", "edit", "context", "max_polls")
+EXPECT_KEYS = ("skill", "deck", "slides", "edit", "context", "max_polls", "content")
 #: What a case that needs no skill (`skill: false`) cannot also expect: each is about driving the skill.
-DRIVING_KEYS = ("slides", "edit", "context", "max_polls")
+DRIVING_KEYS = ("slides", "edit", "context", "max_polls", "content")
 
 
 #: Checks the value a case gives under `expect: {<skill>: …}` (a skill's rules register it); raises ValueError
@@ -64,6 +67,8 @@ class Expect:
     edit: bool = False
     context: bool = False
     max_polls: int = DEFAULT_MAX_POLLS
+    #: The least share of the pasted material's figures and headings the deck must carry (0 turns the rule off).
+    content: float = DEFAULT_CONTENT
     #: What a case expects under another skill's name (`expect: {changelog: {…}}`), as JSON text per name: that
     #: skill's rules read it (`of`), its own check refused a wrong one at collection.
     own: tuple[tuple[str, str], ...] = ()
@@ -118,8 +123,9 @@ class Case:
 
     def digest(self) -> str:
         """A hash of what the case asks and expects: two runs of the same digest asked the same question."""
-        # `skill` left out at its default, so a case written before the key existed keeps its hash.
-        expect = {k: v for k, v in self.expect.to_json().items() if not (k == "skill" and v)}
+        # `skill` and `content` left out at their defaults, so a case written before the keys existed keeps its hash.
+        expect = {k: v for k, v in self.expect.to_json().items()
+                  if not (k == "skill" and v) and not (k == "content" and v == DEFAULT_CONTENT)}
         payload = json.dumps([self.request, self.context, list(self.replies), expect], sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
@@ -333,6 +339,11 @@ class _Reader:
             raise self.error(given["slides"][0], f"{what} slides must be at least 1")
         if max_polls < 0:
             raise self.error(given["max_polls"][0], f"{what} max_polls must be 0 or more")
+        content = self.typed(given, "content", (int, float), what, DEFAULT_CONTENT)
+        if isinstance(content, bool) or not 0 <= content <= 1:
+            raise self.error(given["content"][0], f"{what} content must be a number from 0 to 1 (the share of the "
+                                                  f"pasted material's figures and headings the deck must carry), "
+                                                  f"not {shown(content)}")
         return Expect(
             deck=self.typed(given, "deck", bool, what, True),
             slides=slides,
@@ -341,6 +352,7 @@ class _Reader:
                             "edit" in common["tags"] or any(asks_for_change(r) for r in common["replies"])),
             context=self.typed(given, "context", bool, what, has_context),
             max_polls=max_polls,
+            content=float(content),
             own=own,
         )
 

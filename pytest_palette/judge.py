@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .cases import DEFAULT_MAX_POLLS, Case
-from .replies import named_slide
+from .content import coverage, deck_text, figures, headings, not_mentioned, topic_words
+from .replies import ReplyKind, classify_reply, named_slide, named_topic
 from .rules import Failure, Finding, Note, SkillRules
 from .run.evidence import MIN_PPTX_BYTES, Evidence
 
@@ -195,6 +196,9 @@ def palette_rules(case: Case, evidence: Evidence) -> Iterator[Finding]:
         yield Failure("pasted material never reached the plan — neither --context nor --source was used, "
                       "so it was retyped or summarised into the request, which loses the grounding",
                       tuple(plans[:1]))
+    yield from material_missing(case, evidence)
+    yield from named_topics_missing(case, evidence)
+    yield from questions_acted_on(case, evidence)
     if spins == expect.max_polls and spins:
         yield Note("at the poll ceiling")
     for words in untold:
@@ -330,6 +334,105 @@ def named_slides_unchanged(case: Case, evidence: Evidence) -> tuple[list[tuple[s
             title = old[number - 1].split("\n")[0]
             failures.append((f"{said}, but the edit left slide {number} as it was (\u201c{title}\u201d)", edited))
     return failures, tuple(untold)
+
+
+def turn_window(case: Case, evidence: Evidence, reply: int) -> tuple[float, float] | None:
+    """When the turn of reply `reply` (0-based) began and ended, or None when the turns' times were not recorded."""
+    starts = evidence.turns_started
+    if len(starts) != 1 + len(case.replies):
+        return None
+    return starts[reply + 1], starts[reply + 2] if reply + 2 < len(starts) else float("inf")
+
+
+def in_window(call: dict[str, Any], window: tuple[float, float]) -> bool:
+    at = call.get("at")
+    return isinstance(at, (int, float)) and window[0] <= at < window[1]
+
+
+def material_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:
+    """Rule 10: the figures and headings of the pasted material are in the deck's text, at least the share the
+    case asks for (`expect.content`). Blames the plan call that was given the material (or should have been)."""
+    expect = case.expect
+    if not (expect.context and expect.content > 0 and evidence.pptx is not None):
+        return
+    if not figures(case.context) and not headings(case.context):
+        return  # prose without a figure or a heading: nothing this rule can look for
+    text = deck_text(evidence.pptx)
+    if text is None:
+        yield Note("whether the pasted material's figures and headings reached the deck could not be told (its "
+                   "text could not be read)")
+        return
+    found = coverage(case.context, text)
+    if found.share < expect.content:
+        given = [i for i, call in enumerate(evidence.calls)
+                 if call.get("command") == "plan" and (call_args(call).get("context") or call_args(call).get("source"))]
+        plans = [i for i, command in enumerate(evidence.commands) if command == "plan"]
+        yield Failure(f"{found.missing()} (the deck carries {found.share:.0%} of its {found.total} figures and "
+                      f"headings; the case asks for at least {expect.content:.0%})", tuple((given or plans)[:1]))
+
+
+def named_topics_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:
+    """Rule 11: a change that names a subject ("add a slide on X", "include X") — its words are in the plan revised
+    in that turn, or in the deck. Blames the edit (or plan) of that turn, else the build."""
+    starts = [i for i, command in enumerate(evidence.commands) if command == "start"]
+    for index, reply in enumerate(case.replies):
+        topic = named_topic(reply)
+        words = topic_words(topic) if topic else []
+        if not words or evidence.pptx is None:
+            continue
+        window = turn_window(case, evidence, index)
+        revised, changed = None, None
+        for position, call in enumerate(evidence.calls):
+            if window is None or JOBS.get(str(call.get("command"))) != "plan" or not in_window(call, window):
+                continue
+            if call.get("command") in ("edit", "plan"):
+                changed = position
+            text = answer_of(call).get("text")
+            revised = text if isinstance(text, str) else revised
+        if revised is not None and not not_mentioned(revised, words):
+            continue
+        text = deck_text(evidence.pptx)
+        said = f"reply {index + 1} ({reply!r}) asked for {topic}"
+        if text is None:
+            yield Note(f"{said}; whether the deck covers it could not be told (its text could not be read)")
+            continue
+        absent = not_mentioned(text, words)
+        if not absent:
+            continue
+        listed = ", ".join(f"\u201c{word}\u201d" for word in absent)
+        if changed is not None:
+            yield Failure(f"{said}, but the edit left it out: neither the plan revised in that turn nor the deck "
+                          f"mentions it (no {listed})", (changed,))
+        else:
+            yield Failure(f"{said}, but the deck does not mention it (no {listed})", tuple(starts[-1:]))
+
+
+#: The calls that change what will be built: none belongs in the turn of a question.
+CHANGING = frozenset({"plan", "edit", "start"})
+
+
+def questions_acted_on(case: Case, evidence: Evidence) -> Iterator[Finding]:
+    """Rule 12: a reply that asks a question gets an answer before anything is built — in its turn no plan, edit or
+    build, and the agent said something (turns.json, the harness's record: whether it spoke, never what it
+    claimed)."""
+    for index, reply in enumerate(case.replies):
+        if classify_reply(reply) is not ReplyKind.QUESTION:
+            continue
+        said = f"reply {index + 1} ({reply!r}) asked a question"
+        window = turn_window(case, evidence, index)
+        if window is None:
+            yield Note(f"{said}; whether it was answered before anything changed could not be told (the turns' "
+                       "times were not recorded)")
+            continue
+        acted = tuple(i for i, call in enumerate(evidence.calls)
+                      if call.get("command") in CHANGING and in_window(call, window))
+        if acted:
+            done = ", ".join(str(evidence.calls[i].get("command")) for i in acted)
+            yield Failure(f"{said}, but the agent acted on it instead of answering ({done} in that turn): a question "
+                          "asks for nothing to change", acted)
+        answers = evidence.answers
+        if len(answers) == 1 + len(case.replies) and not answers[index + 1].strip():
+            yield Failure(f"{said}, but the agent said nothing in that turn")
 
 
 def call_args(call: dict[str, Any]) -> dict[str, Any]:

@@ -99,3 +99,33 @@ def named_slide(text: str) -> int | None:
     """The slide (1-based) a change reply names by number, if it names exactly one."""
     found = {int(n) if n.isdigit() else _NUMBER_WORDS.index(n) + 1 for n in _NAMED_SLIDE.findall(normalise(text))}
     return found.pop() if len(found) == 1 and asks_for_change(text) else None
+
+
+#: "add a slide on X", "include X", "cover X too", "it should be about X": a change that names what the deck must
+#: say. Only phrasings that name a subject: "add more detail" or "include 3 slides" name none.
+_NAMED_TOPIC = (
+    re.compile(r"\b(?:add|insert|include|append|put in)\s+(?:a|an|one|another)?\s*(?:new\s+|extra\s+|separate\s+)?"
+               r"(?:slides?|sections?|page)\s+(?:on|about|covering|for|explaining|regarding)\s+(?P<topic>.+)"),
+    re.compile(r"\b(?:should|must|needs? to|ought to|has to)\s+(?:be\s+)?(?:about|on|cover)\s+(?P<topic>.+)"),
+    re.compile(r"\b(?:include|mention|cover)\s+(?!(?:a|an|one|another|more|less|fewer|some|\d+)\b)(?P<topic>.+)"),
+)
+#: Where a named subject ends: a position, an aside, a second command, punctuation.
+_TOPIC_END = re.compile(
+    r"\s+(?:(?:at|to)\s+the\s+(?:end|start|beginning|front|top)|(?:after|before)\s+slide|too|as well|also|please|"
+    r"and\s+(?:then|make|drop|remove|add|build|cut))\b|\s+[-\u2013\u2014]\s|[,.;:!?()\"]")
+_LEADING_ARTICLE = re.compile(r"^(?:the|a|an)\s+")
+
+
+def named_topic(text: str) -> str | None:
+    """The subject a change reply asks the deck to cover ("add a slide on escalation paths" → "escalation
+    paths"), if it names one."""
+    if not asks_for_change(text):
+        return None
+    said = normalise(text)
+    for pattern in _NAMED_TOPIC:
+        match = pattern.search(said)
+        if match:
+            topic = _LEADING_ARTICLE.sub("", _TOPIC_END.split(match.group("topic"), maxsplit=1)[0].strip())
+            if topic:
+                return topic
+    return None

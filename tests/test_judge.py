@@ -18,6 +18,7 @@ import threading
 import time
 import zipfile
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -319,7 +320,9 @@ def fix_it(edited: str | None, *, turns: Sequence[float] = TURNS, edit_at: float
                 expect=Expect(edit=True), path=Path("c.yaml"), line=1)
     trace = (answered("plan", PLAN, 110.0), answered("edit", edited, edit_at), call("start") | {"at": 310.0})
     verdict = judge(case, make_evidence(trace=trace, turns_started=turns))
-    return verdict.failures + tuple(f"note: {n}" for n in verdict.notes)
+    # This rule's notes only: the deck here is not a file, so the named-subject rule (test_content.py) notes that
+    # it cannot read it.
+    return verdict.failures + tuple(f"note: {n}" for n in verdict.notes if "asked to change slide" in n)
 
 
 def test_an_edit_that_leaves_the_named_slide_as_it_was_fails() -> None:
@@ -633,7 +636,8 @@ def test_collect_a_rendered_deck_and_judge_it_passed(work: Path, tmp_path: Path)
     assert evidence.size >= MIN_PPTX_BYTES
     assert evidence.decks == (work / "deck" / "deck.pptx",)
     assert evidence.commands == ["plan", "plan-status", "start", "status"]
-    verdict = judge(_context_case(), evidence, "react")
+    # This deck is about solar power, not the pasted results: the content rule (test_content.py) is off here.
+    verdict = judge(replace(_context_case(), expect=Expect(context=True, content=0)), evidence, "react")
     assert verdict == PASSED, explain(verdict)
     assert judge(make_case(slides=3), evidence) == PASSED
     assert judge(make_case(slides=4), evidence).failures == ("asked for 4 slides, got 3",)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_palette.replies import ReplyKind, classify_reply
+from pytest_palette.replies import ReplyKind, classify_reply, named_topic
 
 A, C, Q, D, N = (ReplyKind.APPROVAL, ReplyKind.CHANGE, ReplyKind.QUESTION, ReplyKind.DECLINE, ReplyKind.NEW_DECK)
 
@@ -35,3 +35,21 @@ def test_each_phrasing_is_read_as_the_skill_says(reply: str, kind: ReplyKind) ->
 def test_an_approval_that_carries_a_condition_is_a_change_not_an_approval() -> None:
     assert classify_reply("yes") is ReplyKind.APPROVAL
     assert classify_reply("yes, but drop the last slide") is ReplyKind.CHANGE
+
+
+@pytest.mark.parametrize(("reply", "topic"), [
+    ("add a slide on escalation paths", "escalation paths"),
+    ("add a slide about buddy pairing at the end", "buddy pairing"),
+    ("Could you add a section on risks — and keep it short?", "risks"),
+    ("fix slide 2, it should be about timelines", "timelines"),
+    ("can you include pricing?", "pricing"),
+    ("also cover the Q3 numbers, and make it shorter", "q3 numbers"),
+    ("cover security too", "security"),
+    ("make it all about the launch", None),  # a new focus for the whole deck, not a subject to add to it
+    ("include 3 slides", None), ("add more detail", None), ("make it 3 slides", None),
+    ("drop the last slide", None), ("yes, but drop the last slide", None), ("can it be a bit more casual?", None),
+    ("why is there no slide on rollback?", None),  # a question names a subject but asks for no change
+    ("yes", None),
+])
+def test_which_replies_name_a_subject_to_cover(reply: str, topic: str | None) -> None:
+    assert named_topic(reply) == topic

@@ -50,6 +50,9 @@ class Evidence:
     call_notes: tuple[str, ...] = ()
     #: Our record of every command the agent ran (the host's), read once: the calls and the faults read it.
     commands_run: tuple[command_log.CommandRun, ...] = ()
+    #: What the agent answered each message, from turns.json (the harness's record of the conversation); () when
+    #: not kept. A rule may ask whether it said anything, never believe what it said.
+    answers: tuple[str, ...] = ()
 
     @property
     def commands(self) -> list[str]:
@@ -65,7 +68,19 @@ def read(workspace: Workspace, grace: float, turns_started: tuple[float, ...] = 
     runs = command_log.read(workspace.commands)
     calls, source, notes = calls_of(workspace, list(found.calls), runs, scripts)
     return replace(found, turns_started=turns_started, calls=tuple(calls), calls_from=source, call_notes=notes,
-                   commands_run=tuple(runs))
+                   commands_run=tuple(runs), answers=turn_answers(workspace.turns))
+
+
+def turn_answers(path: Path) -> tuple[str, ...]:
+    """What the agent answered each message, as turns.json keeps it; () when there is none or it is unreadable
+    (a conversation held by hand keeps none)."""
+    try:
+        turns = json.loads(path.read_text(encoding="utf-8")).get("turns")
+    except (OSError, ValueError, AttributeError):
+        return ()
+    if not isinstance(turns, list) or not all(isinstance(turn, dict) for turn in turns):
+        return ()
+    return tuple(str(turn.get("answer") or "") for turn in turns)
 
 
 def calls_of(workspace: Workspace, traced: list[dict[str, Any]] | None = None,
