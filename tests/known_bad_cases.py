@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from pytest_palette.cases import Case
+from pytest_palette.content import figures, headings
 from pytest_palette.rehearsal.known_bad import Spins
-from pytest_palette.replies import ReplyKind, classify_reply
+from pytest_palette.replies import ReplyKind, classify_reply, named_slide, named_topic
 
 
 def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], str]]:
@@ -22,6 +23,12 @@ def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], 
     edit = named(lambda c: c.expect.edit)
     conditional = named(lambda c: any(classify_reply(r) is ReplyKind.CHANGE and r.lower().startswith(("yes", "ok"))
                                       for r in c.replies))
+    # The content rule's cases: pasted material with a figure or a heading to look for, and a share asked for.
+    substance = named(lambda c: c.expect.deck and c.expect.context and c.expect.content > 0
+                      and bool(figures(c.context) or headings(c.context)))
+    named_what = named(lambda c: c.expect.deck and any(named_slide(r) is not None or named_topic(r) is not None
+                                                       for r in c.replies))
+    question = named(lambda c: c.expect.deck and any(classify_reply(r) is ReplyKind.QUESTION for r in c.replies))
     return {
         # It builds once the plan is drafted: before the approval of every case that drives the skill and has a reply
         # to wait for (a near miss drafts no plan: like the good agent, it answers in words).
@@ -37,4 +44,9 @@ def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], 
         "hand_writes": (deck, "does not carry IBM Plex"),
         # It plans a deck from any request: exactly the near misses, which need no skill, fail.
         "always_triggers": (named(lambda c: not c.expect.skill), "the skill was used although the request needed none"),
+        # Its summary reaches --context, so the context rule passes; the figures and headings do not reach the deck.
+        "summarises_context": (substance, "of the pasted material are not in the deck"),
+        # "polish the plan" leaves the named slide as it was and the named subject out; both rules say so.
+        "vague_edits": (named_what, "but the edit left"),
+        "questions_are_changes": (question, "asked a question, but the agent acted on it"),
     }

@@ -80,7 +80,8 @@ def test_the_shipped_suite_has_the_documented_shape() -> None:
         32, 8, 17, {"never_approves"}, {"conditional_yes"})
     assert {flaw: len(cases) for flaw, (cases, _) in EXPECTED.items()} == {
         "builds_early": 33, "retypes_context": 17, "replans": 8, "spins": 32, "yes_but_is_yes": 1,
-        "never_edits": 8, "hand_writes": 32, "always_triggers": 8}
+        "never_edits": 8, "hand_writes": 32, "always_triggers": 8, "summarises_context": 15, "vague_edits": 3,
+        "questions_are_changes": 1}
     assert all(isinstance(case, Case) and case.problem is None for case in CASES)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pytest_palette.content import figures, headings
 from pytest_palette.rehearsal.conversation import (
     AgentSaid,
     Conversation,
@@ -19,7 +20,7 @@ from pytest_palette.rehearsal.conversation import (
     ToolResult,
     UserSaid,
 )
-from pytest_palette.rehearsal.known_bad import YesButIsYes
+from pytest_palette.rehearsal.known_bad import QuestionsAreChanges, SummarisesContext, VagueEdits, YesButIsYes
 from pytest_palette.rehearsal.policy import RehearsalPolicy, split_opening
 from pytest_palette.skill import load_skill
 
@@ -32,9 +33,10 @@ PLAN_TEXT = "# Prompt caching\nAudience: engineers\n\n## Why cache\n- cost\n\n##
 class Script:
     """Builds a conversation the way a host would: each action answered by a tool result."""
 
-    def __init__(self, opening: str) -> None:
+    def __init__(self, opening: str, policy: RehearsalPolicy | None = None) -> None:
         self.conversation = Conversation(system=SYSTEM, events=[UserSaid(opening)])
         self.count = 0
+        self.policy = policy or RehearsalPolicy()
 
     def answer(self, action: Any, result: str | dict[str, Any]) -> None:
         self.count += 1
@@ -46,7 +48,7 @@ class Script:
         self.conversation.events += [AgentSaid(agent), UserSaid(user)]
 
     def next(self) -> Any:
-        return RehearsalPolicy().next_action(self.conversation)
+        return self.policy.next_action(self.conversation)
 
 
 def _fields(action: Any) -> tuple[str]:
@@ -58,9 +60,9 @@ def args_of(command: str) -> dict[str, str]:
     return {tokens[i][2:]: tokens[i + 1] for i in range(len(tokens) - 1) if tokens[i].startswith("--")}
 
 
-def planned(opening: str) -> Script:
+def planned(opening: str, policy: RehearsalPolicy | None = None) -> Script:
     """A conversation that has loaded the skill, looked, planned and shown the plan."""
-    script = Script(opening)
+    script = Script(opening, policy)
     script.answer(script.next(), SKILL)
     script.answer(script.next(), {"root": ".", "found": [], "note": "no finished deck under this root"})
     script.answer(script.next(), {"state": "done", "done": True, "plan": "/w/plan.md", "text": PLAN_TEXT})
@@ -296,3 +298,45 @@ def test_a_skill_handed_over_with_its_base_directory_runs_its_script_from_there(
     script.answer(find, {"found": []})
     plan = script.next()
     assert isinstance(plan, RunCommand) and plan.command.startswith(f"python3 {base}/scripts/deck.py plan ")
+
+
+# --------------------------------------------------------------------------- the content rules' known-bad agents
+
+
+def test_summarises_context_passes_context_without_a_figure_or_a_heading() -> None:
+    notes = "# Q3\n## Revenue\n- $4.2M, up 12% on Q2\n\n## Hiring\n- 14 engineers joined in March"
+    script = Script(f"Turn these notes into a deck for the board\n\n{notes}", SummarisesContext())
+    script.answer(script.next(), SKILL)
+    script.answer(script.next(), {"found": []})
+    action = script.next()
+    assert isinstance(action, RunCommand) and " plan " in action.command
+    args = args_of(action.command)
+    assert args["request"] == "Turn these notes into a deck for the board"
+    assert args["context"] == "- up on\n- engineers joined in March"
+    assert figures(args["context"]) == [] and headings(args["context"]) == []
+    plain = Script("Build a deck on prompt caching", SummarisesContext())
+    plain.answer(plain.next(), SKILL)
+    plain.answer(plain.next(), {"found": []})
+    assert "--context" not in plain.next().command  # nothing pasted, nothing to summarise
+
+
+@pytest.mark.parametrize(("reply", "instruction"), [
+    ("add a slide on escalation paths", "polish the plan"), ("fix slide 2, it should be about timelines",
+                                                            "polish the plan"),
+    ("make it 3 slides", "make it 3 slides"), ("drop the last slide", "drop the last slide")])
+def test_vague_edits_drops_the_words_that_name_a_slide_or_a_subject(reply: str, instruction: str) -> None:
+    script = planned("Build a deck on prompt caching", VagueEdits())
+    script.say(reply)
+    script.answer(script.next(), {"found": []})
+    action = script.next()
+    assert isinstance(action, RunCommand) and args_of(action.command) == {"instruction": instruction,
+                                                                          "plan": "plan.md"}
+
+
+def test_questions_are_changes_edits_the_plan_with_a_question() -> None:
+    script = planned("Build a deck on prompt caching", QuestionsAreChanges())
+    script.say("why is there no agenda slide?")
+    script.answer(script.next(), {"found": []})
+    action = script.next()
+    assert isinstance(action, RunCommand)
+    assert args_of(action.command) == {"instruction": "why is there no agenda slide?", "plan": "plan.md"}

@@ -7,9 +7,10 @@ them on a case it is documented to fail, the judge is broken. Select one with
 
 from __future__ import annotations
 
+import re
 import shlex
 
-from ..replies import ReplyKind, classify_reply
+from ..replies import ReplyKind, classify_reply, named_slide, named_topic
 from .conversation import Action, Conversation, Reply, RunCommand
 from .policy import PLAN_FILE, RehearsalPolicy, Step, split_opening
 
@@ -133,9 +134,61 @@ class AlwaysTriggers(RehearsalPolicy):
         return True
 
 
+class SummarisesContext(RehearsalPolicy):
+    """Passes --context, but only a summary of the pasted material: the first words of each part, no figure, no
+    heading — the material "reached the plan", its substance did not."""
+
+    name = "summarises_context"
+    words_per_part = 4
+
+    def plan(self, user_text: str, deck: str) -> Action:
+        request, material = split_opening(user_text)
+        if not material:
+            return super().plan(user_text, deck)
+        summary = self.summarise(material)
+        return RunCommand(f"{deck} plan --request {shlex.quote(request)} --out {PLAN_FILE} "
+                          f"--context {shlex.quote(summary)}")
+
+    def summarise(self, material: str) -> str:
+        points: list[str] = []
+        for part in re.split(r"\n\s*\n|\n(?=\s*#)", material):
+            lines = [line for line in part.splitlines() if line.strip() and not line.lstrip().startswith(("#", "|"))]
+            if lines:
+                # Figures go whole and Markdown goes: what is left is the gist, in words.
+                kept = (re.sub(r"[^A-Za-z']", "", word) for word in lines[0].split()
+                        if not re.search(r"[\d$€£¥%]", word))
+                words = [word for word in kept if word][:self.words_per_part]
+                if words:
+                    points.append(f"- {' '.join(words)}")
+        return "\n".join(points) or "- notes pasted by the user"
+
+
+class VagueEdits(RehearsalPolicy):
+    """Edits, but when the user says which slide or what subject, passes a generic instruction instead of their
+    words: the plan is "polished", the slide or subject they named is not touched."""
+
+    name = "vague_edits"
+    instruction = "polish the plan"
+
+    def edit(self, user_text: str, deck: str) -> Action:
+        if named_slide(user_text) is None and named_topic(user_text) is None:
+            return super().edit(user_text, deck)
+        return RunCommand(f"{deck} edit --instruction {shlex.quote(self.instruction)} --plan {PLAN_FILE}")
+
+
+class QuestionsAreChanges(RehearsalPolicy):
+    """Takes a question about the plan for a change request, and edits the plan with it instead of answering."""
+
+    name = "questions_are_changes"
+
+    def classify(self, user_text: str) -> ReplyKind:
+        kind = classify_reply(user_text)
+        return ReplyKind.CHANGE if kind is ReplyKind.QUESTION else kind
+
+
 KNOWN_BAD: dict[str, type[RehearsalPolicy]] = {
     cls.name: cls for cls in (BuildsEarly, RetypesContext, Replans, Spins, YesButIsYes, NeverEdits, HandWrites,
-                              AlwaysTriggers)
+                              AlwaysTriggers, SummarisesContext, VagueEdits, QuestionsAreChanges)
 }
 
 
