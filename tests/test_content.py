@@ -355,3 +355,12 @@ def test_a_wrong_share_is_an_error_naming_file_and_line(tmp_path: Path, given: s
         load(tmp_path, given)
     assert raised.value.line == 6 and str(raised.value).startswith(f"{tmp_path / 'c.yaml'}:6: ")
     assert message in str(raised.value)
+
+
+def test_a_near_miss_cannot_ask_for_content(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("- name: a\n  covers: x\n  request: how long should a talk be?\n  expect:\n    skill: false\n"
+                    "    content: 0.5\n", encoding="utf-8")
+    with pytest.raises(CaseFileError) as raised:
+        load_cases(path, env={})
+    assert raised.value.line == 6 and "'content' is about driving the skill" in str(raised.value)
