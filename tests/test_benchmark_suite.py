@@ -50,7 +50,7 @@ def run_suite(tmp_path: Path, model: str, *args: str, env: dict[str, str] | None
     The run folder is `tmp_path / "runs"`.
     """
     junit = tmp_path / "junit.xml"
-    if {**os.environ, **(env or {})}.get("PYTHONPATH"):
+    if {**os.environ, **(env or {})}.get("PYTHONPATH") and not any(a.startswith("--palette-sandbox-env") for a in args):
         # The sandbox keeps no PYTHONPATH: without it, deck.py's engine would import whatever copy of the package
         # the venv points at, not the one these tests run (a git worktree beside the venv's checkout).
         args = (*args, "--palette-sandbox-env=PYTHONPATH")
