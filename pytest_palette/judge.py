@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .cases import DEFAULT_MAX_POLLS, Case
-from .content import coverage, deck_text, figures, headings, not_mentioned, topic_words
 from .replies import ReplyKind, classify_reply, named_slide, named_topic
 from .rules import Failure, Finding, Note, SkillRules
+from .run.content import coverage, deck_text, figures, headings, not_mentioned, topic_words
 from .run.evidence import MIN_PPTX_BYTES, Evidence
 
 #: The skill the package ships and judges out of the box.

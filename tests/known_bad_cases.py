@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from pytest_palette.cases import Case
-from pytest_palette.content import figures, headings
 from pytest_palette.rehearsal.known_bad import Spins
 from pytest_palette.replies import ReplyKind, classify_reply, named_slide, named_topic
+from pytest_palette.run.content import figures, headings
 
 
 def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], str]]:

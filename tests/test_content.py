@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from pytest_palette.cases import DEFAULT_CONTENT, Case, CaseFileError, Expect, load_cases
-from pytest_palette.content import coverage, deck_text, figures, headings, not_mentioned, topic_words
 from pytest_palette.judge import judge
+from pytest_palette.run.content import coverage, deck_text, figures, headings, not_mentioned, topic_words
 from pytest_palette.run.evidence import Evidence, turn_answers
 
 MATERIAL = """# Finance review
