@@ -114,9 +114,12 @@ def test_each_turn_records_the_tokens_the_model_reported(tmp_path: Path) -> None
         return [talk.send(message, timeout=120).usage for message in ("Build a 3-slide deck on tides", "yes")]
 
     first, again = conversation(tmp_path / "a"), conversation(tmp_path / "b")
-    # Summed over the model's answers in each turn (LangChain's usage_metadata); the rehearsal model's
-    # estimate is deterministic, so the same conversation counts the same.
+    # Summed over the model's answers in each turn (LangChain's usage_metadata). The rehearsal model's words are
+    # deterministic, so its output counts the same; what it reads holds deck.py's answers, whose timings vary with
+    # the machine's speed, so the input may differ by a token or so, never by a message.
     assert all(turn["input_tokens"] > turn["output_tokens"] > 0 for turn in first)
-    assert first == again
+    assert [turn["output_tokens"] for turn in first] == [turn["output_tokens"] for turn in again]
+    assert all(abs(a["input_tokens"] - b["input_tokens"]) <= 0.01 * a["input_tokens"]
+               for a, b in zip(first, again, strict=True))
     # The second turn re-reads the whole history: it reads more than the first did.
     assert first[1]["input_tokens"] > first[0]["input_tokens"]
