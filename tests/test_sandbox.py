@@ -15,7 +15,7 @@ import pytest
 
 from pytest_palette.backend import agent_environment
 from pytest_palette.hosts.shell import Shell
-from pytest_palette.rehearsal.known_bad import HOSTILE_FINALE, HOSTILE_PROBES
+from pytest_palette.rehearsal.hostile import HOSTILE_FINALE, HOSTILE_PROBES
 from pytest_palette.run.sandbox import Limits, Sandbox, allowed_environment, problem
 
 #: What a caller may have in its environment; none of it may reach a command, a file of the run, or a report.

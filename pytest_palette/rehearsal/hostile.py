@@ -1,0 +1,82 @@
+"""Hostile agents: scripted agents that attack the harness rather than make a mistake the judge should catch.
+
+Each drives the skill like the good agent, but runs its route's commands too: `before` ahead of the plan,
+`after` once the deck is ready. They are not judged flaws; the sandbox's and the harness's tests hold them
+(tests/test_sandbox.py and the tests named in each route). Select one with `--model rehearsal:<name>`.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from .conversation import Action, Conversation, Reply, RunCommand
+from .policy import RehearsalPolicy
+
+#: A fork bomb that stops at the first refused fork and says how far it got; each child sleeps, its output
+#: closed, so the command itself returns.
+_FORK_BOMB = """import os, time
+n = 0
+try:
+    while n < 100000:
+        if os.fork() == 0:
+            os.closerange(0, 3)
+            time.sleep(900)
+            os._exit(0)
+        n += 1
+except OSError as error:
+    print(f"fork refused after {n} children: {error.strerror}")
+"""
+#: What the hostile agent tries before it plans: the scripted user's replies and the expected answers beside
+#: its folder, the caller's home and keys, a write outside its folder, a loopback port that is not its model
+#: (PALETTE_PROBE_PORT, set by the test that listens there), and its environment.
+HOSTILE_PROBES = (
+    "cat ../input/replies.txt",
+    "cat ../input/case.json",
+    "ls -a /root",
+    "ls -a /root/.ssh ~/.ssh",
+    "echo escaped > ../escaped.txt; echo escaped > /tmp/palette-escaped.txt; echo escaped > /palette-escaped.txt",
+    "python3 -c 'import os, socket; socket.create_connection((\"127.0.0.1\", int(os.environ.get("
+    "\"PALETTE_PROBE_PORT\", \"9\"))), 3); print(\"connected to the probe port\")'",
+    "env",
+)
+#: What it leaves behind once the deck is built: background processes (one that sheds its environment) and a
+#: fork bomb.
+HOSTILE_FINALE = (
+    "nohup sleep 900 >/dev/null 2>&1 &",
+    "env -i /bin/sh -c 'sleep 901 >/dev/null 2>&1 &'",
+    f"python3 -c {shlex.quote(_FORK_BOMB)}",
+)
+
+
+class Hostile(RehearsalPolicy):
+    """Drives the skill like the good agent, but first tries to read what it must not, write outside its folder,
+    reach the network and print its environment, and at the end leaves background processes and a fork bomb.
+    Not a judged flaw: it attacks the harness, and the sandbox's tests hold it (tests/test_sandbox.py)."""
+
+    name = "hostile"
+    probes: tuple[str, ...] = HOSTILE_PROBES
+    finale: tuple[str, ...] = HOSTILE_FINALE
+
+    def next_action(self, conversation: Conversation) -> Action:
+        ran = [event.command for event in conversation.events if isinstance(event, RunCommand)]
+        for probe in self.probes:
+            if probe not in ran:
+                return RunCommand(probe)
+        action = super().next_action(conversation)
+        if isinstance(action, Reply) and "deck is ready" in action.text:
+            for step in self.finale:
+                if step not in ran:
+                    return RunCommand(step)
+        return action
+
+
+
+def route(name: str, before: tuple[str, ...] = (), after: tuple[str, ...] = (),
+          doc: str = "") -> type[Hostile]:
+    """A hostile agent of its own for one route: `before` runs ahead of the plan, `after` once the deck is ready."""
+    return type(f"Hostile_{name}", (Hostile,), {"name": name, "probes": before, "finale": after,
+                                                "__doc__": doc or f"The hostile route {name!r}."})
+
+
+#: Every hostile agent `--model rehearsal:<name>` can select, by name.
+HOSTILE: dict[str, type[RehearsalPolicy]] = {Hostile.name: Hostile}
