@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from .conversation import Action, Conversation, Reply, RunCommand
+from .conversation import Action, Conversation, Reply, RunCommand, UserSaid
 from .policy import RehearsalPolicy
 
 #: A fork bomb that stops at the first refused fork and says how far it got; each child sleeps, its output
@@ -57,7 +57,14 @@ class Hostile(RehearsalPolicy):
     probes: tuple[str, ...] = HOSTILE_PROBES
     finale: tuple[str, ...] = HOSTILE_FINALE
 
+    #: When set, the agent attacks only in a conversation whose opening message holds this text, and is the good
+    #: agent elsewhere: one session then shows both the attack and that the next item runs normally.
+    marker: str | None = None
+
     def next_action(self, conversation: Conversation) -> Action:
+        opening = next((event.text for event in conversation.events if isinstance(event, UserSaid)), "")
+        if self.marker is not None and self.marker not in opening:
+            return super().next_action(conversation)
         ran = [event.command for event in conversation.events if isinstance(event, RunCommand)]
         for probe in self.probes:
             if probe not in ran:
@@ -71,10 +78,11 @@ class Hostile(RehearsalPolicy):
 
 
 
-def route(name: str, before: tuple[str, ...] = (), after: tuple[str, ...] = (),
-          doc: str = "") -> type[Hostile]:
-    """A hostile agent of its own for one route: `before` runs ahead of the plan, `after` once the deck is ready."""
-    return type(f"Hostile_{name}", (Hostile,), {"name": name, "probes": before, "finale": after,
+def route(name: str, before: tuple[str, ...] = (), after: tuple[str, ...] = (), doc: str = "",
+          marker: str | None = None) -> type[Hostile]:
+    """A hostile agent of its own for one route: `before` runs ahead of the plan, `after` once the deck is ready;
+    with a `marker`, only in conversations whose opening message holds it (the good agent elsewhere)."""
+    return type(f"Hostile_{name}", (Hostile,), {"name": name, "probes": before, "finale": after, "marker": marker,
                                                 "__doc__": doc or f"The hostile route {name!r}."})
 
 
