@@ -54,9 +54,12 @@ def test_the_environment_of_a_command_is_an_allow_list(tmp_path: Path) -> None:
 
 
 def test_a_variable_the_user_names_is_passed_and_no_other(tmp_path: Path) -> None:
-    env = allowed_environment({"PALETTE_API": "x", "REAL_PALETTE_KEY": "k", **FAKE_KEYS}, tmp_path,
-                              passed=["REAL_PALETTE_KEY"])
-    assert env == {"PALETTE_API": "x", "REAL_PALETTE_KEY": "k", "HOME": str(tmp_path), "PATH": os.defpath}
+    # Of the caller's PALETTE_* only those the backend reads pass on their own; any other must be named.
+    env = allowed_environment({"PALETTE_HOME": "/p", "PALETTE_API_KEY": "x", "PALETTE_PROBE": "y",
+                               "REAL_PALETTE_KEY": "k", **FAKE_KEYS}, tmp_path, passed=["REAL_PALETTE_KEY",
+                                                                                        "PALETTE_PROBE"])
+    assert env == {"PALETTE_HOME": "/p", "PALETTE_PROBE": "y", "REAL_PALETTE_KEY": "k", "HOME": str(tmp_path),
+                   "PATH": os.defpath}
 
 
 def test_only_a_backend_elsewhere_keeps_the_network(tmp_path: Path) -> None:
@@ -164,8 +167,9 @@ def _sleeping(uid: int | None, count: int) -> list[psutil.Process]:
     """The `sleep`s of `uid` once there are `count` of them: a background command is forked before it is
     exec'd, so just after its shell returned it may still be a shell or nohup."""
     for _ in range(2000):
-        found = [p for p in psutil.process_iter(["uids", "name", "status"]) if p.info["uids"].real == uid
-                 and p.info["name"] == "sleep" and p.info["status"] != psutil.STATUS_ZOMBIE]
+        found = [p for p in psutil.process_iter(["uids", "name", "status", "cmdline"]) if p.info["uids"].real == uid
+                 and p.info["name"] == "sleep" and p.info["status"] != psutil.STATUS_ZOMBIE
+                 and p.info["cmdline"] != ["sleep", "infinity"]]  # not the item's keeper
         if len(found) >= count:
             return found
         threading.Event().wait(0.01)
@@ -221,7 +225,11 @@ def test_a_hostile_agent_is_contained_on_every_host_and_still_judged(
     pytester.makefile(".yaml", cases=CASE)
     pytester.makeini("[pytest]\npalette_cases = .\n")
     # A process of its own: CUGA (numpy) must not be imported twice into one interpreter.
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--host={host}", "--model=rehearsal:hostile")
+    # The probe's port reaches the agent only because it is named: no other PALETTE_* of the caller's does.
+    passed = ["--palette-sandbox-env=PALETTE_PROBE_PORT"] + \
+        (["--palette-sandbox-env=PYTHONPATH"] if os.environ.get("PYTHONPATH") else [])
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--host={host}", "--model=rehearsal:hostile",
+                                           *passed)
     [record] = [json.loads(line) for line in next((pytester.path / "runs").glob("*/results.jsonl")).open()]
     assert record["outcome"] in ("pass", "fail"), record["failures"]  # judged, not an error of the run
     assert record["terms"]["sandbox"] == "bubblewrap"

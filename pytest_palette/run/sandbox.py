@@ -9,23 +9,31 @@ What a command sees (`--palette-sandbox bubblewrap`, the default):
 - no network: a loopback of its own, so not even the model's port on this machine's loopback;
 - an environment from an allow-list (PATH, locale, HOME = work/, the PALETTE_* the skill reads): a model key
   stays with the client that calls the model;
-- limits per process (address space, CPU time) and on the number of processes — as root, commands run as a
-  user id of their own per item (`setpriv`), which is what makes the process limit hold and lets every
-  process the agent started, detached or not, be found and stopped when the item ends. Not as root, a user
-  namespace (`bwrap --unshare-user`) plays that part and leftovers are found by their trace path.
+- only the item's own processes in /proc (not the harness's environment, not the claude CLI's);
+- bounds on everything it can fill (`Limits`): processes, address space, CPU, /tmp and /dev/shm, any one file
+  (the trace too), and work/ as a whole.
+
+One set of namespaces per item: when the item opens, a "keeper" starts — `bwrap --unshare-user --unshare-pid`
+around a sleeper — and every command of the item joins its user and pid namespaces (`--userns`/`--pidns`)
+with a mount namespace of its own. deck.py's detached builds outlive the command that started them (a later
+command collects them) and live until the keeper ends; ending the keeper ends every process of the item, as
+the pid namespace dies with its init. The process limit counts per user namespace (Linux >= 5.14), so a fork
+loop in one item leaves the items held beside it, and the harness, their share. As root the keeper starts as a
+user id of the item's own (`setpriv`): nothing inside maps to root, and every process is found by its id.
 
 bubblewrap builds the namespaces; we only choose what to bind. `--palette-sandbox none` runs commands with the
 allow-listed environment but otherwise unconfined, and every record, table and report then says
-"unconfined". No pid namespace: deck.py detaches its builds to outlive the command that started them (not the
-item), which a pid namespace per command would kill.
+"unconfined".
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import secrets
+import select
 import shlex
 import shutil
 import signal
@@ -48,26 +56,46 @@ MODES = {"bubblewrap": BUBBLEWRAP, "none": UNCONFINED}
 INSTALL_HINT = ("install bubblewrap (Debian: apt-get install bubblewrap; `make setup` does) "
                 "or pass --palette-sandbox none")
 
-#: Names a command's environment keeps, beside LC_* and PALETTE_*; everything else (keys, tokens, the
-#: caller's HOME) stays out. VIRTUAL_ENV and the UV_/XDG_ cache folders are CUGA's shell settings.
+#: The Palette settings the skill's backend reads (deck.py, the reference engine, a checkout's palette.py); any
+#: other PALETTE_* of the caller's stays out unless named with --palette-sandbox-env.
+BACKEND_VARIABLES = frozenset({"PALETTE_TRACE", "PALETTE_HOME", "PALETTE_URL", "PALETTE_PYTHON",
+                               "PALETTE_ENGINE_LATENCY"})
+#: Names a command's environment keeps, beside LC_*; everything else (keys, tokens, the caller's HOME) stays
+#: out. VIRTUAL_ENV and the UV_/XDG_ cache folders are CUGA's shell settings.
 ALLOWED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "VIRTUAL_ENV", "UV_NO_CONFIG",
-                     "UV_PYTHON_DOWNLOADS", "UV_CACHE_DIR", "XDG_CACHE_HOME", "NO_COLOR", "PYTHONIOENCODING"})
-ALLOWED_PREFIXES = ("LC_", "PALETTE_")
+                     "UV_PYTHON_DOWNLOADS", "UV_CACHE_DIR", "XDG_CACHE_HOME", "NO_COLOR",
+                     "PYTHONIOENCODING"}) | BACKEND_VARIABLES
+ALLOWED_PREFIXES = ("LC_",)
 #: Top-level system folders a command may read (those that exist here).
 SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 #: Where the per-item user ids are handed out (as root): one lock file per id, held while the item runs.
 ID_LOCKS = Path("/tmp/palette-sandbox-ids")
 FIRST_ID, IDS = 420_000, 10_000
+#: A command's exit status when its item's sandbox has ended (the keeper is gone): not a verdict on the skill.
+ENDED = 125
+#: Where the kernel says whether unprivileged user namespaces are allowed (Debian, Ubuntu's AppArmor, all).
+SYSCTL = Path("/proc/sys")
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per item: processes; per process: address space and CPU seconds. Generous for a deck, tight for a
-    fork bomb or a runaway loop."""
+    """What an item's agent can fill. Generous for a deck, tight for a fork bomb, a runaway loop or a disk
+    filler."""
 
+    #: processes of the item at once (its user namespace's RLIMIT_NPROC)
     processes: int = 512
+    #: address space of each process (RLIMIT_AS)
     memory_bytes: int = 8 * 2**30
+    #: CPU seconds of each process (RLIMIT_CPU)
     cpu_seconds: int = 3600
+    #: each command's /tmp, a tmpfs: memory the address-space limit does not count
+    tmp_bytes: int = 256 * 2**20
+    #: each command's /dev/shm, a tmpfs too
+    shm_bytes: int = 64 * 2**20
+    #: any one file a command writes, the trace included (RLIMIT_FSIZE)
+    file_bytes: int = 256 * 2**20
+    #: work/ as a whole, measured after each command: over it, the item's processes are stopped
+    work_bytes: int = 2 * 2**30
 
 
 def allowed_environment(env: Mapping[str, str], home: Path, passed: Iterable[str] = ()) -> dict[str, str]:
@@ -90,14 +118,40 @@ def problem(mode: str) -> str | None:
     found = shutil.which("bwrap")
     if found is None:
         return f"the agent's sandbox needs bubblewrap (bwrap), which is not on PATH: {INSTALL_HINT}"
-    probe = [found, *_namespaces(network=False), *_binds(_system(), [], []), "--", "/bin/true"]
+    # What an item's keeper does, as a user without privileges (as root too: the keeper runs as the item's id).
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] if os.geteuid() == 0 else []
+    probe = [*nobody, found, "--unshare-user", "--unshare-pid", *_namespaces(network=False),
+             *_binds(_system(), [], [], Limits()), "--", "/bin/true"]
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"bubblewrap could not start a sandbox here ({error}): {INSTALL_HINT}"
     if done.returncode:
         said = " ".join(done.stderr.split())[:200] or f"exit {done.returncode}"
-        return f"bubblewrap could not start a sandbox here ({said}): {INSTALL_HINT}"
+        return userns_policy() or f"bubblewrap could not start a sandbox here ({said}): {INSTALL_HINT}"
+    return None
+
+
+def userns_policy(sysctl: Path = SYSCTL) -> str | None:
+    """The distribution's policy that refuses unprivileged user namespaces, in one line naming the fix; None
+    when none does."""
+    def value(name: str) -> str:
+        try:
+            return (sysctl / name).read_text(encoding="utf-8").strip()
+        except OSError:
+            return ""
+
+    lead = "the agent's sandbox needs unprivileged user namespaces, which"
+    if value("kernel/unprivileged_userns_clone") == "0":
+        return (f"{lead} this kernel refuses (kernel.unprivileged_userns_clone=0): run "
+                "`sysctl -w kernel.unprivileged_userns_clone=1` (as root), or pass --palette-sandbox none")
+    if value("kernel/apparmor_restrict_unprivileged_userns") == "1":
+        return (f"{lead} Ubuntu's AppArmor refuses (kernel.apparmor_restrict_unprivileged_userns=1): run "
+                "`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` (as root) or give bwrap an AppArmor "
+                "profile that allows userns, or pass --palette-sandbox none")
+    if value("user/max_user_namespaces") == "0":
+        return (f"{lead} this machine allows none of (user.max_user_namespaces=0): run "
+                "`sysctl -w user.max_user_namespaces=10000` (as root), or pass --palette-sandbox none")
     return None
 
 
@@ -115,6 +169,7 @@ class Sandbox:
         self._protected: list[Path] = []
         self._bwrap = shutil.which("bwrap") or "bwrap"
         self._lock: int | None = None
+        self._keeper: _Keeper | None = None
         self.uid: int | None = None
         self.network = backend_needs_network(env)
         if self.confined and os.geteuid() == 0:
@@ -153,9 +208,12 @@ class Sandbox:
             os.chown(path, self.uid, self.uid)
 
     def prepare(self) -> None:
-        """Before the first command: the folders commands write are the item's user's."""
+        """Before the first command: the folders commands write are the item's user's, and the item's keeper
+        (its user and pid namespaces) runs."""
         for path in self._writable:
             self.own(path)
+        if self.confined and (self._keeper is None or not self._keeper.alive()):
+            self._keeper = _Keeper.start(self._as_item() + [self._bwrap], self.limits)
 
     # -- commands --------------------------------------------------------------------------------------
 
@@ -165,39 +223,55 @@ class Sandbox:
         `extra` files readable for this command only (a long command's script)."""
         if not self.confined:
             return [shell, "-c", command]
+        if self._keeper is None:
+            self.prepare()
         return [*self.wrap(cwd or self.work, network=self.network, uid=self.uid, extra=extra), shell, "-c",
                 command]
 
     def wrap(self, cwd: Path | None, *, network: bool, uid: int | None, limits: bool = True,
-             extra: Iterable[Path] = ()) -> list[str]:
-        """The bubblewrap prefix (and the switch to `uid`, and the limits) before a program's own argv. With no
-        `uid` (not root, or nested in a client's sandbox) a user namespace of its own makes the namespaces."""
-        prefix = [self._bwrap, *_namespaces(network)]
-        if uid is None:
-            prefix.append("--unshare-user")
-        prefix += _binds(_system() + [p for p in [*self._readable, *extra] if p.exists()],
-                         [p for p in self._writable if p.exists()], [p for p in self._protected if p.exists()])
-        prefix += [*(["--chdir", str(cwd)] if cwd else []), "--"]
+             extra: Iterable[Path] = (), join: bool = True) -> list[str]:
+        """The prefix before a program's own argv: a shell that joins the item's keeper (as `uid`), bubblewrap
+        with this item's view, the limits, and after the program a look at work/'s size. With `limits` False
+        (a client: the claude CLI) no keeper and no limits: a sandbox of its own, with `uid`, or a user
+        namespace of its own. With `join` False, a command gets a user namespace of its own too."""
+        view = _binds(_system() + [p for p in [*self._readable, *extra] if p.exists()],
+                      [p for p in self._writable if p.exists()], [p for p in self._protected if p.exists()],
+                      self.limits)
+        chdir = ["--chdir", str(cwd)] if cwd else []
+        if not limits:
+            # A client (the claude CLI) gets no limits: it reserves more address space than fits a command, and
+            # its commands' sandbox (`script`) limits them. It stays outside the keeper: no command sees it.
+            switch = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                      "--bounding-set=-all", "--"] if uid is not None else []
+            return [self._bwrap, *_namespaces(network), *([] if uid is not None else ["--unshare-user"]), *view,
+                    *chdir, "--", *switch]
+        bounds = ["prlimit", f"--nproc={self.limits.processes}", f"--as={self.limits.memory_bytes}",
+                  f"--cpu={self.limits.cpu_seconds}", f"--fsize={self.limits.file_bytes}", "--"]
+        if self._keeper is None or not join:  # nested where the keeper cannot be joined
+            return [self._bwrap, *_namespaces(network), "--unshare-user", *view, *chdir, "--", *bounds]
         if uid is not None:
-            prefix += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                       "--inh-caps=-all", "--bounding-set=-all", "--"]
-        # A client (the claude CLI) gets no limits: it reserves more address space than fits a command, and its
-        # commands' sandbox (`script`) limits them in a user namespace of their own.
-        if limits:
-            prefix += ["prlimit", f"--nproc={self.limits.processes}", f"--as={self.limits.memory_bytes}",
-                       f"--cpu={self.limits.cpu_seconds}", "--"]
-        return prefix
+            # As root: bwrap joins the keeper's pid namespace only (root cannot join a user namespace that maps
+            # no root), binds what only root can reach, and the command then runs as the item's user id.
+            switch = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                      "--bounding-set=-all", "--"]
+            return ["/bin/sh", "-c", self._keeper.joining(self.work, self.limits, userns=False), "palette-sandbox",
+                    self._bwrap, "--pidns", "4", *_namespaces(network), *view, *chdir, "--", *switch, *bounds]
+        return ["/bin/sh", "-c", self._keeper.joining(self.work, self.limits, userns=True), "palette-sandbox",
+                self._bwrap, "--userns", "3", "--pidns", "4", *_namespaces(network), *view, *chdir, "--", *bounds]
 
     def script(self, path: Path, shell: str = "/bin/bash") -> Path:
         """A program that runs its one argument (a command line) inside this sandbox with the allow-listed
         environment — for a client that runs commands itself and takes a wrapper for them (the Claude CLI's
-        CLAUDE_CODE_SHELL_PREFIX). Run from inside `client()`, so it nests: a user namespace of its own, as
-        the client is no longer root there."""
+        CLAUDE_CODE_SHELL_PREFIX). Run from inside `client()`: as root the client runs as the item's user id
+        outside the keeper, and the script joins it; not as root the client's own user namespace cannot, and
+        each command gets a user namespace of its own."""
         env = " ".join(shlex.quote(f"{name}={value}") for name, value in sorted(self.env.items()))
         if self.confined:
+            if self._keeper is None:
+                self.prepare()
             # No --chdir: the client runs each command in its own current directory. No uid: the client's
             # sandbox already switched to the item's.
-            run = shlex.join(self.wrap(None, network=self.network, uid=None))
+            run = shlex.join(self.wrap(None, network=self.network, uid=None, join=self.uid is not None))
             body = f'exec env -i {env} {run} {shell} -c "$1"'
         else:
             body = f'exec env -i {env} {shell} -c "$1"'
@@ -217,9 +291,11 @@ class Sandbox:
     # -- the end ---------------------------------------------------------------------------------------
 
     def stop(self, grace: float = 2.0) -> list[int]:
-        """Stop every process the agent started that still runs: by the item's user id (which no command can
-        shed), and by the trace path in their environment (the only mark unconfined)."""
-        stopped = leftovers.stop(self.trace, grace) if self.trace is not None else []
+        """Stop every process the agent started that still runs: the keeper, and with it the item's pid
+        namespace; by the item's user id (as root); by the trace path in their environment (unconfined, and
+        a client's commands not as root)."""
+        stopped = self._keeper.stop() if self._keeper is not None else []
+        stopped += leftovers.stop(self.trace, grace) if self.trace is not None else []
         if self.uid is not None:
             stopped += _kill_user(self.uid)
         return stopped
@@ -232,6 +308,11 @@ class Sandbox:
             if self._lock is not None:
                 os.close(self._lock)
                 self._lock = None
+
+    def _as_item(self) -> list[str]:
+        """The switch to the item's user id (as root), so the keeper's namespaces are that id's."""
+        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"] \
+            if self.uid is not None else []
 
     def _claim_id(self) -> int:
         """A user id no other running item holds (a lock file per id: the kernel drops a dead holder's lock)."""
@@ -253,6 +334,99 @@ class Sandbox:
         raise RuntimeError(f"every sandbox user id in {ID_LOCKS} is taken")
 
 
+class KeeperFailed(RuntimeError):
+    """The item's keeper could not start: bubblewrap refused (one line, from bwrap)."""
+
+
+@dataclass
+class _Keeper:
+    """The init of one item's user and pid namespaces (bwrap's own, around a sleeper): every command joins
+    them, and killing it ends every process of the item."""
+
+    process: subprocess.Popen[bytes]
+    pid: int  #: the namespaces' init, as this machine numbers it
+    pidns: str  #: its pid namespace ("pid:[inode]"): a command joins it only while it is the same
+
+    @classmethod
+    def start(cls, bwrap: list[str], limits: Limits) -> _Keeper:
+        reading, writing = os.pipe()
+        # Only the system, and no /proc or /dev of its own: then bwrap makes one user namespace, not a second
+        # nested in it, and the one a command joins stays the one the pid namespace belongs to.
+        system = [arg for path in _system() for arg in (["--symlink", os.readlink(path), str(path)]
+                  if path.is_symlink() else ["--ro-bind", str(path), str(path)])]
+        argv = [*bwrap, "--unshare-user", "--unshare-pid", *_namespaces(network=False), *system,
+                "--info-fd", str(writing), "--", "sleep", "infinity"]
+        try:
+            process = subprocess.Popen(argv, pass_fds=[writing], stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        finally:
+            os.close(writing)
+        with os.fdopen(reading, "rb") as info:
+            said = b""
+            # bwrap writes {"child-pid": N} once the namespaces exist, then closes its end.
+            while select.select([info], [], [], 30)[0]:
+                chunk = os.read(info.fileno(), 4096)
+                if not chunk:
+                    break
+                said += chunk
+        try:
+            pid = int(json.loads(said)["child-pid"])
+            pidns = os.readlink(f"/proc/{pid}/ns/pid")
+        except (ValueError, KeyError, OSError):
+            process.kill()
+            _, err = process.communicate()
+            raise KeeperFailed("bubblewrap could not start the item's sandbox: "
+                               + (" ".join(err.decode(errors="replace").split())[:200] or "no answer")) from None
+        return cls(process, pid, pidns)
+
+    def alive(self) -> bool:
+        try:
+            return os.readlink(f"/proc/{self.pid}/ns/pid") == self.pidns
+        except OSError:
+            return False
+
+    def joining(self, work: Path, limits: Limits, *, userns: bool) -> str:
+        """The shell that opens the keeper's pid namespace as fd 4 (and with `userns` its user namespace as fd 3)
+        for bwrap, runs its arguments, and then measures work/: over `limits.work_bytes`, it says so and ends
+        the item's processes."""
+        ns = f"/proc/{self.pid}/ns"
+        ended = f"echo 'palette: the sandbox of this item has ended: its processes were stopped' >&2; exit {ENDED}"
+        bound_kib = limits.work_bytes // 1024
+        over = (f"palette: work/ holds $used KiB, over the bound of this item ({bound_kib} KiB): its processes "
+                "were stopped")
+        opened = f"3<{ns}/user 4<{ns}/pid" if userns else f"4<{ns}/pid"
+        return (f'{{ command exec {opened}; }} 2>/dev/null || {{ {ended}; }}\n'
+                # the pid may have been reused since the keeper ended: join only its own namespaces
+                f'[ "$(readlink /proc/self/fd/4)" = {shlex.quote(self.pidns)} ] || {{ {ended}; }}\n'
+                '"$@"; code=$?\n'
+                f'used=$(du -skx {shlex.quote(str(work))} 2>/dev/null | cut -f1)\n'
+                f'if [ "${{used:-0}}" -gt {bound_kib} ]; then\n'
+                f'  echo "{over}" >&2; kill -KILL {self.pid} 2>/dev/null; exit {ENDED}\nfi\n'
+                'exit $code')
+
+    def stop(self) -> list[int]:
+        """Kill the namespaces' init: the kernel then kills every process in them. Returns their ids."""
+        members = self.members()
+        if members:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            # bwrap's outer half leaves once its child, the init, is reaped: after every process in it is gone.
+            self.process.wait(10)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+        return members
+
+    def members(self) -> list[int]:
+        """The processes in the keeper's pid namespace, by this machine's ids."""
+        found = []
+        for pid in psutil.pids():
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/ns/pid") == self.pidns:
+                    found.append(pid)
+        return found
+
+
 def backend_needs_network(env: Mapping[str, str]) -> bool:
     """Whether deck.py's backend is reached over the network, so commands keep it: a Palette web server
     (PALETTE_URL), or a Palette checkout (PALETTE_HOME) other than the reference engine's — a real Palette calls
@@ -264,15 +438,19 @@ def backend_needs_network(env: Mapping[str, str]) -> bool:
 
 
 def _namespaces(network: bool) -> list[str]:
-    # No --die-with-parent and no pid namespace: detached builds must outlive the command (not the item).
+    # No --die-with-parent: detached builds must outlive the command (not the item: the keeper's pid namespace).
     flags = ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not network:
         flags.append("--unshare-net")
     return flags
 
 
-def _binds(readable: Iterable[Path], writable: Iterable[Path], protected: Iterable[Path]) -> list[str]:
-    args = ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+def _binds(readable: Iterable[Path], writable: Iterable[Path], protected: Iterable[Path],
+           limits: Limits) -> list[str]:
+    # /proc of the pid namespace the command is in (the item's); /tmp and /dev/shm tmpfs of a bounded size
+    # (bwrap's /dev would hold a /dev/shm as large as half the machine's memory).
+    args = ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(limits.shm_bytes), "--tmpfs",
+            "/dev/shm", "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
     made: set[Path] = {Path("/"), Path("/tmp")}
 
     def parents(path: Path) -> list[str]:
