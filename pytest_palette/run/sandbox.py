@@ -357,7 +357,8 @@ class _Keeper:
         argv = [*bwrap, "--unshare-user", "--unshare-pid", *_namespaces(network=False), *system,
                 "--info-fd", str(writing), "--", "sleep", "infinity"]
         try:
-            process = subprocess.Popen(argv, pass_fds=[writing], stdin=subprocess.DEVNULL,
+            # An environment of its own: the item's commands can read the keeper's, as it runs as their user.
+            process = subprocess.Popen(argv, pass_fds=[writing], stdin=subprocess.DEVNULL, env={"PATH": os.defpath},
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         finally:
             os.close(writing)

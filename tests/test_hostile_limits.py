@@ -1,0 +1,121 @@
+"""The hostile route of every resource an agent can fill (issue 21): each is bounded on its own item, and an item
+held at the same time runs untouched. One session, asserted on many times."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+from test_sandbox import FAKE_KEYS, needs_bubblewrap
+
+from pytest_palette.rehearsal.hostile import HOSTILE_LIMITS, LIMITS_MARKER
+from pytest_palette.run.sandbox import Limits, problem
+
+CASES = f"""
+- name: attacker
+  covers: an agent that fills every resource it can is bounded on its own item
+  request: "Build a 3-slide deck on prompt caching for our engineering all-hands. {LIMITS_MARKER}"
+  replies: ["yes"]
+  expect: {{slides: 3}}
+- name: bystander
+  covers: the item held beside it runs as if it were alone
+  request: Build a 3-slide deck on prompt caching for our engineering all-hands.
+  replies: ["yes"]
+  expect: {{slides: 3}}
+"""
+
+
+@dataclass
+class Run:
+    folder: Path
+    records: dict[str, dict[str, object]]
+    shown: dict[str, str]  #: the attacker's commands → what they printed
+    files: list[Path]
+    output: str
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """One session on react, the two items held at once (--palette-conversations 2), fake keys in the caller's
+    environment."""
+    if problem("bubblewrap") is not None:
+        pytest.skip(f"no sandbox here: {problem('bubblewrap')}")
+    folder = tmp_path_factory.mktemp("hostile-limits")
+    (folder / "cases.yaml").write_text(CASES, encoding="utf-8")
+    (folder / "pytest.ini").write_text("[pytest]\npalette_cases = .\n", encoding="utf-8")
+    env = {**os.environ, **FAKE_KEYS}
+    passed = ["--palette-sandbox-env=PYTHONPATH"] if os.environ.get("PYTHONPATH") else []
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--host=react",
+                           "--model=rehearsal:hostile-limits", "--palette-conversations", "2", *passed],
+                          cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False)
+    [results] = (folder / "runs").glob("*/results.jsonl")
+    records = {record["case"]: record for record in map(json.loads, results.open())}
+    [attacker] = (folder / "runs").glob("*/react/attacker")
+    ran = {entry["command"]: entry for entry in map(json.loads, (attacker / "commands.jsonl").open())}
+    shown = {command: entry["stdout"] + entry["stderr"] for command, entry in ran.items()}
+    return Run(folder, records, shown, [path for path in (folder / "runs").rglob("*") if path.is_file()],
+               done.stdout + done.stderr)
+
+
+def _said(run: Run, number: int) -> str:
+    command = HOSTILE_LIMITS[number]
+    assert command in run.shown, f"the attacker never ran {command[:60]!r}"
+    return run.shown[command]
+
+
+def _stopped_at(said: str) -> int:
+    return int(said.split("stopped at ")[1].split()[0])
+
+
+@needs_bubblewrap
+def test_the_item_held_beside_the_attacker_passes_untouched(run: Run) -> None:
+    assert run.records["bystander"]["outcome"] == "pass", run.records["bystander"]["failures"]
+    assert run.records["attacker"]["outcome"] in ("pass", "fail"), run.records["attacker"]["failures"]
+
+
+@needs_bubblewrap
+def test_tmp_and_shm_are_bounded(run: Run) -> None:
+    assert 0 < _stopped_at(_said(run, 0)) <= Limits().tmp_bytes // 2**20
+    assert 0 < _stopped_at(_said(run, 1)) <= Limits().shm_bytes // 2**20
+
+
+@needs_bubblewrap
+def test_one_file_in_work_is_bounded(run: Run) -> None:
+    assert 0 < _stopped_at(_said(run, 2)) <= Limits().file_bytes // 2**20
+
+
+@needs_bubblewrap
+def test_a_command_sees_only_its_items_processes_and_no_key(run: Run) -> None:
+    said = _said(run, 3)
+    assert 0 < int(said.split("processes seen: ")[1].split()[0]) < 20
+    assert "PALETTE_TRACE=" in said  # it did read environments: its own item's
+
+
+@needs_bubblewrap
+def test_a_fork_loop_stops_at_the_item_process_limit(run: Run) -> None:
+    said = _said(run, 4)
+    assert int(said.split("fork refused after ")[1].split()[0]) < Limits().processes
+
+
+@needs_bubblewrap
+def test_no_key_anywhere_and_nothing_left_running(run: Run) -> None:
+    for path in run.files:
+        text = path.read_bytes().decode(errors="replace")
+        assert not any(value in text for value in FAKE_KEYS.values()), path
+    assert not any(value in run.output for value in FAKE_KEYS.values())
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"]
+                and "sleep(900)" in " ".join(p.info["cmdline"]) and _inside(p, run.folder)]
+
+
+def _inside(process: psutil.Process, folder: Path) -> bool:
+    """Whether `process` works in `folder` (not a fork of another test's hostile agent)."""
+    try:
+        return process.cwd().startswith(str(folder))
+    except psutil.Error:
+        return False
