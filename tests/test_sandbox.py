@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -129,7 +130,7 @@ def test_a_command_cannot_reach_a_port_on_this_machine(sandbox: Sandbox, item: P
 def test_no_process_a_command_starts_holds_a_key(sandbox: Sandbox, item: Path) -> None:
     shell = Shell(item / "work", {}, sandbox=sandbox)
     shell.run("nohup sleep 300 >/dev/null 2>&1 &")
-    [sleeper] = _sleeping(sandbox.uid, 1)  # as the item's own user
+    [sleeper] = _sleeping(sandbox, 1)
     environ = Path(f"/proc/{sleeper.pid}/environ").read_bytes().decode(errors="replace")
     assert "PALETTE_TRACE=" in environ and not any(value in environ for value in FAKE_KEYS.values())
     assert not any(value in shell.run("env") for value in FAKE_KEYS.values())
@@ -141,9 +142,9 @@ def test_everything_a_command_started_is_stopped_with_its_item_even_without_its_
     shell = Shell(item / "work", {}, sandbox=sandbox)
     shell.run("nohup sleep 300 >/dev/null 2>&1 &")
     shell.run("env -i /bin/sh -c 'sleep 301 >/dev/null 2>&1 &'")  # sheds PALETTE_TRACE: found by its user
-    sleeping = _sleeping(sandbox.uid, 2)
+    sleeping = _sleeping(sandbox, 2)
     assert {p.pid for p in sleeping} <= set(sandbox.stop())
-    assert _of_user(sandbox.uid) == []
+    assert _running(sandbox) == []
 
 
 @needs_bubblewrap
@@ -153,7 +154,7 @@ def test_a_fork_bomb_stops_at_the_item_process_limit(sandbox: Sandbox, item: Pat
     refused = int(said.split("fork refused after ")[1].split()[0])
     assert refused < sandbox.limits.processes  # 40 in this test's sandbox
     sandbox.stop()
-    assert _of_user(sandbox.uid) == []
+    assert _running(sandbox) == []
 
 
 @needs_bubblewrap
@@ -163,22 +164,30 @@ def test_a_long_command_runs_from_its_script_inside_the_sandbox(sandbox: Sandbox
     assert said.strip() == "100001"
 
 
-def _sleeping(uid: int | None, count: int) -> list[psutil.Process]:
-    """The `sleep`s of `uid` once there are `count` of them: a background command is forked before it is
+def _sleeping(sandbox: Sandbox, count: int) -> list[psutil.Process]:
+    """The `sleep`s of the item once there are `count` of them: a background command is forked before it is
     exec'd, so just after its shell returned it may still be a shell or nohup."""
     for _ in range(2000):
-        found = [p for p in psutil.process_iter(["uids", "name", "status", "cmdline"]) if p.info["uids"].real == uid
-                 and p.info["name"] == "sleep" and p.info["status"] != psutil.STATUS_ZOMBIE
-                 and p.info["cmdline"] != ["sleep", "infinity"]]  # not the item's keeper
+        found = []
+        for pid in _running(sandbox):
+            with contextlib.suppress(psutil.Error):
+                process = psutil.Process(pid)
+                if process.name() == "sleep" and process.cmdline() != ["sleep", "infinity"]:  # not the keeper
+                    found.append(process)
         if len(found) >= count:
             return found
         threading.Event().wait(0.01)
-    raise AssertionError(f"{count} sleep(s) of user {uid} never appeared")
+    raise AssertionError(f"{count} sleep(s) of the item never appeared")
 
 
-def _of_user(uid: int | None) -> list[int]:
-    return [p.pid for p in psutil.process_iter(["uids", "status"])
-            if p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE]
+def _running(sandbox: Sandbox) -> list[int]:
+    """The item's processes that are not zombies."""
+    alive = []
+    for pid in sandbox.processes():
+        with contextlib.suppress(psutil.Error):
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+    return alive
 
 
 # -- the hostile agent on every host ---------------------------------------------------------------

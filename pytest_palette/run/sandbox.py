@@ -300,6 +300,13 @@ class Sandbox:
             stopped += _kill_user(self.uid)
         return stopped
 
+    def processes(self) -> list[int]:
+        """The item's processes running now: those in its keeper's pid namespace, and (as root) of its user id."""
+        found = self._keeper.members() if self._keeper is not None else []
+        if self.uid is not None:
+            found += [process.pid for process in _of_user(self.uid) if process.pid not in found]
+        return found
+
     def close(self) -> None:
         """Stop what is left and give the user id back."""
         try:
@@ -489,6 +496,10 @@ def _interpreter_folders() -> list[Path]:
     package = Path(__file__).resolve().parent.parent
     found = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent,
              package}
+    # Packages a .pth file adds from elsewhere (a venv layered on another's site-packages); only those, not
+    # every sys.path entry: pytest puts test folders there, and a case file's expected answers with them.
+    found |= {Path(entry).resolve() for entry in sys.path
+              if Path(entry).name in ("site-packages", "dist-packages") and Path(entry).is_dir()}
     return sorted(path for path in found if not str(path).startswith(tuple(SYSTEM)))
 
 
