@@ -158,6 +158,20 @@ def test_a_fork_bomb_stops_at_the_item_process_limit(sandbox: Sandbox, item: Pat
 
 
 @needs_bubblewrap
+def test_a_fork_loop_in_one_item_leaves_the_item_beside_it_its_processes(sandbox: Sandbox, tmp_path: Path) -> None:
+    # Held at the same time: the loop's children still sleep while the other item's command forks.
+    Shell(sandbox.work, {}, sandbox=sandbox).run(HOSTILE_FINALE[-1])
+    other = Sandbox(tmp_path / "other", {"PATH": os.defpath}, limits=Limits(processes=40))
+    other.prepare()
+    try:
+        said = Shell(tmp_path / "other", {}, sandbox=other).run("for n in 1 2 3 4 5; do sleep 0 & done; wait; echo forked")
+        assert said == "forked"
+    finally:
+        other.close()
+    assert len(_running(sandbox)) > 30  # the loop's children were there all along
+
+
+@needs_bubblewrap
 def test_a_long_command_runs_from_its_script_inside_the_sandbox(sandbox: Sandbox, item: Path) -> None:
     body = "x" * 100_000
     said = Shell(item / "work", {}, sandbox=sandbox).run(f"cat > big.txt <<'END'\n{body}\nEND\nwc -c < big.txt")
