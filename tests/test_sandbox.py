@@ -164,8 +164,8 @@ def test_a_fork_loop_in_one_item_leaves_the_item_beside_it_its_processes(sandbox
     other = Sandbox(tmp_path / "other", {"PATH": os.defpath}, limits=Limits(processes=40))
     other.prepare()
     try:
-        said = Shell(tmp_path / "other", {}, sandbox=other).run("for n in 1 2 3 4 5; do sleep 0 & done; wait; echo forked")
-        assert said == "forked"
+        forking = "for n in 1 2 3 4 5; do sleep 0 & done; wait; echo forked"
+        assert Shell(tmp_path / "other", {}, sandbox=other).run(forking) == "forked"
     finally:
         other.close()
     assert len(_running(sandbox)) > 30  # the loop's children were there all along

@@ -234,9 +234,11 @@ class Sandbox:
         with this item's view, the limits, and after the program a look at work/'s size. With `limits` False
         (a client: the claude CLI) no keeper and no limits: a sandbox of its own, with `uid`, or a user
         namespace of its own. With `join` False, a command gets a user namespace of its own too."""
+        # A client whose commands join the keeper (as root) keeps the machine's /proc, unchanged: the kernel lets
+        # a command mount a /proc of the keeper's pid namespace only where a whole /proc is already visible.
         view = _binds(_system() + [p for p in [*self._readable, *extra] if p.exists()],
                       [p for p in self._writable if p.exists()], [p for p in self._protected if p.exists()],
-                      self.limits)
+                      self.limits, proc=limits or uid is None)
         chdir = ["--chdir", str(cwd)] if cwd else []
         if not limits:
             # A client (the claude CLI) gets no limits: it reserves more address space than fits a command, and
@@ -454,11 +456,12 @@ def _namespaces(network: bool) -> list[str]:
 
 
 def _binds(readable: Iterable[Path], writable: Iterable[Path], protected: Iterable[Path],
-           limits: Limits) -> list[str]:
+           limits: Limits, proc: bool = True) -> list[str]:
     # /proc of the pid namespace the command is in (the item's); /tmp and /dev/shm tmpfs of a bounded size
     # (bwrap's /dev would hold a /dev/shm as large as half the machine's memory).
-    args = ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(limits.shm_bytes), "--tmpfs",
-            "/dev/shm", "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    args = [*(["--proc", "/proc"] if proc else ["--bind", "/proc", "/proc"]), "--dev", "/dev",
+            "--perms", "1777", "--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm",
+            "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
     made: set[Path] = {Path("/"), Path("/tmp")}
 
     def parents(path: Path) -> list[str]:
