@@ -17,7 +17,7 @@ import pytest
 from pytest_palette.backend import agent_environment
 from pytest_palette.hosts.shell import Shell
 from pytest_palette.rehearsal.hostile import HOSTILE_FINALE, HOSTILE_PROBES
-from pytest_palette.run.sandbox import Limits, Sandbox, allowed_environment, problem
+from pytest_palette.run.sandbox import ENDED, Limits, Sandbox, allowed_environment, problem, userns_policy
 
 #: What a caller may have in its environment; none of it may reach a command, a file of the run, or a report.
 FAKE_KEYS = {"WATSONX_APIKEY": "fake-watsonx-key-0d9f", "ANTHROPIC_API_KEY": "sk-ant-fake-key-71c2",
@@ -86,6 +86,18 @@ def test_a_missing_bubblewrap_is_named_with_its_fix(monkeypatch: pytest.MonkeyPa
     assert said is not None and "bubblewrap" in said and "--palette-sandbox none" in said
     assert problem("none") is None
     assert "--palette-sandbox 'chroot'" in str(problem("chroot"))
+
+
+def test_a_policy_refusing_user_namespaces_is_named_with_its_fix(tmp_path: Path) -> None:
+    (tmp_path / "kernel").mkdir()
+    (tmp_path / "user").mkdir()
+    assert userns_policy(tmp_path) is None  # nothing refuses them
+    for name, value in (("kernel/apparmor_restrict_unprivileged_userns", "1"),
+                        ("kernel/unprivileged_userns_clone", "0")):
+        (tmp_path / name).write_text(f"{value}\n")
+        said = userns_policy(tmp_path)
+        assert said is not None and f"{name.replace('/', '.')}={value}" in said
+        assert f"sysctl -w {name.replace('/', '.')}=" in said and "--palette-sandbox none" in said
 
 
 @needs_bubblewrap
@@ -169,6 +181,21 @@ def test_a_fork_loop_in_one_item_leaves_the_item_beside_it_its_processes(sandbox
     finally:
         other.close()
     assert len(_running(sandbox)) > 30  # the loop's children were there all along
+
+
+@needs_bubblewrap
+def test_work_over_its_bound_stops_the_item_and_says_why(item: Path) -> None:
+    bounded = Sandbox(item / "work", {"PATH": os.defpath}, limits=Limits(work_bytes=2**20))
+    bounded.prepare()
+    try:
+        shell = Shell(item / "work", {}, sandbox=bounded)
+        shell.run("nohup sleep 300 >/dev/null 2>&1 &")
+        ran = shell.execute("head -c 3000000 /dev/zero > big.bin")
+        assert ran.code == ENDED and "over the bound of this item (1024 KiB)" in ran.stderr
+        assert _running(bounded) == []  # the sleep went with the item's namespaces
+        assert "the sandbox of this item has ended" in shell.run("echo again")
+    finally:
+        bounded.close()
 
 
 @needs_bubblewrap
