@@ -213,7 +213,7 @@ def _sleeping(sandbox: Sandbox, count: int) -> list[psutil.Process]:
         for pid in _running(sandbox):
             with contextlib.suppress(psutil.Error):
                 process = psutil.Process(pid)
-                if process.name() == "sleep" and process.cmdline() != ["sleep", "infinity"]:  # not the keeper
+                if process.name() == "sleep":
                     found.append(process)
         if len(found) >= count:
             return found

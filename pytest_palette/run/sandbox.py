@@ -73,6 +73,17 @@ ID_LOCKS = Path("/tmp/palette-sandbox-ids")
 FIRST_ID, IDS = 420_000, 10_000
 #: A command's exit status when its item's sandbox has ended (the keeper is gone): not a verdict on the skill.
 ENDED = 125
+#: The keeper: the init of the item's pid namespace (reaping what is left to it, as an init must), until the
+#: harness's end of its input closes — also when pytest is killed unannounced. Then the kernel kills the rest.
+KEEPER = ("python3", "-c", "import os, signal, sys\n"
+          "def reap(*_):\n"
+          "    try:\n"
+          "        while os.waitpid(-1, os.WNOHANG)[0] > 0:\n"
+          "            pass\n"
+          "    except ChildProcessError:\n"
+          "        pass\n"
+          "signal.signal(signal.SIGCHLD, reap)\n"
+          "sys.stdin.buffer.read()\n")
 #: Where the kernel says whether unprivileged user namespaces are allowed (Debian, Ubuntu's AppArmor, all).
 SYSCTL = Path("/proc/sys")
 
@@ -349,8 +360,8 @@ class KeeperFailed(RuntimeError):
 
 @dataclass
 class _Keeper:
-    """The init of one item's user and pid namespaces (bwrap's own, around a sleeper): every command joins
-    them, and killing it ends every process of the item."""
+    """The init of one item's user and pid namespaces (KEEPER): every command joins them, and killing it ends
+    every process of the item."""
 
     process: subprocess.Popen[bytes]
     pid: int  #: the namespaces' init, as this machine numbers it
@@ -363,11 +374,13 @@ class _Keeper:
         # nested in it, and the one a command joins stays the one the pid namespace belongs to.
         system = [arg for path in _system() for arg in (["--symlink", os.readlink(path), str(path)]
                   if path.is_symlink() else ["--ro-bind", str(path), str(path)])]
-        argv = [*bwrap, "--unshare-user", "--unshare-pid", *_namespaces(network=False), *system,
-                "--info-fd", str(writing), "--", "sleep", "infinity"]
+        # It reads a pipe only this process writes: should pytest die unannounced (SIGKILL), the pipe closes, the
+        # keeper ends, and the item's processes with it. bwrap's own init would wait for them instead.
+        argv = [*bwrap, "--unshare-user", "--unshare-pid", "--as-pid-1", *_namespaces(network=False), *system,
+                "--info-fd", str(writing), "--", *KEEPER]
         try:
             # An environment of its own: the item's commands can read the keeper's, as it runs as their user.
-            process = subprocess.Popen(argv, pass_fds=[writing], stdin=subprocess.DEVNULL, env={"PATH": os.defpath},
+            process = subprocess.Popen(argv, pass_fds=[writing], stdin=subprocess.PIPE, env={"PATH": os.defpath},
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         finally:
             os.close(writing)
@@ -423,8 +436,10 @@ class _Keeper:
         with contextlib.suppress(subprocess.TimeoutExpired):
             # bwrap's outer half leaves once its child, the init, is reaped: after every process in it is gone.
             self.process.wait(10)
-        if self.process.stderr is not None:
-            self.process.stderr.close()
+        for pipe in (self.process.stdin, self.process.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
         return members
 
     def members(self) -> list[int]:
