@@ -33,6 +33,7 @@ CASES = f"""
 
 @dataclass
 class Run:
+    host: str
     folder: Path
     records: dict[str, dict[str, object]]
     shown: dict[str, str]  #: the attacker's commands → what they printed
@@ -40,10 +41,11 @@ class Run:
     output: str
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """One session on react, the two items held at once (--palette-conversations 2), fake keys in the caller's
-    environment."""
+@pytest.fixture(scope="module", params=["react", "claude"])
+def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """One session per host (react runs each command itself; claude's CLI runs them through its shell prefix),
+    the two items held at once (--palette-conversations 2), fake keys in the caller's environment."""
+    host: str = request.param
     if problem("bubblewrap") is not None:
         pytest.skip(f"no sandbox here: {problem('bubblewrap')}")
     folder = tmp_path_factory.mktemp("hostile-limits")
@@ -51,15 +53,15 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     (folder / "pytest.ini").write_text("[pytest]\npalette_cases = .\n", encoding="utf-8")
     env = {**os.environ, **FAKE_KEYS}
     passed = ["--palette-sandbox-env=PYTHONPATH"] if os.environ.get("PYTHONPATH") else []
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--host=react",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--host={host}",
                            "--model=rehearsal:hostile-limits", "--palette-conversations", "2", *passed],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False)
     [results] = (folder / "runs").glob("*/results.jsonl")
     records = {record["case"]: record for record in map(json.loads, results.open())}
-    [attacker] = (folder / "runs").glob("*/react/attacker")
+    [attacker] = (folder / "runs").glob(f"*/{host}/attacker")
     ran = {entry["command"]: entry for entry in map(json.loads, (attacker / "commands.jsonl").open())}
     shown = {command: entry["stdout"] + entry["stderr"] for command, entry in ran.items()}
-    return Run(folder, records, shown, [path for path in (folder / "runs").rglob("*") if path.is_file()],
+    return Run(host, folder, records, shown, [path for path in (folder / "runs").rglob("*") if path.is_file()],
                done.stdout + done.stderr)
 
 
@@ -93,8 +95,13 @@ def test_one_file_in_work_is_bounded(run: Run) -> None:
 @needs_bubblewrap
 def test_a_command_sees_only_its_items_processes_and_no_key(run: Run) -> None:
     said = _said(run, 3)
-    assert 0 < int(said.split("processes seen: ")[1].split()[0]) < 20
+    seen = int(said.split("processes seen: ")[1].split()[0])
     assert "PALETTE_TRACE=" in said  # it did read environments: its own item's
+    if run.host == "claude" and os.geteuid() != 0:
+        # Not as root the CLI's commands cannot join the keeper (docs/sandbox.md): they see the machine's.
+        assert seen > 0
+    else:
+        assert 0 < seen < 20
 
 
 @needs_bubblewrap
