@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from .cases import MAX_CONTEXT
-from .hosts.base import COMMAND_TIMEOUT, MODEL_RETRIES, RECURSION_LIMIT, TURN_TIMEOUT, HostSettings
+from .hosts.base import COMMAND_TIMEOUT, MODEL_RETRIES, OUTPUT_LIMIT, RECURSION_LIMIT, TURN_TIMEOUT, HostSettings
 from .models import ModelSpec, ModelUnavailable, parse_model
 from .rehearsal.injection import FaultSchedule
 from .rehearsal.latency import ModelLatency
@@ -25,6 +25,8 @@ from .skill import PACKAGED_SKILLS
 DEFAULT_BUILD_GRACE = 60.0
 #: With -v, a command of the agent's running this long gets a line (`--palette-progress-after`).
 PROGRESS_AFTER = 10.0
+#: `--palette-output-limit` below this could not show one deck.py answer's state; Claude Code's own floor is 4,000.
+MIN_OUTPUT_LIMIT = 1_000
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -64,6 +66,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-command-timeout", type=float, default=None, dest="palette_command_timeout",
                     metavar="SECONDS", help="seconds one shell command may take on hosts that let us set it "
                                             f"(default {COMMAND_TIMEOUT:g}; must outlast deck.py's 90 s holds)")
+    group.addoption("--palette-output-limit", type=int, default=None, dest="palette_output_limit", metavar="CHARS",
+                    help="characters of one command's output the agent reads back, on every host; past it a "
+                         f"marker says what was cut (default {OUTPUT_LIMIT:,}, no tighter than any "
+                         "host's own client; ini palette_output_limit)")
     group.addoption("--palette-recursion-limit", type=int, default=None, dest="palette_recursion_limit",
                     metavar="N", help=f"step budget of the react host (default {RECURSION_LIMIT})")
     group.addoption("--palette-eager", action="store_true", default=False, dest="palette_eager",
@@ -116,6 +122,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("palette_model", "default model", default="rehearsal")
     parser.addini("palette_run_dir", "where run folders are made", default="runs")
     parser.addini("palette_turn_timeout", "seconds one agent turn may take", default=str(TURN_TIMEOUT))
+    parser.addini("palette_output_limit", "characters of one command's output the agent reads back",
+                  default=str(OUTPUT_LIMIT))
     parser.addini("palette_progress_after", "with -v, seconds a command runs before a line says so",
                   default=str(PROGRESS_AFTER))
 
@@ -166,6 +174,20 @@ def _number(config: pytest.Config, option: str, ini: str | None, default: float)
         value, source = default, "default"
     if value <= 0:
         raise pytest.UsageError(f"{source} must be more than 0 (got {value:g})")
+    return value
+
+
+def _output_limit(config: pytest.Config) -> int:
+    """`--palette-output-limit`, else its ini twin, else the default; a bad value is one line naming its source."""
+    given = config.getoption("palette_output_limit")
+    raw, source = (given, "--palette-output-limit") if given is not None else \
+        (config.getini("palette_output_limit"), "ini palette_output_limit")
+    try:
+        value = int(str(raw).replace("_", ""))
+    except ValueError:
+        raise pytest.UsageError(f"{source} = {raw!r} is not a number of characters") from None
+    if value < MIN_OUTPUT_LIMIT:
+        raise pytest.UsageError(f"{source} must be at least {MIN_OUTPUT_LIMIT:,} characters (got {value:,})")
     return value
 
 
@@ -303,6 +325,7 @@ def resolve(config: pytest.Config) -> Settings:
             sandbox_env=tuple(name.strip() for given in config.getoption("palette_sandbox_env")
                               for name in given.split(",") if name.strip()),
             model_retries=MODEL_RETRIES if retries is None else retries,
+            output_limit=_output_limit(config),
             rehearsal_faults=faults,
             rehearsal_latency=latency,
         ),

@@ -56,6 +56,11 @@ SECRET_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
 #: Not a key: what the CLI sends to the rehearsal server, which never checks it.
 REHEARSAL_KEY = "sk-ant-rehearsal-not-a-key"
 #: Fewer outbound calls: the CLI must not phone home from a benchmark.
+#: The most BASH_MAX_OUTPUT_LENGTH the CLI takes (it caps a larger value; its default is 30,000). Since 2.1 that
+#: variable sizes only the read-back window: the output the model gets inline is the `bashOutputMaxChars` setting
+#: (default 30,000, clamped to 4,000-128,000); past it the CLI saves the output to a file and shows a 2 KB preview.
+CLI_OUTPUT_CEILING = 150_000
+CLI_INLINE_CEILING = 128_000
 QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}
 #: Set by an enclosing Claude Code (or the operator) and wrong for a nested, isolated CLI.
 INHERITED = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_SSE_PORT", "CLAUDE_CONFIG_DIR")
@@ -113,7 +118,7 @@ def cli_model(model: ModelSpec) -> str:
 
 def cli_environment(base: Mapping[str, str], model: ModelSpec, config_dir: Path, base_url: str | None,
                     command_timeout: float, as_root: bool | None = None,
-                    max_retries: int | None = None) -> dict[str, str]:
+                    max_retries: int | None = None, output_limit: int | None = None) -> dict[str, str]:
     """The CLI's environment: `base` (this conversation's, PALETTE_TRACE included) made safe and quiet.
 
     For the rehearsal model every routing variable is dropped and the server put in their place; for a
@@ -137,6 +142,8 @@ def cli_environment(base: Mapping[str, str], model: ModelSpec, config_dir: Path,
     # The Bash tool's ceiling must outlast deck.py's holds (90 s plan, 60 s status), as on the react host.
     millis = str(int(command_timeout * 1000))
     env["BASH_DEFAULT_TIMEOUT_MS"] = env["BASH_MAX_TIMEOUT_MS"] = millis
+    if output_limit is not None:  # --palette-output-limit, up to the most the CLI takes
+        env["BASH_MAX_OUTPUT_LENGTH"] = str(min(output_limit, CLI_OUTPUT_CEILING))
     root = os.geteuid() == 0 if as_root is None else as_root
     if root:
         env["IS_SANDBOX"] = "1"  # the CLI refuses bypassPermissions as root without it
@@ -155,12 +162,15 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 
 
 def turn_command(cli: Path, model_id: str, session_id: str, first: bool,
-                 permission_mode: str = PERMISSION_MODE) -> list[str]:
+                 permission_mode: str = PERMISSION_MODE, output_limit: int | None = None) -> list[str]:
     """One turn's argv. The message goes on standard input, not in argv: one argument holds at most 128 KiB
     (a paste can be larger), and a reply that starts with "-" is then never read as an option."""
     session = ["--session-id", session_id] if first else [f"--resume={session_id}"]
+    # --palette-output-limit: what the Bash tool hands the model inline.
+    inline = [] if output_limit is None else [
+        "--settings", json.dumps({"bashOutputMaxChars": min(output_limit, CLI_INLINE_CEILING)})]
     return [str(cli), "-p", "--output-format", "stream-json", "--verbose", "--model", model_id,
-            "--permission-mode", permission_mode, *session]
+            "--permission-mode", permission_mode, *inline, *session]
 
 
 # -- reading what the CLI printed ------------------------------------------------------------------
@@ -335,8 +345,9 @@ class ClaudeSession(HostSession):
 
     def __init__(self, cli: Path, work: Path, skill: SkillCard | None, env: Mapping[str, str], model_id: str,
                  folder: Path, permission_mode: str = PERMISSION_MODE, log: CommandLog | None = None,
-                 priced: bool = True, sandbox: Sandbox | None = None) -> None:
+                 priced: bool = True, sandbox: Sandbox | None = None, output_limit: int | None = None) -> None:
         self.cli, self.work, self.skill, self.model_id = cli, work, skill, model_id
+        self.output_limit = output_limit
         self.sandbox = sandbox
         self.log = log
         #: Whether the CLI's cost estimate is a price of something that ran: not for the rehearsal model, which
@@ -402,7 +413,8 @@ class ClaudeSession(HostSession):
 
     def _run(self, message: str, number: int, timeout: float) -> tuple[int, str, str]:
         """Run the CLI for one turn; its output goes to files (a build it leaves running holds no pipe)."""
-        argv = turn_command(self.cli, self.model_id, self.session_id, number == 1, self.permission_mode)
+        argv = turn_command(self.cli, self.model_id, self.session_id, number == 1, self.permission_mode,
+                            self.output_limit)
         if self.sandbox is not None:
             argv = self.sandbox.client(argv, self.work)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -607,6 +619,8 @@ class ClaudeHost(Host):
         described = {"model": model.label, "client": client, "cli_model": cli_model(model),
                      "permission_mode": self.permission_mode,
                      "bash_timeout": f"{settings.command_timeout:g} s",
+                     "bash_output_limit": f"{min(settings.output_limit, CLI_INLINE_CEILING):,} characters inline "
+                                          "(the CLI's most; past it, a file and a preview)",
                      "model_retries": str(settings.model_retries)}
         if model.provider == "rehearsal":
             # The CLI's estimate would price cli_model, which did not run: only a price table prices it.
@@ -641,12 +655,12 @@ class ClaudeHost(Host):
         sandbox.readable(wrapper)
         client_env = {**sandbox.env, **{k: v for k, v in env.items() if k.startswith(ROUTING_PREFIXES)}}
         cli_env = cli_environment(client_env, model, config, base_url, settings.command_timeout,
-                                  max_retries=settings.model_retries)
+                                  max_retries=settings.model_retries, output_limit=settings.output_limit)
         # HOME is not work/: the CLI reads no project settings (skills) in a project that is its home.
         cli_env.update({"CLAUDE_CODE_SHELL_PREFIX": str(wrapper), "TMPDIR": str(scratch), "HOME": str(home)})
         return ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
                              workspace.command_log(), priced=model.provider != "rehearsal",
-                             sandbox=sandbox)
+                             sandbox=sandbox, output_limit=settings.output_limit)
 
     def fault(self, model: ModelSpec) -> str | None:
         return self.endpoint.fault(model)

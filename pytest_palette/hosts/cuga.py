@@ -41,7 +41,7 @@ from ..models import NO_KEY_HINT, ModelSpec, missing_credentials
 from ..run.command_log import CommandLog
 from ..run.sandbox import Sandbox, allowed_environment
 from ..skill import SkillCard, drift, install
-from .base import Host, HostError, HostSession, HostSettings, Problem, TurnRecord
+from .base import OUTPUT_LIMIT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .endpoint import RehearsalEndpoint
 from .shell import Shell
 
@@ -247,9 +247,12 @@ def _quiet_cuga_logging() -> None:
         logger.remove()
 
 
-def configure(settings: Any, block_timeout: int) -> None:
+def configure(settings: Any, block_timeout: int, output_limit: int = OUTPUT_LIMIT) -> None:
     """The CUGA settings every conversation runs with (process-wide in CUGA; set before each agent)."""
     settings.skills.enabled = True
+    # run_command returns all a command printed; what the model reads of a code block's output CUGA trims here
+    # (its own default 70,000, a head and "[Output trimmed to N chars]"): `--palette-output-limit`, as on every host.
+    settings.advanced_features.execution_output_max_length = output_limit
     # Without the shell tool CUGA drops the skills block from the prompt, and there is no run_command.
     settings.advanced_features.enable_shell_tool = True
     settings.advanced_features.sandbox_execution_timeout = block_timeout
@@ -450,7 +453,7 @@ class CugaSession(HostSession):
 
     def __init__(self, work: Path, skill: SkillCard | None, env: Mapping[str, str], cuga: CugaModel,
                  block_timeout: int, log_file: Path | None = None, commands: CommandLog | None = None,
-                 sandbox: Sandbox | None = None) -> None:
+                 sandbox: Sandbox | None = None, output_limit: int = OUTPUT_LIMIT) -> None:
         if not _active_lock.acquire(blocking=False):
             raise HostError("another cuga conversation is running in this process (CUGA's state is process-wide)")
         self.work = work
@@ -469,7 +472,7 @@ class CugaSession(HostSession):
             settings = load_cuga(cuga.settings_file)
             self.env = item_environment(env, cuga, self.cuga_folder)
             with process_state(self.env, work):
-                configure(settings, block_timeout)
+                configure(settings, block_timeout, output_limit)
                 # No skill (the baseline): nothing installed, and CUGA's skills off, so it offers no catalogue.
                 self.skill_dir = self._install(skill) if skill is not None else None
                 if skill is not None:
@@ -668,6 +671,7 @@ class CugaHost(Host):
                  "skill_loading": "lazy (CUGA's load_skill; --palette-eager does not apply)",
                  "sandbox_execution_timeout": f"{block_timeout(settings)} s",
                  "run_command_timeout": f"{RUN_COMMAND_CEILING} s (fixed in cuga)",
+                 "execution_output_max_length": f"{settings.output_limit:,} characters",
                  # CUGA builds its OpenAI client itself, with the SDK's default bound.
                  "model_retries": "2 (the openai SDK's default in CUGA's client; --palette-model-retries does "
                                   "not reach it)"}
@@ -696,7 +700,7 @@ class CugaHost(Host):
         # CUGA's log stays in the item's folder, beside turns.json, out of the agent's sight.
         return CugaSession(workspace.work, skill, env, cuga, block_timeout(settings),
                            log_file=workspace.own("cuga.log"), commands=workspace.command_log(),
-                           sandbox=sandbox)
+                           sandbox=sandbox, output_limit=settings.output_limit)
 
     def fault(self, model: ModelSpec) -> str | None:
         return self._endpoint.fault(model)
