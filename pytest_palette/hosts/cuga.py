@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 #: The version the host and its lean dependency set were proven against.
 CUGA_VERSION = "0.4.3"
+#: `execution_output_max_length` in cuga 0.4.3's settings.toml: the characters of a code block's output the model reads.
+CUGA_OUTPUT_DEFAULT = 70_000
 #: `run_command`'s own timeout in cuga 0.4.3 (a default argument, no setting): no block may outlast it.
 RUN_COMMAND_CEILING = 120
 INSTALL_HINT = ("pip install -r requirements-cuga.txt && pip install --no-deps cuga==" + CUGA_VERSION
@@ -247,12 +249,18 @@ def _quiet_cuga_logging() -> None:
         logger.remove()
 
 
+def cuga_output_limit(output_limit: int) -> int:
+    """What CUGA trims a code block's output at: `--palette-output-limit`, or CUGA's own default if that is more."""
+    return max(output_limit, CUGA_OUTPUT_DEFAULT)
+
+
 def configure(settings: Any, block_timeout: int, output_limit: int = OUTPUT_LIMIT) -> None:
     """The CUGA settings every conversation runs with (process-wide in CUGA; set before each agent)."""
     settings.skills.enabled = True
-    # run_command returns all a command printed; what the model reads of a code block's output CUGA trims here
-    # (its own default 70,000, a head and "[Output trimmed to N chars]"): `--palette-output-limit`, as on every host.
-    settings.advanced_features.execution_output_max_length = output_limit
+    # run_command returns all a command printed; what the model reads of a code block's output CUGA trims here (a
+    # head and "[Output trimmed to N chars]"): `--palette-output-limit`, never below CUGA's own default, because the
+    # same trim cuts the skill's text that load_skill returns.
+    settings.advanced_features.execution_output_max_length = cuga_output_limit(output_limit)
     # Without the shell tool CUGA drops the skills block from the prompt, and there is no run_command.
     settings.advanced_features.enable_shell_tool = True
     settings.advanced_features.sandbox_execution_timeout = block_timeout
@@ -671,7 +679,7 @@ class CugaHost(Host):
                  "skill_loading": "lazy (CUGA's load_skill; --palette-eager does not apply)",
                  "sandbox_execution_timeout": f"{block_timeout(settings)} s",
                  "run_command_timeout": f"{RUN_COMMAND_CEILING} s (fixed in cuga)",
-                 "execution_output_max_length": f"{settings.output_limit:,} characters",
+                 "execution_output_max_length": f"{cuga_output_limit(settings.output_limit):,} characters",
                  # CUGA builds its OpenAI client itself, with the SDK's default bound.
                  "model_retries": "2 (the openai SDK's default in CUGA's client; --palette-model-retries does "
                                   "not reach it)"}

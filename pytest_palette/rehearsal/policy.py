@@ -75,8 +75,9 @@ _QUESTION = re.compile(r"^(?:how|what|what's|which|why|when|where|who|whose|is|a
                        r"shall|can|could|would|will|may|might|must|have|has|any)\b", re.I)
 _QUOTED = re.compile(r'"[^"\n]*"|“[^”\n]*”')
 #: The start of a plan answer that the host clipped (a long document makes a long plan): deck.py says it is done
-#: and where the plan is, before the text that did not fit.
-_CLIPPED_DONE = re.compile(r'^\s*\{\s*"state":\s*"done",\s*"done":\s*true,\s*"plan":\s*"((?:[^"\\]|\\.)+)"')
+#: and where the plan is, before the text that did not fit. The host may say something first (Claude Code: "Output
+#: too large … Preview (first 2KB):").
+_CLIPPED_DONE = re.compile(r'\{\s*"state":\s*"done",\s*"done":\s*true,\s*"plan":\s*"((?:[^"\\]|\\.)+)"')
 _PLAN_STEPS = frozenset({"plan", "edit", "plan-status"})
 
 
@@ -107,7 +108,7 @@ def parse_answer(text: str) -> dict[str, Any]:
 
 def clipped_plan(text: str) -> str | None:
     """The plan file a clipped plan answer names: deck.py said "done" before the host cut its text; else None."""
-    match = _CLIPPED_DONE.match(text)
+    match = _CLIPPED_DONE.search(text)
     if match is None:
         return None
     try:
