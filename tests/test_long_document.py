@@ -28,6 +28,7 @@ from pytest_palette.hosts.cuga import CUGA_OUTPUT_DEFAULT, configure, cuga_outpu
 from pytest_palette.hosts.react import ReactHost
 from pytest_palette.hosts.shell import clip
 from pytest_palette.models import parse_model
+from pytest_palette.options import resolve
 from pytest_palette.rehearsal.conversation import (
     AgentSaid,
     Conversation,
@@ -39,6 +40,7 @@ from pytest_palette.rehearsal.conversation import (
 )
 from pytest_palette.rehearsal.policy import RehearsalPolicy, clipped_plan
 from pytest_palette.run.sandbox import problem as sandbox_problem
+from pytest_palette.run.session import fingerprint
 from pytest_palette.skill import load_skill
 
 #: Whole sessions on three hosts: the suite's 600 s hang guard is too tight when the machine is oversubscribed.
@@ -123,10 +125,11 @@ def test_deck_pys_answer_for_it_is_over_the_old_clip_and_under_the_new_default()
 
 def test_the_limit_reaches_the_hosts_and_a_bad_one_is_one_line(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\npalette_output_limit = 60_000\n")
-    from pytest_palette.options import resolve
-
-    assert resolve(pytester.parseconfigure()).host.output_limit == 60_000
-    assert resolve(pytester.parseconfigure("--palette-output-limit", "90000")).host.output_limit == 90_000
+    from_ini, given = resolve(pytester.parseconfigure()), resolve(pytester.parseconfigure("--palette-output-limit",
+                                                                                          "90000"))
+    assert (from_ini.host.output_limit, given.host.output_limit) == (60_000, 90_000)
+    # Runs that read back different amounts of output were not asked under the same terms.
+    assert fingerprint(from_ini, "h") != fingerprint(given, "h") == fingerprint(given, "h")
     too_small = pytester.runpytest("--palette-output-limit", "500", "--co")
     assert too_small.ret == pytest.ExitCode.USAGE_ERROR
     too_small.stderr.fnmatch_lines(["*--palette-output-limit must be at least 1,000 characters (got 500)"])

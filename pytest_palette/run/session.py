@@ -19,7 +19,7 @@ import pytest
 from .. import __version__
 from ..backend import describe_backend, round_trip, run_folder_problem, setting_problems
 from ..cases import EXPECT_KEYS, ExpectCheck
-from ..hosts.base import Host
+from ..hosts.base import OUTPUT_LIMIT, Host
 from ..judge import PALETTE, PALETTE_RULES
 from ..options import Settings, resolve
 from ..results.ledger import find, ledger_name, load, read
@@ -255,6 +255,8 @@ def fingerprint(settings: Settings, skill_hash: str, skill: str = PALETTE) -> st
     }
     if settings.model.base_url:  # only when given, so the fingerprints of earlier runs still match
         terms["base_url"] = settings.model.base_url
+    if settings.host.output_limit != OUTPUT_LIMIT:  # likewise: what the agent reads of a command is a term
+        terms["output_limit"] = settings.host.output_limit
     if skill != PALETTE:  # another skill's rules judge it (and, as above, Palette's runs keep their fingerprints)
         terms["rules"] = skill
     return hashlib.sha256(json.dumps(terms, sort_keys=True).encode()).hexdigest()[:16]
