@@ -4,10 +4,11 @@ It is a scripted, deterministic stand-in for a language model, so that every hos
 end with no network. It follows the skill the way a good agent would: it answers a request that asks for
 no deck in words (a question about slides) and leaves the skill alone; for a deck, it loads the skill, looks
 before it acts, plans with the user's words verbatim and pasted material in --context, asks for
-approval, classifies each reply, edits rather than re-plans, holds rather than spins, builds only
-after approval and reports the absolute path. Offered no skill for decks (the baseline), it does what a
-capable model does without one: an outline, the user's approval, a deck it writes itself. It decides from
-the conversation alone — the user's messages and the tool results — never from knowledge of a benchmark case.
+approval (reading the plan from its file when the host cut deck.py's answer), classifies each reply, edits
+rather than re-plans, holds rather than spins, builds only after approval and reports the absolute path.
+Offered no skill for decks (the baseline), it does what a capable model does without one: an outline, the
+user's approval, a deck it writes itself. It decides from the conversation alone — the user's messages and the
+tool results — never from knowledge of a benchmark case.
 
 Written once, apart from any message format: adapters serve it to LangChain in-process and, over
 HTTP, to other clients.
