@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from pytest_palette.hosts.base import OUTPUT_LIMIT, HostSettings
-from pytest_palette.hosts.claude import cli_environment, turn_command
+from pytest_palette.hosts.claude import ClaudeHost, cli_environment, turn_command
 from pytest_palette.hosts.cuga import CUGA_OUTPUT_DEFAULT, configure, cuga_output_limit
 from pytest_palette.hosts.react import ReactHost
 from pytest_palette.hosts.shell import clip
@@ -142,6 +142,8 @@ def test_the_limit_reaches_the_hosts_and_a_bad_one_is_one_line(pytester: pytest.
 def test_each_host_is_told_the_limit_and_says_so() -> None:
     settings = HostSettings(output_limit=40_000)
     assert ReactHost().describe(parse_model("rehearsal"), settings)["output_limit"] == "40,000 characters"
+    described = ClaudeHost().describe(parse_model("rehearsal"), settings)["bash_output_limit"]
+    assert described.startswith("40,000 characters inline;")
     env = cli_environment({}, parse_model("rehearsal"), Path("/c"), None, 300.0, as_root=False, output_limit=40_000)
     assert env["BASH_MAX_OUTPUT_LENGTH"] == "40000"
     argv = turn_command(Path("/bin/claude"), "claude-sonnet-4-5", "s", True, output_limit=40_000)

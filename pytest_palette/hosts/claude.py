@@ -619,8 +619,9 @@ class ClaudeHost(Host):
         described = {"model": model.label, "client": client, "cli_model": cli_model(model),
                      "permission_mode": self.permission_mode,
                      "bash_timeout": f"{settings.command_timeout:g} s",
-                     "bash_output_limit": f"{min(settings.output_limit, CLI_INLINE_CEILING):,} characters inline "
-                                          "(the CLI's most; past it, a file and a preview)",
+                     "bash_output_limit": f"{min(settings.output_limit, CLI_INLINE_CEILING):,} characters inline"
+                                          + (" (the CLI's most)" if settings.output_limit > CLI_INLINE_CEILING
+                                             else "") + "; past it, a file and a 2 KB preview",
                      "model_retries": str(settings.model_retries)}
         if model.provider == "rehearsal":
             # The CLI's estimate would price cli_model, which did not run: only a price table prices it.
