@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import pwd
 import secrets
 import shlex
 import shutil
@@ -110,7 +111,9 @@ class Sandbox:
         self.work, self.trace, self.limits = work, trace, limits
         self.kind = MODES[mode]
         self.env = allowed_environment(env, work, passed)
-        self._readable: list[Path] = list(dict.fromkeys(_interpreter_folders() + _backend_folders(env)))
+        self._readable: list[Path] = list(dict.fromkeys(
+            _interpreter_folders() + _backend_folders(env)
+            + path_folders(self.env.get("PATH", ""), keep_out=[work.parent] + ([trace.parent] if trace else []))))
         self._writable: list[Path] = [work] + ([trace] if trace is not None else [])
         self._protected: list[Path] = []
         self._bwrap = shutil.which("bwrap") or "bwrap"
@@ -323,6 +326,99 @@ def _backend_folders(env: Mapping[str, str]) -> list[Path]:
     if python and Path(python).is_absolute():
         found.append(Path(python).resolve().parent.parent)
     return [path for path in found if not str(path).startswith(tuple(SYSTEM))]
+
+
+#: A PATH folder of this name holds a prefix's commands (a venv's, an interpreter's, a version manager's shims):
+#: what they start lives beside it, under its parent.
+_PREFIX_FOLDERS = frozenset({"bin", "shims"})
+#: Links followed from a command to what it runs, and files looked at per PATH folder: bounds, not expectations.
+_HOPS, _COMMANDS = 16, 4096
+
+
+def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
+    """The folders outside the system ones that the commands on `search_path` (the caller's PATH) need, to be
+    bound read-only so that every name PATH resolves outside the sandbox resolves, and starts, inside it too:
+    each PATH folder, or the prefix it is the `bin`/`shims` of (a venv; a version manager's root, whose shims
+    run its own scripts and the interpreter it picks); and the same for each link, or `#!` interpreter, that a
+    command there leads through (a venv's python → the interpreter it was made from). Never a home or a folder
+    above one, nor one holding, above or inside a `keep_out` folder (the item's run folder): a PATH folder in a
+    home is bound alone, not the home; one that cannot be is left out."""
+    keep, homes = [Path(path).resolve() for path in keep_out], _homes()
+
+    def allowed(folder: Path) -> bool:
+        path = folder.resolve()
+        if _under_system(path) or any(path == home or path in home.parents for home in homes):
+            return False  # the system is bound already; a home (or "/") would show the caller's keys
+        return not any(path == kept or path in kept.parents or kept in path.parents for kept in keep)
+
+    chosen: list[Path] = []
+
+    def add(folder: Path) -> None:
+        root = folder.parent if folder.name in _PREFIX_FOLDERS else folder
+        for candidate in (root, folder):
+            if allowed(candidate):
+                chosen.append(candidate)
+                return
+
+    for entry in dict.fromkeys(search_path.split(os.pathsep)):
+        folder = Path(os.path.normpath(entry)) if os.path.isabs(entry) else None
+        if folder is None or not folder.is_dir() or not allowed(folder):
+            continue  # relative entries (".") name the agent's own folder, which it has already
+        add(folder)
+        for command in _commands(folder):
+            for hop in _leads_through(command):
+                add(hop.parent)
+    # One bind per tree: a folder inside another chosen one is already there.
+    unique = sorted(set(chosen), key=lambda path: len(path.parts))
+    return [path for index, path in enumerate(unique)
+            if not any(other in path.parents for other in unique[:index])]
+
+
+def _commands(folder: Path) -> list[Path]:
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(entry.path) for _, entry in zip(range(_COMMANDS), entries, strict=False)]
+    except OSError:
+        return []
+
+
+def _leads_through(command: Path) -> list[Path]:
+    """The paths `command` leads through when run: each link on the way, and the `#!` interpreter the last
+    names (absolute, not /usr/bin/env's search) and its own links."""
+    hops: list[Path] = []
+    current = command
+    for _ in range(_HOPS):
+        try:
+            if current.is_symlink():
+                current = Path(os.path.normpath(current.parent / os.readlink(current)))
+                hops.append(current)
+                continue
+            if not current.is_file():  # a FIFO would hold the read forever
+                break
+            with current.open("rb") as opened:
+                first = opened.readline(256)
+        except OSError:
+            break
+        named = first[2:].split() if first.startswith(b"#!") else []
+        if not named or not named[0].startswith(b"/") or (interpreter := Path(os.fsdecode(named[0]))) in hops:
+            break
+        current = interpreter
+        hops.append(current)
+    return hops
+
+
+def _homes() -> list[Path]:
+    """Every home on this machine (and the caller's HOME): never bound whole, nor a folder above one."""
+    found = {Path(os.environ.get("HOME") or "/")}
+    with contextlib.suppress(OSError, KeyError, RuntimeError):
+        found.add(Path.home())
+    with contextlib.suppress(OSError, KeyError):
+        found.update(Path(user.pw_dir) for user in pwd.getpwall() if user.pw_dir)
+    return [path.resolve() for path in found if str(path) not in ("", "/")]
+
+
+def _under_system(path: Path) -> bool:
+    return any(path == system or system in path.parents for system in map(Path, SYSTEM))
 
 
 def _of_user(uid: int, *, zombies: bool = False) -> list[psutil.Process]:
