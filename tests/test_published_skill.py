@@ -23,8 +23,8 @@ from test_backend import real_style_skill
 from test_benchmark_suite import ALL, DECK
 
 from pytest_palette.backend import REFERENCE_HOME
-from pytest_palette.run import sandbox
-from pytest_palette.run.command_log import NOT_FOUND, read
+from pytest_palette.run import faults, sandbox
+from pytest_palette.run.command_log import NOT_FOUND, CommandRun, read, skill_calls
 
 pytest_plugins = ["pytester"]
 #: A whole session of 41 items: more than the suite's 600 s hang guard allows when the machine is busy.
@@ -158,3 +158,31 @@ def test_with_the_shims_folder_hidden_an_item_is_an_error_naming_python_not_a_fa
            "exit 127)" in text
     [log] = (tmp_path / "runs").glob("*/react/plain_request/commands.jsonl")
     assert {run.exit_code for run in read(log)} == {NOT_FOUND}  # recorded, not null
+
+
+def _run(command: str, at: float, code: int, stderr: str) -> CommandRun:
+    return CommandRun(command, at, at + 0.1, code, "", stderr)
+
+
+PLAN = "python skills/palette/scripts/deck.py plan --request r --out plan.md"
+
+
+@pytest.mark.parametrize(("runs", "said"), [
+    ([_run(PLAN, 1.0, 127, "/bin/sh: 1: python: not found\n")], "no `python` in the agent's shell (/bin/sh: 1: "),
+    ([_run(f"cd . && {PLAN}", 1.0, 127, "bash: line 1: python: command not found")], "no `python`"),
+    ([_run("skills/palette/scripts/deck.py find", 1.0, 127, "/usr/bin/env: 'python3': No such file or directory")],
+     "no `python3` in the agent's shell (/usr/bin/env: 'python3'"),
+    # One call that started (python3 after python): the agent's to judge.
+    ([_run(PLAN, 1.0, 127, "/bin/sh: 1: python: not found"), _run(PLAN.replace("python", "python3"), 2.0, 0, "")],
+     None),
+    # A name the call does not hold (a program deck.py starts) is not the call's interpreter.
+    ([_run(PLAN, 1.0, 127, "/bin/sh: 1: helper: not found")], None),
+])
+def test_a_skill_whose_script_never_started_is_a_fault_naming_the_missing_command(
+        runs: list[CommandRun], said: str | None) -> None:
+    calls = skill_calls(runs)
+    fault = faults.found(calls, runs)
+    if said is None:
+        assert fault is None
+    else:
+        assert fault is not None and fault.startswith("the skill's script could not start: ") and said in fault
