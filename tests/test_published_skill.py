@@ -121,10 +121,14 @@ def test_the_sandbox_binds_the_managers_root_read_only_and_not_the_home(tmp_path
     # The shims' root (its script, its version file, its versions), and nothing of the system.
     assert sandbox.path_folders(path, keep_out=[work.parent]) == [root]
     home = tmp_path / "home"
-    (home / "bin").mkdir(parents=True)
-    (home / ".ssh").mkdir()
+    for folder in ("bin", ".ssh", ".local/bin", ".local/lib", ".cargo/bin"):
+        (home / folder).mkdir(parents=True)
+    (home / ".cargo" / "credentials.toml").write_text("token = 'fake'\n", encoding="utf-8")
     monkeypatch.setenv("HOME", str(home))
-    assert sandbox.path_folders(f"{home / 'bin'}:{home}") == [home / "bin"]  # a home's own bin alone, not the home
+    # A home's own bins alone: not the home, not ~/.local (every program's data), not a bin's parent that is no
+    # prefix of its commands (~/.cargo keeps a registry token beside its bin).
+    bins = [home / "bin", home / ".local/bin", home / ".cargo/bin"]
+    assert sandbox.path_folders(":".join(map(str, [*bins, home]))) == bins
     assert sandbox.path_folders(f"{tmp_path / 'runs'}:{work}", keep_out=[work.parent]) == []  # nor the run folder
     boxed = sandbox.Sandbox(work, {"PATH": f"{path}:{home / 'bin'}"})
     try:

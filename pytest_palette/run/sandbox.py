@@ -328,9 +328,11 @@ def _backend_folders(env: Mapping[str, str]) -> list[Path]:
     return [path for path in found if not str(path).startswith(tuple(SYSTEM))]
 
 
-#: A PATH folder of this name holds a prefix's commands (a venv's, an interpreter's, a version manager's shims):
-#: what they start lives beside it, under its parent.
-_PREFIX_FOLDERS = frozenset({"bin", "shims"})
+#: What makes a `bin` folder's parent a prefix its commands need (a venv, an interpreter's or a version manager's
+#: installation), rather than a folder of other things (~/.cargo keeps its registry token beside `bin`).
+_PREFIX_MARKS = ("pyvenv.cfg", "lib", "libexec")
+#: Where every program keeps its data, below a home (XDG's defaults): never bound whole, nor a folder above one.
+_STORES = (".local/share", ".local/state", ".config", ".cache")
 #: Links followed from a command to what it runs, and files looked at per PATH folder: bounds, not expectations.
 _HOPS, _COMMANDS = 16, 4096
 
@@ -338,11 +340,12 @@ _HOPS, _COMMANDS = 16, 4096
 def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
     """The folders outside the system ones that the commands on `search_path` (the caller's PATH) need, to be
     bound read-only so that every name PATH resolves outside the sandbox resolves, and starts, inside it too:
-    each PATH folder, or the prefix it is the `bin`/`shims` of (a venv; a version manager's root, whose shims
-    run its own scripts and the interpreter it picks); and the same for each link, or `#!` interpreter, that a
-    command there leads through (a venv's python → the interpreter it was made from). Never a home or a folder
-    above one, nor one holding, above or inside a `keep_out` folder (the item's run folder): a PATH folder in a
-    home is bound alone, not the home; one that cannot be is left out."""
+    each PATH folder, or the prefix it is the `bin` of (a venv, an installation with `lib`) or the `shims` of (a
+    version manager's root, whose shims run its own scripts and the interpreter it picks); and the same for each
+    link, or `#!` interpreter, that a command there leads through (a venv's python → the interpreter it was made
+    from). Never a home, nor the folders where every program keeps its data (~/.local/share, ~/.config …), nor a
+    folder above one, nor one holding, above or inside a `keep_out` folder (the item's run folder): `~/bin` or
+    `~/.local/bin` is bound alone, not the home; a folder that cannot be is left out."""
     keep, homes = [Path(path).resolve() for path in keep_out], _homes()
 
     def allowed(folder: Path) -> bool:
@@ -352,10 +355,15 @@ def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
         return not any(path == kept or path in kept.parents or kept in path.parents for kept in keep)
 
     chosen: list[Path] = []
+    seen: set[Path] = set()
 
     def add(folder: Path) -> None:
-        root = folder.parent if folder.name in _PREFIX_FOLDERS else folder
-        for candidate in (root, folder):
+        if folder in seen:
+            return
+        seen.add(folder)
+        prefix = folder.name == "shims" or (folder.name == "bin" and any(
+            (folder.parent / mark).exists() for mark in _PREFIX_MARKS))
+        for candidate in (folder.parent, folder) if prefix else (folder,):
             if allowed(candidate):
                 chosen.append(candidate)
                 return
@@ -368,10 +376,9 @@ def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
         for command in _commands(folder):
             for hop in _leads_through(command):
                 add(hop.parent)
-    # One bind per tree: a folder inside another chosen one is already there.
-    unique = sorted(set(chosen), key=lambda path: len(path.parts))
-    return [path for index, path in enumerate(unique)
-            if not any(other in path.parents for other in unique[:index])]
+    # In PATH's order, one bind per tree: a folder inside another chosen one is already there.
+    unique = list(dict.fromkeys(chosen))
+    return [path for path in unique if not any(other in path.parents for other in unique)]
 
 
 def _commands(folder: Path) -> list[Path]:
@@ -391,30 +398,37 @@ def _leads_through(command: Path) -> list[Path]:
         try:
             if current.is_symlink():
                 current = Path(os.path.normpath(current.parent / os.readlink(current)))
-                hops.append(current)
-                continue
-            if not current.is_file():  # a FIFO would hold the read forever
+            elif current.is_file():  # not a FIFO: its read would never end
+                with current.open("rb") as opened:
+                    first = opened.readline(256)
+                named = first[2:].split() if first.startswith(b"#!") else []
+                if not named or not named[0].startswith(b"/"):
+                    break
+                current = Path(os.fsdecode(named[0]))
+            else:
                 break
-            with current.open("rb") as opened:
-                first = opened.readline(256)
         except OSError:
             break
-        named = first[2:].split() if first.startswith(b"#!") else []
-        if not named or not named[0].startswith(b"/") or (interpreter := Path(os.fsdecode(named[0]))) in hops:
+        if current in hops:
             break
-        current = interpreter
         hops.append(current)
+        if _under_system(current):  # what a system program (/usr/bin/env, /bin/sh) needs is the system's
+            break
     return hops
 
 
 def _homes() -> list[Path]:
-    """Every home on this machine (and the caller's HOME): never bound whole, nor a folder above one."""
+    """Every home on this machine (and the caller's HOME), and the stores of program data in it (XDG's): never
+    bound whole, nor a folder above one."""
     found = {Path(os.environ.get("HOME") or "/")}
     with contextlib.suppress(OSError, KeyError, RuntimeError):
         found.add(Path.home())
     with contextlib.suppress(OSError, KeyError):
         found.update(Path(user.pw_dir) for user in pwd.getpwall() if user.pw_dir)
-    return [path.resolve() for path in found if str(path) not in ("", "/")]
+    found.update(Path(os.environ[name]) for name in ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME",
+                                                     "XDG_CACHE_HOME") if os.path.isabs(os.environ.get(name, "")))
+    homes = [path for path in found if str(path) not in ("", "/")]
+    return [path.resolve() for home in homes for path in (home, *(home / store for store in _STORES))]
 
 
 def _under_system(path: Path) -> bool:
