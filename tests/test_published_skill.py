@@ -158,8 +158,9 @@ def test_with_the_shims_folder_hidden_an_item_is_an_error_naming_python_not_a_fa
     result.assert_outcomes(errors=1, passed=1)  # the near miss needs no skill and passes
     text = result.stdout.str()
     assert "ERROR" in text and "plain_request" in text and "no .pptx was produced" not in text
-    assert "the skill's script could not start: no `python` in the agent's shell (/bin/sh: 1: python: not found, " \
-           "exit 127)" in text
+    said = "the skill's script could not start: no `python` in the agent's shell (/bin/sh: "
+    assert said in text
+    assert "python: not found, exit 127)" in text or "python: command not found, exit 127)" in text  # dash, bash
     [log] = (tmp_path / "runs").glob("*/react/plain_request/commands.jsonl")
     assert {run.exit_code for run in read(log)} == {NOT_FOUND}  # recorded, not null
 

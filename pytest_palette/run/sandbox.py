@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import pwd
 import secrets
@@ -371,7 +372,7 @@ def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
     for entry in dict.fromkeys(search_path.split(os.pathsep)):
         folder = Path(os.path.normpath(entry)) if os.path.isabs(entry) else None
         if folder is None or not folder.is_dir() or not allowed(folder):
-            continue  # relative entries (".") name the agent's own folder, which it has already
+            continue  # a relative entry (".") names the agent's own folder, which it has already
         add(folder)
         for command in _commands(folder):
             for hop in _leads_through(command):
@@ -384,7 +385,7 @@ def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
 def _commands(folder: Path) -> list[Path]:
     try:
         with os.scandir(folder) as entries:
-            return [Path(entry.path) for _, entry in zip(range(_COMMANDS), entries, strict=False)]
+            return [Path(entry.path) for entry in itertools.islice(entries, _COMMANDS)]
     except OSError:
         return []
 
