@@ -98,6 +98,7 @@ def published_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[
     return folder / "runs", outcomes, done.stdout
 
 
+@pytest.mark.slow
 def test_ibms_published_skill_passes_every_shipped_case_sandboxed_with_python_from_shims(
         published_run: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
     runs, outcomes, stdout = published_run
