@@ -350,7 +350,10 @@ def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
     keep, homes = [Path(path).resolve() for path in keep_out], _homes()
 
     def allowed(folder: Path) -> bool:
-        path = folder.resolve()
+        try:
+            path = folder.resolve()
+        except (OSError, RuntimeError):  # a loop of links
+            return False
         if _under_system(path) or any(path == home or path in home.parents for home in homes):
             return False  # the system is bound already; a home (or "/") would show the caller's keys
         return not any(path == kept or path in kept.parents or kept in path.parents for kept in keep)
