@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..models import ModelSpec
-from ..run.command_log import CommandLog, CommandRun
+from ..run.command_log import NOT_FOUND, CommandLog, CommandRun, not_found
 from ..skill import SkillCard, drift, install
 from .base import COMMAND_TIMEOUT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .endpoint import RehearsalEndpoint
@@ -261,9 +261,11 @@ def _commands(event: Json, running: dict[str, tuple[str, float]], ended: list[Co
                 stdout, stderr = str(result.get("stdout", "")), str(result.get("stderr", ""))
             else:  # the text mixes both; a failure's text is also the error (the CLI's word on why)
                 stdout, stderr = text, (text if block.get("is_error") else "")
-            # The CLI marks a failed command as an error and says its exit code in the text.
+            # The CLI marks a failed command as an error and says its exit code in the text; a command its shell
+            # could not find is 127 even where the CLI says only the shell's words.
             code = re.search(r"\bExit code (\d+)", text) if block.get("is_error") else None
-            exit_code = int(code.group(1)) if code else (None if block.get("is_error") else 0)
+            exit_code = int(code.group(1)) if code else (
+                (NOT_FOUND if not_found(text) else None) if block.get("is_error") else 0)
             ended.append(CommandRun(command, started, max(at, started), exit_code, stdout, stderr))
 
 

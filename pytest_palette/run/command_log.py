@@ -29,6 +29,13 @@ OUTPUT_LIMIT = 20_000
 #: A here-document: `<<WORD` (or `<<-'WORD'`, `<<"WORD"`) to the end of its line, then its body up to WORD.
 _HEREDOC = re.compile(r"<<-?[ \t]*(['\"]?)(\w+)\1([^\n]*)\n.*?\n[ \t]*\2[ \t]*(?:\n|$)", re.DOTALL)
 
+#: The exit code of a command its shell could not find (or whose `#!` interpreter env could not find).
+NOT_FOUND = 127
+#: How a shell says a name did not resolve: dash, bash, zsh, and env looking up a `#!` line's interpreter.
+_MISSING = re.compile(r"^(?:[^\n]*?: )?(?:line \d+: )?(?P<sh>[^\s:'\"]+): (?:command )?not found$"
+                      r"|command not found: (?P<zsh>\S+)$"
+                      r"|\benv: [‘'\"]?(?P<env>[^\s‘’'\"]+)[’'\"]?: No such file or directory$", re.MULTILINE)
+
 
 class CommandRun(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     """One command a host ran for its agent, as the host saw it."""
@@ -74,6 +81,16 @@ class CommandLog:
             os.write(descriptor, line)
         finally:
             os.close(descriptor)
+
+
+def not_found(text: str) -> list[tuple[str, str, bool]]:
+    """Each name a shell's output (`text`) says it could not find, with its line, and whether it was the
+    interpreter of a `#!` line (env's words) rather than a command name."""
+    missing = []
+    for match in _MISSING.finditer(text):
+        name = next(part for part in match.groups() if part)
+        missing.append((name, text[text.rfind("\n", 0, match.start()) + 1:match.end()], bool(match.group("env"))))
+    return missing
 
 
 def read(path: Path) -> list[CommandRun]:

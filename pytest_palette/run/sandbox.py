@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
+import pwd
 import secrets
 import shlex
 import shutil
@@ -110,7 +112,9 @@ class Sandbox:
         self.work, self.trace, self.limits = work, trace, limits
         self.kind = MODES[mode]
         self.env = allowed_environment(env, work, passed)
-        self._readable: list[Path] = list(dict.fromkeys(_interpreter_folders() + _backend_folders(env)))
+        self._readable: list[Path] = list(dict.fromkeys(
+            _interpreter_folders() + _backend_folders(env)
+            + path_folders(self.env.get("PATH", ""), keep_out=[work.parent] + ([trace.parent] if trace else []))))
         self._writable: list[Path] = [work] + ([trace] if trace is not None else [])
         self._protected: list[Path] = []
         self._bwrap = shutil.which("bwrap") or "bwrap"
@@ -323,6 +327,116 @@ def _backend_folders(env: Mapping[str, str]) -> list[Path]:
     if python and Path(python).is_absolute():
         found.append(Path(python).resolve().parent.parent)
     return [path for path in found if not str(path).startswith(tuple(SYSTEM))]
+
+
+#: What makes a `bin` folder's parent a prefix its commands need (a venv, an interpreter's or a version manager's
+#: installation), rather than a folder of other things (~/.cargo keeps its registry token beside `bin`).
+_PREFIX_MARKS = ("pyvenv.cfg", "lib", "libexec")
+#: Where every program keeps its data, below a home (XDG's defaults): never bound whole, nor a folder above one.
+_STORES = (".local/share", ".local/state", ".config", ".cache")
+#: Links followed from a command to what it runs, and files looked at per PATH folder: bounds, not expectations.
+_HOPS, _COMMANDS = 16, 4096
+
+
+def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
+    """The folders outside the system ones that the commands on `search_path` (the caller's PATH) need, to be
+    bound read-only so that every name PATH resolves outside the sandbox resolves, and starts, inside it too:
+    each PATH folder, or the prefix it is the `bin` of (a venv, an installation with `lib`) or the `shims` of (a
+    version manager's root, whose shims run its own scripts and the interpreter it picks); and the same for each
+    link, or `#!` interpreter, that a command there leads through (a venv's python → the interpreter it was made
+    from). Never a home, nor the folders where every program keeps its data (~/.local/share, ~/.config …), nor a
+    folder above one, nor one holding, above or inside a `keep_out` folder (the item's run folder): `~/bin` or
+    `~/.local/bin` is bound alone, not the home; a folder that cannot be is left out."""
+    keep, homes = [Path(path).resolve() for path in keep_out], _homes()
+
+    def allowed(folder: Path) -> bool:
+        try:
+            path = folder.resolve()
+        except (OSError, RuntimeError):  # a loop of links
+            return False
+        if _under_system(path) or any(path == home or path in home.parents for home in homes):
+            return False  # the system is bound already; a home (or "/") would show the caller's keys
+        return not any(path == kept or path in kept.parents or kept in path.parents for kept in keep)
+
+    chosen: list[Path] = []
+    seen: set[Path] = set()
+
+    def add(folder: Path) -> None:
+        if folder in seen:
+            return
+        seen.add(folder)
+        prefix = folder.name == "shims" or (folder.name == "bin" and any(
+            (folder.parent / mark).exists() for mark in _PREFIX_MARKS))
+        for candidate in (folder.parent, folder) if prefix else (folder,):
+            if allowed(candidate):
+                chosen.append(candidate)
+                return
+
+    for entry in dict.fromkeys(search_path.split(os.pathsep)):
+        folder = Path(os.path.normpath(entry)) if os.path.isabs(entry) else None
+        if folder is None or not folder.is_dir() or not allowed(folder):
+            continue  # a relative entry (".") names the agent's own folder, which it has already
+        add(folder)
+        for command in _commands(folder):
+            for hop in _leads_through(command):
+                add(hop.parent)
+    # In PATH's order, one bind per tree: a folder inside another chosen one is already there.
+    unique = list(dict.fromkeys(chosen))
+    return [path for path in unique if not any(other in path.parents for other in unique)]
+
+
+def _commands(folder: Path) -> list[Path]:
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(entry.path) for entry in itertools.islice(entries, _COMMANDS)]
+    except OSError:
+        return []
+
+
+def _leads_through(command: Path) -> list[Path]:
+    """The paths `command` leads through when run: each link on the way, and the `#!` interpreter the last
+    names (absolute, not /usr/bin/env's search) and its own links."""
+    hops: list[Path] = []
+    current = command
+    for _ in range(_HOPS):
+        try:
+            if current.is_symlink():
+                current = Path(os.path.normpath(current.parent / os.readlink(current)))
+            elif current.is_file():  # not a FIFO: its read would never end
+                with current.open("rb") as opened:
+                    first = opened.readline(256)
+                named = first[2:].split() if first.startswith(b"#!") else []
+                if not named or not named[0].startswith(b"/"):
+                    break
+                current = Path(os.fsdecode(named[0]))
+            else:
+                break
+        except OSError:
+            break
+        if current in hops:
+            break
+        hops.append(current)
+        if _under_system(current):  # what a system program (/usr/bin/env, /bin/sh) needs is the system's
+            break
+    return hops
+
+
+def _homes() -> list[Path]:
+    """Every home on this machine (and the caller's HOME), and the stores of program data in it (XDG's): never
+    bound whole, nor a folder above one."""
+    found = {Path(os.environ.get("HOME") or "/")}
+    with contextlib.suppress(OSError, KeyError, RuntimeError):
+        found.add(Path.home())
+    with contextlib.suppress(OSError, KeyError):
+        found.update(Path(user.pw_dir) for user in pwd.getpwall() if user.pw_dir)
+    found.update(Path(os.environ[name]) for name in ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME",
+                                                     "XDG_CACHE_HOME") if os.path.isabs(os.environ.get(name, "")))
+    homes = [path for path in found if str(path) not in ("", "/")]
+    return [path.resolve() for home in homes for path in (home, *(home / store for store in _STORES))]
+
+
+def _under_system(path: Path) -> bool:
+    return any(path == system or system in path.parents for system in map(Path, SYSTEM))
 
 
 def _of_user(uid: int, *, zombies: bool = False) -> list[psutil.Process]:
