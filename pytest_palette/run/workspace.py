@@ -97,7 +97,7 @@ class Workspace:
         whose names step outside the run, or whose host or item folder is a link, is an UnsafeRecord."""
         refused = record_refusal(record)
         if refused:
-            raise UnsafeRecord(f"{run}: a record for {record.case[:80]!r} on {record.host[:80]!r}: {refused}")
+            raise UnsafeRecord(f"a record for {record.case[:80]!r} on {record.host[:80]!r}: {refused}")
         if record.workspace is not None:
             found = cls(run / record.workspace, PurePosixPath(record.workspace))
         else:
