@@ -223,6 +223,8 @@ def listing(root: Path, folder: PurePath, wanted: Callable[[str], bool], *, deep
                                                                       "not a regular file"))
     finally:
         os.close(top)
+    found.files.sort(key=lambda entry: entry.path)  # the order a walk meets them in is the disk's, not stable
+    found.refused.sort(key=lambda refused: str(refused.path))
     return found
 
 
