@@ -128,6 +128,9 @@ def test_a_crafted_run_folder_is_refused_and_view_writes_nothing_outside_out(
     preview = run / "react" / "next_item" / "output" / "slide-1.png"
     preview.unlink()
     preview.symlink_to(session.secret)
+    for name in ("palette-calls.jsonl", "turns.json", "output/plan.md", "input/case.json"):  # each kind
+        (run / "react" / "next_item" / name).unlink()
+        (run / "react" / "next_item" / name).symlink_to(session.secret)
     before = {p for p in tmp_path.rglob("*")}
     out = tmp_path / "a" / "b" / "site"
     with pytest.warns(UserWarning) as caught:
@@ -144,10 +147,13 @@ def test_a_crafted_run_folder_is_refused_and_view_writes_nothing_outside_out(
     assert not {str(p): _leaks(p) for p in files if p.is_file() and _leaks(p)}
     page = (out / "items" / run.name / "react" / "next_item.html").read_text()
     assert f"output/slide-1.png is a link (to {session.secret}): not shown" in page
+    assert f"output/plan.md is a link (to {session.secret}): not shown" in page
     # show and rejudge name the crafted records and go on with the rest.
     assert main(["show", str(run / "results.jsonl")]) == 0
     shown = capsys.readouterr().out
     assert "skipped:" in shown and "is not a host name" in shown and "attacked[react]" in shown
     assert main(["rejudge", str(run)]) == 0
     rejudged = capsys.readouterr().out
-    assert "2 verdict(s) re-judged" in rejudged and "not re-judged:" in rejudged
+    assert "not re-judged: next_item[react]: pass, nothing on disk to judge" in rejudged  # its case.json: a link
+    assert "not re-judged: a record for 'next_item' on '../../x': its host" in rejudged
+    assert rejudged.splitlines()[-1].startswith("1 verdict(s) re-judged")  # attacked: its work/ was not copied

@@ -276,7 +276,7 @@ def read_trace(path: Path) -> list[dict[str, Any]]:
     says also what was not read)."""
     calls, notes = trace_of(path)
     for note in notes:
-        warnings.warn(f"{path}: {note}", stacklevel=2)
+        warnings.warn(f"{path.parent}: {note}", stacklevel=2)
     return calls
 
 
