@@ -109,6 +109,16 @@ def test_an_oversized_file_is_refused_and_a_copy_leaves_nothing(work: Path, tmp_
         copy(work, Path("deck/slide-1.png"), tmp_path / "copy.png", 4096)
 
 
+def test_a_site_links_the_very_file_it_checked(work: Path, tmp_path: Path, outside: Path) -> None:
+    (work / "deck" / "slide-1.png").write_bytes(b"\x89PNG good")
+    untrusted.link_or_copy(work, Path("deck/slide-1.png"), tmp_path / "linked.png", 100)
+    assert (tmp_path / "linked.png").samefile(work / "deck" / "slide-1.png")  # a hard link, on one disk
+    (work / "deck" / "slide-2.png").symlink_to(outside)
+    with pytest.raises(Refused, match="is a link"):
+        untrusted.link_or_copy(work, Path("deck/slide-2.png"), tmp_path / "never.png", 100)
+    assert not (tmp_path / "never.png").exists()
+
+
 def test_a_200_mb_sparse_trace_is_read_up_to_its_bound_in_bounded_memory(tmp_path: Path) -> None:
     trace = tmp_path / "palette-calls.jsonl"
     with trace.open("wb") as handle:

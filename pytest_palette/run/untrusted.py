@@ -176,11 +176,16 @@ def link_or_copy(root: Path, path: PurePath, target: Path, limit: int) -> None:
     with open_file(root, path) as source:
         if os.fstat(source.fileno()).st_size > limit:
             raise Refused(_relative(root, path), f"is larger than {limit // _MiB} MiB")
-        try:  # linkat(AT_SYMLINK_FOLLOW) of /proc/self/fd/N links the open file itself, not whatever is at `path`
-            os.link(f"/proc/self/fd/{source.fileno()}", target, follow_symlinks=True)
+        # linkat(AT_SYMLINK_FOLLOW) of /proc/self/fd/N links the open file itself, not whatever is at `path` now.
+        # Python calls plain link() — which follows nothing — unless a dir_fd is given: hence the target's folder.
+        folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.link(f"/proc/self/fd/{source.fileno()}", target.name, dst_dir_fd=folder, follow_symlinks=True)
             return
         except OSError:
             pass
+        finally:
+            os.close(folder)
     copy(root, path, target, limit)
 
 
