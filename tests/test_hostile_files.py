@@ -128,7 +128,7 @@ def test_a_crafted_run_folder_is_refused_and_view_writes_nothing_outside_out(
     preview = run / "react" / "next_item" / "output" / "slide-1.png"
     preview.unlink()
     preview.symlink_to(session.secret)
-    for name in ("palette-calls.jsonl", "turns.json", "output/plan.md", "input/case.json"):  # each kind
+    for name in ("palette-calls.jsonl", "commands.jsonl", "turns.json", "output/plan.md", "input/case.json"):
         (run / "react" / "next_item" / name).unlink()
         (run / "react" / "next_item" / name).symlink_to(session.secret)
     before = {p for p in tmp_path.rglob("*")}

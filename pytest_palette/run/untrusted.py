@@ -29,6 +29,7 @@ DECK_BYTES = 256 * _MiB  # a .pptx (pictures make real decks large)
 TRACE_BYTES = 32 * _MiB  # the skill's call trace: read up to here, the rest noted and left
 TURNS_BYTES = 32 * _MiB  # turns.json (each message may carry pasted material)
 CASE_BYTES = 16 * _MiB  # input/case.json of a saved run
+COMMANDS_BYTES = 64 * _MiB  # commands.jsonl, the host's record (each command's output in it is clipped)
 _CHUNK = 1024 * 1024
 
 
