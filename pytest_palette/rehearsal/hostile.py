@@ -86,5 +86,18 @@ def route(name: str, before: tuple[str, ...] = (), after: tuple[str, ...] = (), 
                                                 "__doc__": doc or f"The hostile route {name!r}."})
 
 
+#: Issue 21 routes 1, 2: links left where the harness copies from, once the deck is ready — previews beside it and
+#: plans — to the harness's environment, to a root-only file (its path in HOSTILE_SECRET_FILE, passed with
+#: --palette-sandbox-env), to /dev/zero, and a FIFO (tests/test_hostile_files.py).
+HOSTILE_LINKS_MARKER = "[hostile links]"
+HOSTILE_LINKS = (
+    "ln -s /proc/self/environ deck/slide-7.png && ln -s \"$HOSTILE_SECRET_FILE\" deck/slide-8.png",
+    "ln -s /dev/zero deck/slide-9.png && mkfifo deck/slide-10.png",
+    "ln -s /proc/self/environ plan-environ.md && ln -s \"$HOSTILE_SECRET_FILE\" plan-secret.md && "
+    "ln -s /dev/zero plan-zero.md && ln -s /proc/self/environ deck/plan.md",
+)
+
 #: Every hostile agent `--model rehearsal:<name>` can select, by name.
 HOSTILE: dict[str, type[RehearsalPolicy]] = {Hostile.name: Hostile}
+HOSTILE["hostile_links"] = route("hostile_links", after=HOSTILE_LINKS, marker=HOSTILE_LINKS_MARKER,
+                                 doc="Leaves links and a FIFO where the harness copies previews and plans from.")

@@ -7,12 +7,14 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from ..backend import agent_environment
 from ..cases import Case
 from ..hosts.base import HandedOver, Host, HostError, HostSession, HostSettings, TurnRecord
 from ..models import ModelSpec
 from ..skill import SkillCard
+from . import untrusted
 from .sandbox import Sandbox
 from .workspace import Workspace
 
@@ -41,9 +43,13 @@ class Transcript:
     @classmethod
     def saved(cls, workspace: Workspace) -> Transcript:
         """The transcript kept in a workspace (none for a conversation held by hand)."""
-        if not workspace.turns.is_file():
+        try:  # a saved run may come from anywhere: a link or an oversized file is not read (ValueError)
+            text = untrusted.read_bytes(workspace.turns.parent, Path(workspace.turns.name), untrusted.TURNS_BYTES)
+        except FileNotFoundError:
             return cls()
-        saved = json.loads(workspace.turns.read_text(encoding="utf-8"))
+        except untrusted.Refused as refused:
+            raise ValueError(str(refused)) from None
+        saved = json.loads(text)
         return cls([TurnRecord(**turn) for turn in saved.get("turns", [])], float(saved.get("seconds", 0.0)))
 
 
