@@ -88,3 +88,4 @@ def route(name: str, before: tuple[str, ...] = (), after: tuple[str, ...] = (), 
 
 #: Every hostile agent `--model rehearsal:<name>` can select, by name.
 HOSTILE: dict[str, type[RehearsalPolicy]] = {Hostile.name: Hostile}
+HOSTILE["dumps_env"] = route("dumps_env", before=("env",), doc="Prints its environment (route: credentials file).")
