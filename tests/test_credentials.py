@@ -90,8 +90,8 @@ def test_the_environment_wins_and_the_header_names_only_names(tmp_path: Path) ->
     assert "RITS_API_KEY set already: the environment wins" in line
     assert not any(value in line for value in (FILE_KEY, "file-rits", "shell-rits", "/opt/palette", "filled"))
     # The backend's PALETTE_* settings reach deck.py in the sandbox; every other name stays out of it.
-    assert credentials.withheld() == ("WATSONX_APIKEY", "RITS_API_KEY", "EMPTY_IN_ENV")
-    assert credentials.withheld(passed=("RITS_API_KEY",)) == ("WATSONX_APIKEY", "EMPTY_IN_ENV")
+    assert credentials.withheld() == ("WATSONX_APIKEY", "RITS_API_KEY", "EMPTY_IN_ENV", "PALETTE_ENV")
+    assert credentials.withheld(passed=("RITS_API_KEY",)) == ("WATSONX_APIKEY", "EMPTY_IN_ENV", "PALETTE_ENV")
 
 
 def test_the_sandbox_withholds_the_files_names_and_the_claude_host_redacts_their_values(tmp_path: Path) -> None:
@@ -139,6 +139,7 @@ def test_the_files_values_reach_the_session_but_not_the_agents_commands_or_the_r
     [item] = (pytester.path / "runs").glob("*/react/plain_request")
     ran = {run["command"]: run["stdout"] for run in map(json.loads, (item / "commands.jsonl").open())}
     assert "PATH=" in ran["env"] and "WATSONX_APIKEY" not in ran["env"] and "NO_COLOR" not in ran["env"]
+    assert "PALETTE_ENV" not in ran["env"]
     for found in (pytester.path / "runs").rglob("*"):
         if found.is_file():
             text = found.read_bytes().decode(errors="replace")

@@ -51,8 +51,10 @@ class Credentials:
 
     def withheld(self, passed: tuple[str, ...] = ()) -> tuple[str, ...]:
         """The file's names the agent's commands must not get: all but the backend's settings and those the user
-        passes on purpose (`--palette-sandbox-env`)."""
-        return tuple(name for name in self.names if not name.startswith(BACKEND_PREFIX) and name not in passed)
+        passes on purpose (`--palette-sandbox-env`); and PALETTE_ENV, which says where the file is."""
+        names = (*self.names, VARIABLE)
+        return tuple(name for name in dict.fromkeys(names)
+                     if (name == VARIABLE or not name.startswith(BACKEND_PREFIX)) and name not in passed)
 
 
 def location(environ: Mapping[str, str]) -> tuple[Path, bool]:
@@ -81,8 +83,8 @@ def load(environ: Mapping[str, str] | None = None) -> Credentials | None:
     if not stat.S_ISREG(info.st_mode):
         raise CredentialsError(f"{path}: the credentials file{why} is not a regular file")
     if info.st_mode & 0o066:
-        raise CredentialsError(f"{path}: group or others can read or write this credentials file{why} (mode "
-                               f"{stat.S_IMODE(info.st_mode):o}); keep it yours alone: chmod 600 {path}")
+        raise CredentialsError(f"{path}: group or others can read or write this credentials file (mode "
+                               f"{stat.S_IMODE(info.st_mode):o}){why}; keep it yours alone: chmod 600 {path}")
     if info.st_size > MAX_BYTES:
         raise CredentialsError(f"{path}: {info.st_size:,} bytes is not a credentials file (at most {MAX_BYTES:,})")
     try:
