@@ -146,3 +146,16 @@ def test_the_files_values_reach_the_session_but_not_the_agents_commands_or_the_r
             assert FILE_KEY not in text and FAKE_FLAG not in text, found
     assert FILE_KEY not in result.stdout.str() + result.stderr.str()
     assert FAKE_FLAG not in result.stdout.str() + result.stderr.str()
+
+
+def test_an_in_process_session_leaves_the_environment_as_it_found_it(pytester: pytest.Pytester,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WATSONX_APIKEY", raising=False)
+    monkeypatch.setenv("RITS_API_KEY", "from-the-shell")
+    path = written(pytester.path, f"WATSONX_APIKEY={FILE_KEY}\nRITS_API_KEY=from-the-file\n")
+    monkeypatch.setenv("PALETTE_ENV", str(path))
+    pytester.makefile(".yaml", cases="- name: a\n  covers: x\n  request: Build a deck\n")
+    result = pytester.runpytest("-p", "no:cacheprovider", "cases.yaml", "--co")
+    result.stdout.fnmatch_lines([f"palette: credentials from {path}: supplied WATSONX_APIKEY "
+                                 "(RITS_API_KEY set already: the environment wins)*"])
+    assert "WATSONX_APIKEY" not in os.environ and os.environ["RITS_API_KEY"] == "from-the-shell"
