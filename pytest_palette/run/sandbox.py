@@ -110,6 +110,7 @@ class Sandbox:
                  limits: Limits = Limits(), passed: Iterable[str] = (), withheld: Iterable[str] = ()) -> None:
         self.work, self.trace, self.limits = work, trace, limits
         self.kind = MODES[mode]
+        self.withheld = tuple(sorted(set(withheld) - set(passed)))
         self.env = allowed_environment(env, work, passed, withheld)
         #: The values of the withheld names (the credentials file's): hosts redact them wherever they redact.
         self.secrets = sorted({env[name] for name in withheld if len(env.get(name, "")) >= 4}, key=len, reverse=True)
