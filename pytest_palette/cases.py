@@ -113,8 +113,8 @@ def read_regular(path: Path, limit: int, kernel: frozenset[int] = frozenset(), i
             raise Refused(f"{real} is {_kind(opened.st_mode)}: a case file reads regular files only")
         if opened.st_dev in kernel:
             raise Refused(f"{real} is a file of the kernel: a case file reads regular files only")
-        # The size a kernel file states is often 0: the read is bounded, not the stat.
-        data = file.read(limit + 1)
+        # The size a kernel file states is often 0: the read is bounded, not only the stat.
+        data = file.read(limit + 1) if opened.st_size <= limit else b""
     if max(len(data), opened.st_size) > limit:
         size = f"{opened.st_size:,} bytes" if opened.st_size > limit else f"more than {limit:,} bytes"
         raise Refused(f"{real} is {size}, more than the {limit:,} allowed (--palette-max-context)")

@@ -219,3 +219,4 @@ def test_a_documents_glob_reads_regular_files_only(tmp_path: Path, pattern: str,
 def test_a_relative_documents_glob_stays_in_the_case_files_folder(tmp_path: Path) -> None:
     error = error_of(tmp_path, "- documents: '../*.md'\n  covers: x\n  request: Turn this into a deck\n")
     assert error.line == 1 and "climbs out of the case file's folder" in str(error)
+
