@@ -15,7 +15,8 @@ collect_ignore = ["fixtures"]
 
 # A developer's real Palette, a leaked trace path or a latency setting would change what these tests
 # measure; each test that needs one sets it itself.
-_PALETTE_VARIABLES = ("PALETTE_HOME", "PALETTE_URL", "PALETTE_TRACE", "PALETTE_ENGINE_LATENCY", "PALETTE_PYTHON")
+_PALETTE_VARIABLES = ("PALETTE_HOME", "PALETTE_URL", "PALETTE_TRACE", "PALETTE_ENGINE_LATENCY", "PALETTE_PYTHON",
+                      "PALETTE_ENV")
 
 
 @pytest.fixture(autouse=True)

@@ -90,6 +90,8 @@ class HostSettings:
     sandbox: str = "bubblewrap"
     #: Variables the agent's commands get beside the allow-list (`--palette-sandbox-env`: a real Palette's key).
     sandbox_env: tuple[str, ...] = ()
+    #: Variables the agent's commands never get: the credentials file's (run/credentials.py), but those passed.
+    withheld: tuple[str, ...] = ()
     #: The most retries of one model call, where the host's client retries (all built-in hosts do).
     model_retries: int = MODEL_RETRIES
     #: `--palette-output-limit`: characters of one command's output the agent reads back, on every host.

@@ -360,7 +360,7 @@ class ClaudeSession(HostSession):
         self.permission_mode = permission_mode
         self.session_id = str(uuid.uuid4())
         self.turns: list[TurnRecord] = []
-        self._secrets = secrets_in(self.env)
+        self._secrets = secrets_in(self.env) + (sandbox.secrets if sandbox is not None else [])
         self._session_cost = 0.0
 
     def send(self, message: str, timeout: float) -> TurnRecord:

@@ -408,7 +408,8 @@ def sandboxed_commands(shell: Shell) -> Iterator[None]:
         root.mkdir(parents=True, exist_ok=True)
         venv = await executor._ensure_workspace_venv(root)
         shell.sandbox.own(root)
-        env = {**shell.sandbox.env, **allowed_environment(executor._command_env(root, venv), root)}
+        env = {**shell.sandbox.env, **allowed_environment(executor._command_env(root, venv), root,
+                                                          withheld=shell.sandbox.withheld)}
         ran = await asyncio.to_thread(shell.execute, module.normalize_shell_command_paths(cmd), root, env,
                                       float(timeout), cmd)
         if ran.timed_out:

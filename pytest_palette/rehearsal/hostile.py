@@ -101,3 +101,4 @@ HOSTILE_LINKS = (
 HOSTILE: dict[str, type[RehearsalPolicy]] = {Hostile.name: Hostile}
 HOSTILE["hostile_links"] = route("hostile_links", after=HOSTILE_LINKS, marker=HOSTILE_LINKS_MARKER,
                                  doc="Leaves links and a FIFO where the harness copies previews and plans from.")
+HOSTILE["dumps_env"] = route("dumps_env", before=("env",), doc="Prints its environment (route: credentials file).")

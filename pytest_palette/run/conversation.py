@@ -18,6 +18,9 @@ from . import untrusted
 from .sandbox import Sandbox
 from .workspace import Workspace
 
+#: How a failed turn's message names the model calls its client retried first.
+RETRIED = "retried model call"
+
 
 class HostFailure(Exception):
     """The host could not start or finish a turn: the item is an ERROR of the run, not a FAIL of the skill."""
@@ -62,7 +65,7 @@ def conversation_environment(workspace: Workspace, base_env: Mapping[str, str] |
 def open_sandbox(workspace: Workspace, settings: HostSettings, base_env: Mapping[str, str] | None = None) -> Sandbox:
     """The sandbox of one item's commands (`--palette-sandbox`); the caller closes it when the item ends."""
     return Sandbox(workspace.work, conversation_environment(workspace, base_env), settings.sandbox,
-                   trace=workspace.trace, passed=settings.sandbox_env)
+                   trace=workspace.trace, passed=settings.sandbox_env, withheld=settings.withheld)
 
 
 def hold(case: Case, host: Host, skill: SkillCard | None, model: ModelSpec, settings: HostSettings,
@@ -116,7 +119,11 @@ def _send(session: HostSession, message: str, timeout: float) -> tuple[TurnRecor
         return session.send(message, timeout), None
     except HostError as error:
         # The host's own record of the failed turn keeps the steps it streamed before failing.
-        return error.turn or TurnRecord(sent=message, error=str(error)), f"failed: {error}"
+        turn = error.turn or TurnRecord(sent=message, error=str(error))
+        said = str(error)
+        if turn.retries and RETRIED not in said:  # every host's give-up names its retries (docs/hosts.md)
+            said += f" (after {turn.retries} {RETRIED}(s) in this turn)"
+        return turn, f"failed: {said}"
     except Exception as error:
         return TurnRecord(sent=message, error=f"{type(error).__name__}: {error}"), \
             f"raised {type(error).__name__}: {error}"

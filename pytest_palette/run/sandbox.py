@@ -72,12 +72,13 @@ class Limits:
     cpu_seconds: int = 3600
 
 
-def allowed_environment(env: Mapping[str, str], home: Path, passed: Iterable[str] = ()) -> dict[str, str]:
+def allowed_environment(env: Mapping[str, str], home: Path, passed: Iterable[str] = (),
+                        withheld: Iterable[str] = ()) -> dict[str, str]:
     """The environment a command gets: the allow-listed part of `env` (and the `passed` names the user chose,
-    `--palette-sandbox-env`), HOME in the agent's folder."""
-    chosen = set(passed)
-    kept = {name: value for name, value in env.items()
-            if name in ALLOWED or name in chosen or name.startswith(ALLOWED_PREFIXES)}
+    `--palette-sandbox-env`) but the `withheld` names (the credentials file's), HOME in the agent's folder."""
+    chosen, refused = set(passed), set(withheld) - set(passed)
+    kept = {name: value for name, value in env.items() if name not in refused
+            and (name in ALLOWED or name in chosen or name.startswith(ALLOWED_PREFIXES))}
     kept["HOME"] = str(home)
     kept.setdefault("PATH", os.defpath)
     return kept
@@ -108,10 +109,13 @@ class Sandbox:
     everything it started is stopped when the item ends."""
 
     def __init__(self, work: Path, env: Mapping[str, str], mode: str = "bubblewrap", trace: Path | None = None,
-                 limits: Limits = Limits(), passed: Iterable[str] = ()) -> None:
+                 limits: Limits = Limits(), passed: Iterable[str] = (), withheld: Iterable[str] = ()) -> None:
         self.work, self.trace, self.limits = work, trace, limits
         self.kind = MODES[mode]
-        self.env = allowed_environment(env, work, passed)
+        self.withheld = tuple(sorted(set(withheld) - set(passed)))
+        self.env = allowed_environment(env, work, passed, withheld)
+        #: The values of the withheld names (the credentials file's): hosts redact them wherever they redact.
+        self.secrets = sorted({env[name] for name in withheld if len(env.get(name, "")) >= 4}, key=len, reverse=True)
         self._readable: list[Path] = list(dict.fromkeys(
             _interpreter_folders() + _backend_folders(env)
             + path_folders(self.env.get("PATH", ""), keep_out=[work.parent] + ([trace.parent] if trace else []))))
