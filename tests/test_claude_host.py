@@ -11,11 +11,15 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -32,12 +36,13 @@ from pytest_palette.hosts.claude import (
     failure,
     find_cli,
     install_skill,
+    lock_files,
     parse_stream,
     redact,
     session_folder,
     turn_command,
 )
-from pytest_palette.hosts.endpoint import PLACEHOLDER_KEY
+from pytest_palette.hosts.endpoint import PLACEHOLDER_KEY, KeyForwarder
 from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal.conversation import Conversation
 from pytest_palette.rehearsal.policy import catalogue
@@ -45,6 +50,7 @@ from pytest_palette.run.command_log import read as read_commands
 from pytest_palette.run.command_log import skill_calls
 from pytest_palette.run.conversation import open_sandbox
 from pytest_palette.run.evidence import collect, deck_by, inspect_deck, newest_deck, read_trace
+from pytest_palette.run.sandbox import Sandbox
 from pytest_palette.run.sandbox import problem as sandbox_problem
 from pytest_palette.run.workspace import Workspace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, drift, load_card, load_skill, skill_hash
@@ -72,6 +78,101 @@ def test_the_first_turn_names_a_new_session_and_later_turns_resume_it() -> None:
     assert f"--resume={SID}" in later and "--session-id" not in later
     # The message is not an argument at all (it goes on standard input): no size limit, never an option.
     assert first[-2:] == ["--session-id", SID] and later[-1] == f"--resume={SID}"
+
+
+def test_every_turn_makes_the_cli_ignore_what_the_agent_could_write() -> None:
+    env = {"ANTHROPIC_BASE_URL": "http://127.0.0.1:4242", "ANTHROPIC_API_KEY": PLACEHOLDER_KEY,
+           "CLAUDE_CODE_SHELL_PREFIX": "/run/item/claude/sandbox.sh", "CLAUDE_CONFIG_DIR": "/run/item/claude/config"}
+    for first in (True, False):
+        argv = turn_command(Path("/bin/claude"), "claude-sonnet-4-5", SID, first, env=env)
+        assert argv[argv.index("--setting-sources") + 1] == "project"  # the skill; not user nor local settings
+        assert "--strict-mcp-config" in argv and json.loads(argv[argv.index("--mcp-config") + 1]) == {
+            "mcpServers": {}}
+        pinned = json.loads(argv[argv.index("--settings") + 1])
+        assert pinned["env"] == env and pinned["disableAllHooks"] is True
+    # A real key never goes on a command line (any process may read it there).
+    leaked = turn_command(Path("/bin/claude"), "m", SID, True, env={**env, "ANTHROPIC_API_KEY": SECRET})
+    assert SECRET not in " ".join(leaked)
+
+
+def test_the_files_the_cli_reads_are_the_harnesss_own(tmp_path: Path) -> None:
+    work, config, home = tmp_path / "work", tmp_path / "config", tmp_path / "home"
+    (work / ".claude").mkdir(parents=True)
+    (tmp_path / "elsewhere.json").write_text('{"env": {}}')
+    (work / ".claude" / "settings.json").symlink_to(tmp_path / "elsewhere.json")
+    locked = lock_files(work, config, home)
+    assert locked == [work / ".claude", config / "settings.json"]
+    for path in (work / ".claude" / "settings.json", work / ".claude" / "settings.local.json",
+                 config / "settings.json"):
+        assert not path.is_symlink() and path.read_text() == "{}\n"
+    assert (home / ".bashrc").read_text() == "" and (home / ".profile").read_text() == ""
+    assert (tmp_path / "elsewhere.json").read_text() == '{"env": {}}'  # a link is replaced, never followed
+
+
+# -- the key stays with the harness ----------------------------------------------------------------
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    """A model endpoint that records what reached it and streams two events back."""
+
+    seen: ClassVar[list[tuple[str, dict[str, str], bytes]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(b"event: one\ndata: {}\n\nevent: two\ndata: {}\n\n")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_the_forwarder_adds_the_key_and_passes_only_the_messages_api() -> None:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    gateway = f"http://127.0.0.1:{upstream.server_address[1]}/gateway"
+    forwarder = KeyForwarder(gateway, {"x-api-key": SECRET}).start()
+    try:
+        assert forwarder.base_url.startswith("http://127.0.0.1:")
+        request = urllib.request.Request(f"{forwarder.base_url}/v1/messages?beta=true", data=b'{"model": "m"}',
+                                         headers={"x-api-key": PLACEHOLDER_KEY, "anthropic-version": "2023-06-01"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert answer.read() == b"event: one\ndata: {}\n\nevent: two\ndata: {}\n\n"
+        [(path, headers, body)] = _Upstream.seen
+        assert path == "/gateway/v1/messages?beta=true" and body == b'{"model": "m"}'
+        assert headers["x-api-key"] == SECRET and headers["anthropic-version"] == "2023-06-01"
+        with pytest.raises(urllib.error.HTTPError) as refused:  # a WebFetch of the forwarder gets nothing else
+            urllib.request.urlopen(f"{forwarder.base_url}/admin", timeout=30)
+        assert refused.value.code == 404 and len(_Upstream.seen) == 1
+    finally:
+        forwarder.stop()
+        upstream.shutdown()
+        upstream.server_close()
+
+
+def test_a_command_cannot_see_the_clis_folders_nor_its_process(tmp_path: Path) -> None:
+    if SANDBOX == "none":
+        pytest.skip("no bubblewrap here")
+    work, config = tmp_path / "work", tmp_path / "claude" / "config"
+    work.mkdir()
+    sandbox = Sandbox(work, {"PATH": os.environ["PATH"]}, "bubblewrap")
+    sandbox.writable(config)
+    (config / "secret.json").write_text("{}")
+    wrapper = sandbox.script(tmp_path / "sandbox.sh", hidden=(config,))
+    sandbox.readable(wrapper)
+    # The client (the CLI's place) holds a key in its environment; its command looks for it through /proc.
+    look = ("for p in /proc/[0-9]*; do grep -l CLIENT_KEY $p/environ 2>/dev/null; ls $p/root$PWD/.. 2>/dev/null; "
+            f"done; ls {config} 2>&1; echo done")
+    argv = sandbox.client(["/bin/sh", "-c", 'sleep 30 & "$0" "$1"; kill $!', str(wrapper), look], work)
+    try:
+        done = subprocess.run(argv, env={"PATH": os.environ["PATH"], "CLIENT_KEY": "k"}, cwd=work,
+                              capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        sandbox.close()
+    assert done.stdout.rstrip().endswith("done"), done.stderr
+    assert "/environ" not in done.stdout and "secret.json" not in done.stdout and "No such file" in done.stdout
 
 
 # -- the CLI's environment -------------------------------------------------------------------------
