@@ -170,9 +170,15 @@ def _refuse(request: BaseHTTPRequestHandler, status: int, message: str) -> None:
 
 
 def credentials(env: Mapping[str, str]) -> dict[str, str]:
-    """The headers that carry the caller's Anthropic credentials (its key, or a gateway's bearer token)."""
+    """The headers that carry the caller's Anthropic credentials: its key or a gateway's bearer token, and the
+    gateway's own headers (ANTHROPIC_CUSTOM_HEADERS, `Name: value` lines), which may be credentials too."""
+    held: dict[str, str] = {}
+    for line in env.get("ANTHROPIC_CUSTOM_HEADERS", "").splitlines():
+        name, colon, value = line.partition(":")
+        if colon and name.strip():
+            held[name.strip()] = value.strip()
     if env.get("ANTHROPIC_API_KEY"):
-        return {"x-api-key": env["ANTHROPIC_API_KEY"]}
-    if env.get("ANTHROPIC_AUTH_TOKEN"):
-        return {"Authorization": f"Bearer {env['ANTHROPIC_AUTH_TOKEN']}"}
-    return {}
+        held["x-api-key"] = env["ANTHROPIC_API_KEY"]
+    elif env.get("ANTHROPIC_AUTH_TOKEN"):
+        held["Authorization"] = f"Bearer {env['ANTHROPIC_AUTH_TOKEN']}"
+    return held
