@@ -162,6 +162,7 @@ class KeyForwarder:
 
 def _refuse(request: BaseHTTPRequestHandler, status: int, message: str) -> None:
     data = json.dumps({"type": "error", "error": {"type": "api_error", "message": message}}).encode()
+    request.close_connection = True  # a body may be left unread: this connection cannot carry another request
     request.send_response(status)
     request.send_header("Content-Type", "application/json")
     request.send_header("Content-Length", str(len(data)))
