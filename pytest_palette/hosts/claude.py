@@ -380,9 +380,8 @@ def lock_files(work: Path, config: Path, home: Path) -> list[Path]:
     files += [home / name for name in HOME_FILES]
     for path in files:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.is_file() or path.is_symlink():
-            path.unlink(missing_ok=True)
-            path.write_text("{}\n" if path.suffix == ".json" else "", encoding="utf-8")
+        path.unlink(missing_ok=True)  # a link is replaced, never written through
+        path.write_text("{}\n" if path.suffix == ".json" else "", encoding="utf-8")
     return [locked, config / "settings.json"]
 
 
@@ -648,8 +647,9 @@ class ClaudeHost(Host):
             installed = install_skill(skill, work)
             problems += [Problem(f"the installed copy drifted: {d}") for d in drift(skill.directory,
                                                                                    installed.directory)]
-            probe_env = cli_environment(env, model, root / "config", None, COMMAND_TIMEOUT)
-            probe_env.setdefault("ANTHROPIC_API_KEY", REHEARSAL_KEY)  # /cost calls no model; a key quiets login
+            # /cost calls no model: the caller's key is not needed, and a placeholder quiets the login check.
+            probe_env = cli_environment(env, model, root / "config", None, COMMAND_TIMEOUT,
+                                        forwarded=model.provider != "rehearsal")
             try:
                 skills = discovered_skills(cli, work, probe_env, cli_model(model))
             except HostError as error:
