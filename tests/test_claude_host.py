@@ -558,6 +558,26 @@ def test_a_real_models_key_stays_with_the_harness_and_reaches_the_model(host: Cl
 
 
 @needs_cli
+def test_what_the_cli_reads_is_read_only_even_to_the_cli(host: ClaudeHost, tmp_path: Path) -> None:
+    # The CLI's own Write tool is the agent's too: in the CLI's view, what configures it cannot be written.
+    if SANDBOX == "none":
+        pytest.skip("no bubblewrap here")
+    item = Item(tmp_path, host)
+    folder = item.session.folder
+    tries = {"settings": folder / "config" / "settings.json", "project": item.work / ".claude" / "settings.json",
+             "local": item.work / ".claude" / "settings.local.json", "bashrc": folder / "home" / ".bashrc",
+             "new in .claude": item.work / ".claude" / "agents.json", "new in home": folder / "home" / ".zlogin",
+             "config": folder / "config" / "scratch.json", "cache": folder / "home" / ".cache" / "x"}
+    script = "; ".join(f"(echo '{{}}' > {path}) 2>/dev/null && echo wrote {name.replace(' ', '_')}"
+                       for name, path in tries.items())
+    done = subprocess.run(item.sandbox.client(["/bin/sh", "-c", script], item.work), cwd=item.work,
+                          capture_output=True, text=True, timeout=60, check=False)
+    item.sandbox.close()
+    assert done.stdout.split() == ["wrote", "config", "wrote", "cache"]  # only what the CLI keeps for itself
+    assert tries["settings"].read_text() == tries["project"].read_text() == "{}\n"
+
+
+@needs_cli
 def test_a_skill_the_cli_cannot_find_fails_the_turn(host: ClaudeHost, tmp_path: Path) -> None:
     item = Item(tmp_path, host)
     (item.work / ".claude" / "skills" / "palette" / "SKILL.md").unlink()
