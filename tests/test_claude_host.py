@@ -42,7 +42,7 @@ from pytest_palette.hosts.claude import (
     session_folder,
     turn_command,
 )
-from pytest_palette.hosts.endpoint import PLACEHOLDER_KEY, KeyForwarder
+from pytest_palette.hosts.endpoint import PLACEHOLDER_KEY, KeyForwarder, credentials
 from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal.conversation import Conversation
 from pytest_palette.rehearsal.policy import catalogue
@@ -150,6 +150,14 @@ def test_the_forwarder_adds_the_key_and_passes_only_the_messages_api() -> None:
         forwarder.stop()
         upstream.shutdown()
         upstream.server_close()
+
+
+def test_the_forwarder_holds_a_key_or_a_gateways_token_and_headers() -> None:
+    assert credentials({"ANTHROPIC_API_KEY": SECRET, "ANTHROPIC_AUTH_TOKEN": "t"}) == {"x-api-key": SECRET}
+    gateway = {"ANTHROPIC_AUTH_TOKEN": "t", "ANTHROPIC_CUSTOM_HEADERS": "X-Gateway-Key: g1\nnot a header"}
+    assert credentials(gateway) == {"X-Gateway-Key": "g1", "Authorization": "Bearer t"}
+    with pytest.raises(ValueError, match="not an http"):
+        KeyForwarder("file:///etc/passwd", {})
 
 
 def test_a_command_cannot_see_the_clis_folders_nor_its_process(tmp_path: Path) -> None:
