@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -28,6 +29,7 @@ from pytest_palette.hosts.base import HostError, HostSettings
 from pytest_palette.hosts.claude import (
     REHEARSAL_CLI_MODEL,
     REHEARSAL_KEY,
+    RELAY_PORT,
     ClaudeHost,
     ClaudeSession,
     CliOutput,
@@ -583,6 +585,26 @@ def test_what_the_cli_reads_is_read_only_even_to_the_cli(host: ClaudeHost, tmp_p
     item.sandbox.close()
     assert done.stdout.split() == ["wrote", "config", "wrote", "cache"]  # only what the CLI keeps for itself
     assert tries["settings"].read_text() == tries["project"].read_text() == "{}\n"
+
+
+@needs_cli
+def test_the_cli_reaches_its_model_and_nothing_else(host: ClaudeHost, tmp_path: Path) -> None:
+    if SANDBOX == "none":
+        pytest.skip("no bubblewrap here")
+    listener = socket.create_server(("127.0.0.1", 0))  # a service of this machine's, not the model
+    item = Item(tmp_path, host)
+    session = item.session
+    assert session.relay is not None and session.env["ANTHROPIC_BASE_URL"] == f"http://127.0.0.1:{RELAY_PORT}"
+    probe = (f"import socket, urllib.request\n"
+             f"print(urllib.request.urlopen('{session.env['ANTHROPIC_BASE_URL']}/v1/models', timeout=30).status)\n"
+             f"try:\n    socket.create_connection(('127.0.0.1', {listener.getsockname()[1]}), 5)\n"
+             f"    print('reached')\nexcept OSError as error:\n    print('refused', error.errno)\n")
+    # Exactly as a turn runs the CLI: the relay, then (here) a program in the CLI's place.
+    argv = session.sandbox.client([*session.relay, sys.executable, "-c", probe], item.work, network=False)
+    done = subprocess.run(argv, cwd=item.work, capture_output=True, text=True, timeout=60, check=False)
+    item.sandbox.close()
+    listener.close()
+    assert done.stdout.split() == ["200", "refused", "111"], done.stderr
 
 
 @needs_cli

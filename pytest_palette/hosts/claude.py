@@ -31,6 +31,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -80,6 +81,9 @@ INHERITED = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_SSE_PORT", "CL
 ROUTING_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_USE_")
 #: Nothing listens here: a discovery probe that unexpectedly calls a model fails fast, on loopback.
 NOWHERE = "http://127.0.0.1:9"
+#: The CLI's loopback port for its model when it has no network: its own namespace's, so any port will do.
+RELAY_PORT = 8787
+RELAY = Path(__file__).with_name("relay.py")
 #: Where a real model is reached when neither `--palette-base-url` nor ANTHROPIC_BASE_URL names a gateway.
 ANTHROPIC_API = "https://api.anthropic.com"
 KILL_GRACE = 5.0
@@ -393,9 +397,12 @@ class ClaudeSession(HostSession):
 
     def __init__(self, cli: Path, work: Path, skill: SkillCard | None, env: Mapping[str, str], model_id: str,
                  folder: Path, permission_mode: str = PERMISSION_MODE, log: CommandLog | None = None,
-                 priced: bool = True, sandbox: Sandbox | None = None, secrets: Iterable[str] = ()) -> None:
+                 priced: bool = True, sandbox: Sandbox | None = None, secrets: Iterable[str] = (),
+                 relay: list[str] | None = None) -> None:
         self.cli, self.work, self.skill, self.model_id = cli, work, skill, model_id
         self.sandbox = sandbox
+        #: The relay that runs the CLI with its model's socket on its loopback (then it has no network), or None.
+        self.relay = relay
         self.log = log
         #: Whether the CLI's cost estimate is a price of something that ran: not for the rehearsal model, which
         #: the CLI prices as the Claude model it was told it talks to.
@@ -463,7 +470,7 @@ class ClaudeSession(HostSession):
         """Run the CLI for one turn; its output goes to files (a build it leaves running holds no pipe)."""
         argv = turn_command(self.cli, self.model_id, self.session_id, number == 1, self.permission_mode, self.env)
         if self.sandbox is not None:
-            argv = self.sandbox.client(argv, self.work)
+            argv = self.sandbox.client([*(self.relay or []), *argv], self.work, network=self.relay is None)
         self.folder.mkdir(parents=True, exist_ok=True)
         turn = self.folder / f"turn-{number:02d}"
         prompt = turn.with_suffix(".prompt")
@@ -691,8 +698,15 @@ class ClaudeHost(Host):
                                 + "; ".join(changed[:5]))
         folder = session_folder(workspace)
         forwarded = model.provider != "rehearsal"
-        base_url = (self.forwarder(model, env).base_url if forwarded
-                    else self.endpoint.server(model, settings).base_url)
+        forwarder = (self.forwarder(model, env) if forwarded
+                     else self._forwarder(self.endpoint.server(model, settings).base_url, {}))
+        # With no network for commands, the CLI gets none either: it reaches its model through the forwarder's
+        # socket, relayed to a port on its own loopback — so its own tools (WebFetch) reach nothing else.
+        relay = None
+        if sandbox.confined and not sandbox.network:
+            relay = [sys.executable, str(RELAY), str(forwarder.socket), str(RELAY_PORT), "--"]
+            sandbox.readable(forwarder.socket.parent, RELAY)
+        base_url = f"http://127.0.0.1:{RELAY_PORT}" if relay else forwarder.base_url
         # The CLI runs in the item's sandbox with the network it needs for its model; each command its Bash
         # tool runs goes through the sandbox's script, which takes the network away and does not show the CLI's
         # config or home. What the CLI reads that the agent could write is the harness's and read-only.
@@ -704,7 +718,7 @@ class ClaudeHost(Host):
             sandbox.protect(path)
         if installed is not None:
             sandbox.protect(installed.directory)
-        wrapper = sandbox.script(folder / "sandbox.sh", hidden=(config, home))
+        wrapper = sandbox.script(folder / "sandbox.sh", hidden=(config, home, forwarder.socket.parent))
         sandbox.readable(wrapper)
         client_env = {**sandbox.env, **{k: v for k, v in env.items() if k.startswith(ROUTING_PREFIXES)}}
         cli_env = cli_environment(client_env, model, config, base_url, settings.command_timeout,
@@ -713,12 +727,13 @@ class ClaudeHost(Host):
         cli_env.update({"CLAUDE_CODE_SHELL_PREFIX": str(wrapper), "TMPDIR": str(scratch), "HOME": str(home)})
         return ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
                              workspace.command_log(), priced=model.provider != "rehearsal",
-                             sandbox=sandbox, secrets=secrets_in(env))
+                             sandbox=sandbox, secrets=secrets_in(env), relay=relay)
 
     def forwarder(self, model: ModelSpec, env: Mapping[str, str]) -> KeyForwarder:
         """The running forwarder to this model's endpoint with the caller's key (one per endpoint and key)."""
-        upstream = model.base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API
-        held = credentials(env)
+        return self._forwarder(model.base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API, credentials(env))
+
+    def _forwarder(self, upstream: str, held: Mapping[str, str]) -> KeyForwarder:
         key = (upstream, tuple(sorted(held.items())))
         if key not in self._forwarders:
             try:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import socketserver
+import tempfile
 import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -90,8 +93,11 @@ class KeyForwarder:
         self.upstream = parts
         self.credentials = dict(credentials)
         self._server: ThreadingHTTPServer | None = None
+        self._unix: socketserver.ThreadingUnixStreamServer | None = None
+        self._folder: Path | None = None
 
     def start(self) -> KeyForwarder:
+        """Listen on 127.0.0.1 and on a Unix socket (`socket`), for a client with no network of its own."""
         forwarder = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -108,8 +114,20 @@ class KeyForwarder:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="palette-key-forwarder", daemon=True).start()
+        # A folder of its own, readable by any user id: a sandbox binds it (read-only: a socket still connects).
+        self._folder = Path(tempfile.mkdtemp(prefix="palette-model-"))
+        self._folder.chmod(0o755)
+        self._unix = socketserver.ThreadingUnixStreamServer(str(self._folder / "model.sock"), Handler)
+        self._unix.daemon_threads = True
+        self.socket.chmod(0o666)  # the item's user id connects
+        for server in (self._server, self._unix):
+            threading.Thread(target=server.serve_forever, name="palette-key-forwarder", daemon=True).start()
         return self
+
+    @property
+    def socket(self) -> Path:
+        assert self._folder is not None, "start() first"
+        return self._folder / "model.sock"
 
     @property
     def base_url(self) -> str:
@@ -117,10 +135,15 @@ class KeyForwarder:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        for server in (self._server, self._unix):
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+        self._server = self._unix = None
+        if self._folder is not None:  # made by start(): its socket and nothing else
+            self._folder.joinpath("model.sock").unlink(missing_ok=True)
+            self._folder.rmdir()
+            self._folder = None
 
     def forward(self, request: BaseHTTPRequestHandler) -> None:
         path = request.path

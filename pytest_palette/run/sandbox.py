@@ -216,13 +216,13 @@ class Sandbox:
         path.chmod(0o755)
         return path
 
-    def client(self, argv: list[str], cwd: Path) -> list[str]:
+    def client(self, argv: list[str], cwd: Path, network: bool = True) -> list[str]:
         """`argv` (a host's client that runs the agent's tools itself: the Claude CLI) inside this sandbox's
-        view of the files, but with the network it needs to reach its model; its commands go through
-        `script()`, which takes the network away."""
+        view of the files, with the network it needs to reach its model — or none, when it reaches its model
+        another way (a socket bound in); its commands go through `script()`, which takes the network away."""
         if not self.confined:
             return argv
-        return [*self.wrap(cwd, network=True, uid=self.uid, limits=False), *argv]
+        return [*self.wrap(cwd, network=network, uid=self.uid, limits=False), *argv]
 
     # -- the end ---------------------------------------------------------------------------------------
 
