@@ -14,7 +14,8 @@ What the agent could write never changes what the CLI runs or where it connects:
 project's settings (`--setting-sources project`, for the skill), and those are the harness's, read-only, as are
 its config dir's settings and its home; `--settings` pins its endpoint and shell prefix above any file and turns
 hooks off; `--strict-mcp-config` drops every MCP server (.mcp.json, .claude.json). Its commands see neither its
-config dir nor its home.
+config dir nor its home. When commands have no network, neither has the CLI: it reaches its model through the
+forwarder's Unix socket, relayed to its own loopback (hosts/relay.py).
 
 Permissions: `--permission-mode bypassPermissions` (with `IS_SANDBOX=1` when running as root, which the
 CLI otherwise refuses). A narrow `--allowedTools` list would turn a real model's harmless `ls` or
@@ -707,9 +708,9 @@ class ClaudeHost(Host):
             relay = [sys.executable, str(RELAY), str(forwarder.socket), str(RELAY_PORT), "--"]
             sandbox.readable(forwarder.socket.parent, RELAY)
         base_url = f"http://127.0.0.1:{RELAY_PORT}" if relay else forwarder.base_url
-        # The CLI runs in the item's sandbox with the network it needs for its model; each command its Bash
-        # tool runs goes through the sandbox's script, which takes the network away and does not show the CLI's
-        # config or home. What the CLI reads that the agent could write is the harness's and read-only.
+        # Each command the CLI's Bash tool runs goes through the sandbox's script, which takes the network away
+        # and does not show the CLI's config, home or model socket. What the CLI reads that the agent could
+        # write is the harness's, and read-only.
         config, scratch, home = folder / "config", folder / "tmp", folder / "home"
         locked = lock_files(work, config, home)
         sandbox.writable(config, scratch, home / ".cache")
