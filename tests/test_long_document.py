@@ -148,7 +148,8 @@ def test_each_host_is_told_the_limit_and_says_so() -> None:
     assert env["BASH_MAX_OUTPUT_LENGTH"] == "40000"
     argv = turn_command(Path("/bin/claude"), "claude-sonnet-4-5", "s", True, output_limit=40_000)
     # Since 2.1 the CLI hands the model inline what this setting says; BASH_MAX_OUTPUT_LENGTH only sizes a read-back.
-    assert json.loads(argv[argv.index("--settings") + 1]) == {"bashOutputMaxChars": 40_000}
+    assert argv.count("--settings") == 1  # one settings layer: the locked one carries the limit too
+    assert json.loads(argv[argv.index("--settings") + 1])["bashOutputMaxChars"] == 40_000
     big = cli_environment({}, parse_model("rehearsal"), Path("/c"), None, 300.0, as_root=False, output_limit=10**6)
     assert big["BASH_MAX_OUTPUT_LENGTH"] == "150000"  # the most the CLI takes
     assert "BASH_MAX_OUTPUT_LENGTH" not in cli_environment({}, parse_model("rehearsal"), Path("/c"), None, 300.0,

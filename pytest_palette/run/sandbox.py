@@ -70,6 +70,9 @@ class Limits:
     processes: int = 512
     memory_bytes: int = 8 * 2**30
     cpu_seconds: int = 3600
+    #: Each of a command's /tmp and /dev/shm: a tmpfs (memory the address-space limit does not count), so
+    #: bounded; bubblewrap's default is half the machine's memory.
+    tmp_bytes: int = 512 * 2**20
 
 
 def allowed_environment(env: Mapping[str, str], home: Path, passed: Iterable[str] = (),
@@ -177,14 +180,20 @@ class Sandbox:
                 command]
 
     def wrap(self, cwd: Path | None, *, network: bool, uid: int | None, limits: bool = True,
-             extra: Iterable[Path] = ()) -> list[str]:
+             extra: Iterable[Path] = (), hidden: Iterable[Path] = ()) -> list[str]:
         """The bubblewrap prefix (and the switch to `uid`, and the limits) before a program's own argv. With no
-        `uid` (not root, or nested in a client's sandbox) a user namespace of its own makes the namespaces."""
+        `uid` (not root, or nested in a client's sandbox) a user namespace of its own makes the namespaces.
+        `hidden` paths (and what is under them) are left out of the view."""
+        gone = tuple(hidden)
+
+        def shown(paths: Iterable[Path]) -> list[Path]:
+            return [p for p in paths if p.exists() and not any(p == h or h in p.parents for h in gone)]
+
         prefix = [self._bwrap, *_namespaces(network)]
         if uid is None:
             prefix.append("--unshare-user")
-        prefix += _binds(_system() + [p for p in [*self._readable, *extra] if p.exists()],
-                         [p for p in self._writable if p.exists()], [p for p in self._protected if p.exists()])
+        prefix += _binds(_system() + shown([*self._readable, *extra]), shown(self._writable), shown(self._protected),
+                         self.limits.tmp_bytes)
         prefix += [*(["--chdir", str(cwd)] if cwd else []), "--"]
         if uid is not None:
             prefix += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
@@ -196,16 +205,17 @@ class Sandbox:
                        f"--cpu={self.limits.cpu_seconds}", "--"]
         return prefix
 
-    def script(self, path: Path, shell: str = "/bin/bash") -> Path:
+    def script(self, path: Path, shell: str = "/bin/bash", hidden: Iterable[Path] = ()) -> Path:
         """A program that runs its one argument (a command line) inside this sandbox with the allow-listed
         environment — for a client that runs commands itself and takes a wrapper for them (the Claude CLI's
         CLAUDE_CODE_SHELL_PREFIX). Run from inside `client()`, so it nests: a user namespace of its own, as
-        the client is no longer root there."""
+        the client is no longer root there (and below the client's, so a command cannot read the client's
+        /proc/<pid>/environ or root). `hidden`: the client's own folders, which its commands must not see."""
         env = " ".join(shlex.quote(f"{name}={value}") for name, value in sorted(self.env.items()))
         if self.confined:
             # No --chdir: the client runs each command in its own current directory. No uid: the client's
             # sandbox already switched to the item's.
-            run = shlex.join(self.wrap(None, network=self.network, uid=None))
+            run = shlex.join(self.wrap(None, network=self.network, uid=None, hidden=hidden))
             body = f'exec env -i {env} {run} {shell} -c "$1"'
         else:
             body = f'exec env -i {env} {shell} -c "$1"'
@@ -214,13 +224,13 @@ class Sandbox:
         path.chmod(0o755)
         return path
 
-    def client(self, argv: list[str], cwd: Path) -> list[str]:
+    def client(self, argv: list[str], cwd: Path, network: bool = True) -> list[str]:
         """`argv` (a host's client that runs the agent's tools itself: the Claude CLI) inside this sandbox's
-        view of the files, but with the network it needs to reach its model; its commands go through
-        `script()`, which takes the network away."""
+        view of the files, with the network it needs to reach its model — or none, when it reaches its model
+        another way (a socket bound in); its commands go through `script()`, which takes the network away."""
         if not self.confined:
             return argv
-        return [*self.wrap(cwd, network=True, uid=self.uid, limits=False), *argv]
+        return [*self.wrap(cwd, network=network, uid=self.uid, limits=False), *argv]
 
     # -- the end ---------------------------------------------------------------------------------------
 
@@ -279,8 +289,10 @@ def _namespaces(network: bool) -> list[str]:
     return flags
 
 
-def _binds(readable: Iterable[Path], writable: Iterable[Path], protected: Iterable[Path]) -> list[str]:
-    args = ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+def _binds(readable: Iterable[Path], writable: Iterable[Path], protected: Iterable[Path],
+           tmp_bytes: int = Limits.tmp_bytes) -> list[str]:
+    size = ["--size", str(tmp_bytes), "--perms", "1777"]  # as /tmp is, for whichever user id the command runs as
+    args = ["--proc", "/proc", "--dev", "/dev", *size, "--tmpfs", "/dev/shm", *size, "--tmpfs", "/tmp"]
     made: set[Path] = {Path("/"), Path("/tmp")}
 
     def parents(path: Path) -> list[str]:
