@@ -49,4 +49,8 @@ def unprivileged() -> Unprivileged:
     reason = unprivileged_problem()
     if reason is not None:
         pytest.skip(reason)
-    return Unprivileged.ensure()
+    user = Unprivileged.ensure()
+    reason = user.problem()
+    if reason is not None:
+        pytest.skip(reason)
+    return user

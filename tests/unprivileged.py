@@ -7,7 +7,8 @@ afterwards.
 
 The user cannot run this venv's interpreter: a venv's `python` links to the Python it was made from, which a
 version manager keeps under the caller's home (/root/.pyenv here, 0700). So the user gets a venv of its own,
-made in the working folder from a system Python of the same minor version (same ABI), whose one `.pth` file
+made in the working folder from a Python it can run (a system one of the same minor version: the same ABI),
+whose one `.pth` file
 adds this venv's site-packages (`site.addsitedir`, so their own `.pth` files — the editable install — run)
 and this checkout. Nothing of the machine changes beyond the user, and /root's permissions stay as they are.
 """
@@ -28,9 +29,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 USER = "palette-unprivileged"
-#: Where the user's Python may come from: a system interpreter of this minor version, which the user can run.
-SYSTEM_PYTHONS = (f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}",
-                  f"/usr/local/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
+#: Where the user's Python may come from, first that it can run: the interpreter this venv was made from (a
+#: CI's setup-python one is readable by all), else a system one of the same minor version (the same ABI).
+PYTHONS = (str(Path(sys.executable).resolve()), f"/usr/bin/python{_VERSION}", f"/usr/local/bin/python{_VERSION}")
 #: The caller's variables the inner run keeps; the rest (keys, the caller's HOME and TMPDIR) stay out.
 KEPT = ("LANG", "LC_ALL", "TZ", "TERM", "NO_COLOR", "CI", "GITHUB_ACTIONS")
 
@@ -42,9 +44,6 @@ def problem() -> str | None:
     for tool in ("useradd", "setpriv"):
         if shutil.which(tool) is None:
             return f"{tool} is not on PATH: cannot make or become an unprivileged user"
-    if _system_python() is None:
-        return f"no system Python {sys.version_info.major}.{sys.version_info.minor} for an unprivileged user " \
-               f"(looked for {', '.join(SYSTEM_PYTHONS)})"
     return None
 
 
@@ -76,14 +75,34 @@ class Unprivileged:
             os.chown(home, entry.pw_uid, entry.pw_gid)
         return cls(name, entry.pw_uid, entry.pw_gid, home)
 
+    def problem(self) -> str | None:
+        """Why this user cannot run this checkout's tests (a skip reason), or None: no Python it can run, or a
+        checkout or venv in a folder it cannot enter."""
+        python = self.python()
+        if python is None:
+            return f"{self.name} can run none of {', '.join(dict.fromkeys(PYTHONS))}"
+        for folder in [str(REPO), *_site_packages()]:
+            if self.run([python, "-c", "import os, sys; os.listdir(sys.argv[1])", folder], cwd=Path("/")).returncode:
+                return f"{self.name} cannot read {folder}: a checkout or venv under a private home"
+        return None
+
+    def python(self) -> str | None:
+        """The first of PYTHONS this user can run (a version manager's, under /root, it cannot), or None."""
+        for candidate in dict.fromkeys(PYTHONS):
+            if os.access(candidate, os.X_OK) and self.run([candidate, "-c", f"import sys; assert sys.version_info[:2] "
+                                                          f"== {sys.version_info[:2]}"], cwd=Path("/")).returncode == 0:
+                return candidate
+        return None
+
     @contextlib.contextmanager
     def workspace(self) -> Iterator[Path]:
         """A folder in the user's home that it owns, with a venv it can run (bin/python): removed afterwards."""
         folder = Path(tempfile.mkdtemp(prefix="run-", dir=self.home))
         try:
             os.chown(folder, self.uid, self.gid)
-            python = _system_python()
-            assert python is not None, problem()
+            python = self.python()
+            if python is None:
+                raise RuntimeError(f"{self.name} can run none of {', '.join(PYTHONS)}")
             self.run([python, "-m", "venv", "--without-pip", str(folder / "venv")], cwd=folder, check=True)
             purelib = self.run([str(folder / "venv" / "bin" / "python"), "-c",
                                 "import sysconfig; print(sysconfig.get_path('purelib'))"],
@@ -106,7 +125,9 @@ class Unprivileged:
     def run(self, argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 120,
             check: bool = False) -> subprocess.CompletedProcess[str]:
         """`argv` as the user (its groups, no capability), in `cwd`."""
-        switch = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups", "--"]
+        # Through env: setpriv execs while it still holds root's capabilities, so it would start a program in a
+        # folder the user cannot enter (/root/.pyenv) that none of the user's own processes could start again.
+        switch = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--init-groups", "--", "env", "--"]
         done = subprocess.run([*switch, *argv], cwd=cwd, env=env if env is not None else self.environment(cwd),
                               capture_output=True, text=True, timeout=timeout, check=False)
         if check and done.returncode:
@@ -122,10 +143,6 @@ class Unprivileged:
                     f"--rootdir={REPO}", f"--basetemp={folder / 'tmp'}",
                     f"--palette-run-dir={folder / 'runs'}", *args]
             return self.run(argv, cwd=REPO, env=self.environment(folder), timeout=timeout)
-
-
-def _system_python() -> str | None:
-    return next((path for path in SYSTEM_PYTHONS if os.access(path, os.X_OK)), None)
 
 
 def _site_packages() -> list[str]:
