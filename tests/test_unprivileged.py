@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import psutil
 import pytest
 from unprivileged import REPO, Unprivileged
+
+from pytest_palette.backend import agent_environment
+from pytest_palette.run import leftovers
+from pytest_palette.run.sandbox import Sandbox, problem
 
 #: What the hostile tests are named by: their modules, and in tests/test_sandbox.py the test's own name.
 HOSTILE_MODULES = "tests/test_hostile_*.py"
@@ -64,6 +69,22 @@ def test_the_selection_finds_every_hostile_module() -> None:
     assert outcomes("==== 3 passed, 14 deselected, 2 warnings in 58.32s ====") == {
         "passed": 3, "deselected": 14, "warning": 2}
     assert outcomes("1 failed, 1 error in 3.1s") == {"failed": 1, "error": 1}
+
+
+@pytest.mark.skipif(problem("bubblewrap") is not None, reason=f"no sandbox here: {problem('bubblewrap')}")
+def test_a_process_that_cleared_its_environment_is_found_by_the_trace_in_its_sandbox(tmp_path: Path) -> None:
+    """What finds it not as root, where no user id of the item's marks it: its sandbox has the trace mounted."""
+    trace = tmp_path / "palette-calls.jsonl"
+    sandbox = Sandbox(tmp_path / "work", agent_environment(trace), "bubblewrap", trace=trace)
+    sandbox.prepare()
+    try:
+        subprocess.run(sandbox.argv("env -i /bin/sh -c 'sleep 300 >/dev/null 2>&1 &'"), env=sandbox.env,
+                       check=True, timeout=60)
+        found = leftovers.processes_of(trace)
+        assert found and not any("PALETTE_TRACE" in psutil.Process(pid).environ() for pid in found)
+    finally:
+        sandbox.close()
+    assert leftovers.processes_of(trace) == []
 
 
 def _left_in_shared_folders(uid: int) -> set[str]:
