@@ -16,6 +16,7 @@ and this checkout. Nothing of the machine changes beyond the user, and /root's p
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pwd
 import shutil
@@ -27,6 +28,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 REPO = Path(__file__).resolve().parent.parent
 USER = "palette-unprivileged"
 _VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -34,6 +37,8 @@ _VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 #: CI's setup-python one is readable by all), else a system one of the same minor version (the same ABI).
 PYTHONS = (str(Path(sys.executable).resolve()), f"/usr/bin/python{_VERSION}", f"/usr/local/bin/python{_VERSION}")
 #: The caller's variables the inner run keeps; the rest (keys, the caller's HOME and TMPDIR) stay out.
+#: Shared places a run must leave nothing of the user's in.
+SHARED = (Path("/tmp"), Path("/dev/shm"), Path("/var/tmp"))
 KEPT = ("LANG", "LC_ALL", "TZ", "TERM", "NO_COLOR", "CI", "GITHUB_ACTIONS")
 
 
@@ -135,14 +140,40 @@ class Unprivileged:
                                f"{(done.stderr or done.stdout).strip()[-2000:]}")
         return done
 
-    def run_pytest(self, args: Sequence[str], timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    def run_pytest(self, args: Sequence[str], timeout: float = 1800) -> Finished:
         """pytest with `args` as the user, from this checkout's root, in a workspace of its own: its temporary
-        folders and runs are there (--basetemp, --palette-run-dir), so nothing is left in /tmp."""
-        with self.workspace() as folder:
-            argv = [str(folder / "venv" / "bin" / "python"), "-m", "pytest", "-p", "no:cacheprovider",
-                    f"--rootdir={REPO}", f"--basetemp={folder / 'tmp'}",
-                    f"--palette-run-dir={folder / 'runs'}", *args]
-            return self.run(argv, cwd=REPO, env=self.environment(folder), timeout=timeout)
+        folders and runs are there (--basetemp, --palette-run-dir), so nothing is left in /tmp. One run as the
+        user at a time (a lock in its home): what is left afterwards is then this run's."""
+        with self._alone():
+            before = self._in_shared_folders()
+            with self.workspace() as folder:
+                argv = [str(folder / "venv" / "bin" / "python"), "-m", "pytest", "-p", "no:cacheprovider",
+                        f"--rootdir={REPO}", f"--basetemp={folder / 'tmp'}",
+                        f"--palette-run-dir={folder / 'runs'}", *args]
+                done = self.run(argv, cwd=REPO, env=self.environment(folder), timeout=timeout)
+            running = [f"{process.pid}: {' '.join(process.info['cmdline'] or [])}"
+                       for process in psutil.process_iter(["uids", "cmdline"])
+                       if process.info["uids"] and process.info["uids"].real == self.uid]
+            return Finished(done, running, sorted(self._in_shared_folders() - before))
+
+    @contextlib.contextmanager
+    def _alone(self) -> Iterator[None]:
+        with open(self.home / ".palette-tests.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed, or by the kernel if this process dies
+            yield
+
+    def _in_shared_folders(self) -> set[str]:
+        return {entry.path for folder in SHARED if folder.is_dir() for entry in os.scandir(folder)
+                if entry.stat(follow_symlinks=False).st_uid == self.uid}
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A run as the user, and what it left: the user's processes still running, its files in shared folders."""
+
+    done: subprocess.CompletedProcess[str]
+    running: list[str]
+    left: list[str]
 
 
 def _site_packages() -> list[str]:
