@@ -330,7 +330,12 @@ def _interpreter_folders() -> list[Path]:
     package = Path(__file__).resolve().parent.parent
     found = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent,
              package}
-    return sorted(path for path in found if not str(path).startswith(tuple(SYSTEM)))
+    # Packages outside the prefix too (a user's ~/.local site-packages, a venv's added by a .pth): without them
+    # the engine cannot import python-pptx. Only site folders: sys.path also holds the caller's cwd.
+    found |= {Path(entry).resolve() for entry in sys.path
+              if Path(entry).name in ("site-packages", "dist-packages") and Path(entry).is_dir()}
+    return sorted(path for path in found if not str(path).startswith(tuple(SYSTEM))
+                  and not any(path != other and path.is_relative_to(other) for other in found))
 
 
 def _backend_folders(env: Mapping[str, str]) -> list[Path]:
