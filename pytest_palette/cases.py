@@ -8,11 +8,13 @@ ERRORs at setup while every other case still runs.
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,13 @@ DEFAULT_MAX_POLLS = 12
 #: rehearsal model with the reference engine carries all of them on every shipped case but one the user trims.
 DEFAULT_CONTENT = 0.9
 MERGE_TAG = "tag:yaml.org,2002:merge"
+#: The kernel's and the devices' trees: no case reads there (/proc/self/environ holds every key of the session,
+#: /dev/zero never ends), whatever the path or link that leads there.
+SYSTEM_TREES = (Path("/proc"), Path("/sys"), Path("/dev"))
+#: File systems whose files are the kernel's wherever they are mounted (a second /proc under /tmp is still /proc).
+KERNEL_FILE_SYSTEMS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "debugfs", "tracefs", "securityfs", "cgroup",
+                                 "cgroup2", "configfs", "efivarfs", "bpf", "pstore", "fusectl", "mqueue",
+                                 "binfmt_misc", "autofs", "hugetlbfs", "rpc_pipefs", "nsfs"})
 
 CASE_KEYS = ("name", "covers", "tags", "request", "context", "context_file", "replies", "expect", "documents")
 EXPECT_KEYS = ("skill", "deck", "slides", "edit", "context", "max_polls", "content")
@@ -47,6 +56,77 @@ DRIVING_KEYS = ("slides", "edit", "context", "max_polls", "content")
 #: Checks the value a case gives under `expect: {<skill>: …}` (a skill's rules register it); raises ValueError
 #: with one line to refuse it.
 ExpectCheck = Callable[[Any], object]
+
+
+class Refused(Exception):
+    """Why a file a case names is not read, in words that follow "context_file '…': "."""
+
+
+def kernel_devices() -> frozenset[int]:
+    """The device numbers of the kernel's file systems mounted here (from /proc/self/mountinfo; none elsewhere)."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return frozenset()
+    found = set()
+    for line in lines:
+        mount, _, source = line.partition(" - ")  # the file system's type is the first word after " - "
+        fields, kind = mount.split(), source.split()[:1]
+        if len(fields) > 2 and kind and kind[0] in KERNEL_FILE_SYSTEMS:
+            major, _, minor = fields[2].partition(":")
+            found.add(os.makedev(int(major), int(minor)))
+    return frozenset(found)
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    return next((said for test, said in kinds if test(mode)), "not a regular file")
+
+
+def read_regular(path: Path, limit: int, kernel: frozenset[int] = frozenset(), inside: Path | None = None) -> str:
+    """A regular file's UTF-8 text, at most `limit` bytes, read without trusting what the path leads to: links are
+    followed to their end first, and the end must be a regular file outside /proc, /sys and /dev (and the kernel's
+    file systems, `kernel`), inside the folder `inside` when given. Raise Refused with the reason."""
+    real = Path(os.path.realpath(path))
+    if inside is not None and not real.is_relative_to(os.path.realpath(inside)):
+        raise Refused(f"{path} leads to {real}, outside the case file's folder {inside}: a relative path stays "
+                      "in it (write an absolute path or ${VARIABLE} to read elsewhere)")
+    for tree in SYSTEM_TREES:
+        if real.is_relative_to(tree):
+            raise Refused(f"{real} is under {tree}: a case file reads regular files only")
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        raise Refused(f"no file at {real}") from None
+    except OSError as error:
+        raise Refused(f"cannot read {real}: {error.strerror}") from None
+    if not stat.S_ISREG(mode):  # refused before opening it: opening a device or a FIFO can act
+        raise Refused(f"{real} is {_kind(mode)}: a case file reads regular files only")
+    try:  # no link at the end, no wait on a FIFO swapped in meanwhile
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as error:
+        raise Refused(f"cannot read {real}: {error.strerror}") from None
+    with os.fdopen(fd, "rb") as file:
+        opened = os.fstat(fd)  # what was opened, which is what counts
+        if not stat.S_ISREG(opened.st_mode):
+            raise Refused(f"{real} is {_kind(opened.st_mode)}: a case file reads regular files only")
+        if opened.st_dev in kernel:
+            raise Refused(f"{real} is a file of the kernel: a case file reads regular files only")
+        # The size a kernel file states is often 0: the read is bounded, not only the stat.
+        data = file.read(limit + 1) if opened.st_size <= limit else b""
+    if max(len(data), opened.st_size) > limit:
+        size = f"{opened.st_size:,} bytes" if opened.st_size > limit else f"more than {limit:,} bytes"
+        raise Refused(f"{real} is {size}, more than the {limit:,} allowed (--palette-max-context)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Refused(f"{real} is not UTF-8 text") from None
+
+
+def climbs_out(relative: str) -> bool:
+    """Whether a relative path (or glob) climbs above the folder it is relative to, as written."""
+    return os.path.normpath(relative).split(os.sep)[0] == os.pardir
 
 
 class CaseFileError(Exception):
@@ -163,6 +243,11 @@ class _Reader:
         # libyaml when present: the pure-Python loader dominates collecting thousands of cases.
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         self.loader = loader(text)
+
+    @functools.cached_property
+    def kernel(self) -> frozenset[int]:
+        """The kernel's file systems here, looked up once per case file that reads a file."""
+        return kernel_devices()
 
     def error(self, node: yaml.Node, message: str) -> CaseFileError:
         return CaseFileError(self.path, node.start_mark.line + 1, message)
@@ -311,18 +396,19 @@ class _Reader:
         if missing:
             return "", raw, (f"{self.path}:{fields['context_file'][0].start_mark.line + 1}: context_file {raw!r} "
                              f"needs {', '.join('$' + m for m in missing)}, which is not set")
-        path = (self.path.parent / text).resolve()
         where = f"{self.path}:{fields['context_file'][0].start_mark.line + 1}: context_file {shown(raw)}"
-        if not path.is_file():
-            return "", str(path), f"{where}: no file at {path}"
-        size = path.stat().st_size
-        if size > self.max_context:
-            return "", str(path), (f"{where}: {path} is {size:,} bytes, more than the {self.max_context:,} allowed "
-                                   "(--palette-max-context)")
+        # A relative path is the case file's own business, so it stays in its folder; an absolute or ${VARIABLE}
+        # path is the user's explicit choice of where to read.
+        chosen = os.path.isabs(raw) or bool(VARIABLE.search(raw))
+        if not chosen and climbs_out(text):
+            return "", None, f"{where}: a relative path must not climb out of the case file's folder " \
+                             f"{self.path.parent} (write an absolute path or ${{VARIABLE}} to read elsewhere)"
+        path = self.path.parent / text
         try:
-            return path.read_text(encoding="utf-8").strip(), str(path), None
-        except UnicodeDecodeError:
-            return "", str(path), f"{where}: {path} is not UTF-8 text"
+            return read_regular(path, self.max_context, self.kernel, None if chosen else self.path.parent).strip(), \
+                os.path.realpath(path), None
+        except Refused as refused:
+            return "", os.path.realpath(path), f"{where}: {refused}"
 
     def expect(self, fields: dict[str, tuple[yaml.Node, Any]], common: dict[str, Any], has_context: bool,
                label: str) -> Expect:
@@ -409,12 +495,19 @@ class _Reader:
                        "which is not set: point it at the folder of corpus documents")
             yield self.build(placeholder, common, "", pattern, problem, line, fields, label)
             return
+        chosen = os.path.isabs(pattern) or bool(VARIABLE.search(pattern))
+        if not chosen and climbs_out(text):
+            raise self.error(fields["documents"][0], f"{label}: documents {shown(pattern)} climbs out of the case "
+                                                     f"file's folder {self.path.parent}: a relative glob stays in "
+                                                     "it (write an absolute path or ${VARIABLE} to read elsewhere)")
         full = text if os.path.isabs(text) else str(self.path.parent / text)
-        matches = sorted(Path(p) for p in glob.glob(full) if Path(p).is_file())
+        # Folders are passed over, as before; anything else that matches is read as a regular file, or refused.
+        matches = sorted(Path(p) for p in glob.glob(full) if not os.path.isdir(p))
         if not matches:
             problem = f"{self.path}:{line}: documents {pattern!r} matched no file ({full})"
             yield self.build(placeholder, common, "", pattern, problem, line, fields, label)
             return
+        inside = None if chosen else self.path.parent
         named: dict[str, Path] = {}
         for document in matches:
             name = re.sub(r"[^a-z0-9_]+", "_", document.stem.lower()).strip("_")[:MAX_NAME].rstrip("_")
@@ -427,19 +520,15 @@ class _Reader:
                                                          f"{document.name!r} both give the case name {name!r}: "
                                                          "rename one")
             named[name] = document
-            context = self.document(document, fields["documents"][0], label)
+            context = self.document(document, fields["documents"][0], label, inside)
             yield self.build(name, common, context, str(document), None, line, fields, label)
 
-    def document(self, path: Path, node: yaml.Node, label: str) -> str:
-        """A corpus document's text: UTF-8, within the size limit."""
-        size = path.stat().st_size
-        if size > self.max_context:
-            raise self.error(node, f"{label}: the document {path.name!r} is {size:,} bytes, more than the "
-                                   f"{self.max_context:,} allowed (--palette-max-context)")
+    def document(self, path: Path, node: yaml.Node, label: str, inside: Path | None) -> str:
+        """A corpus document's text: a regular file, UTF-8, within the size limit."""
         try:
-            return path.read_text(encoding="utf-8").strip()
-        except UnicodeDecodeError:
-            raise self.error(node, f"{label}: the document {path.name!r} is not UTF-8 text") from None
+            return read_regular(path, self.max_context, self.kernel, inside).strip()
+        except Refused as refused:
+            raise self.error(node, f"{label}: the document {path.name!r}: {refused}") from None
 
 
 def load_cases(path: Path, env: Mapping[str, str] | None = None, max_context: int = MAX_CONTEXT,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from .cases import MAX_CONTEXT
-from .hosts.base import COMMAND_TIMEOUT, MODEL_RETRIES, RECURSION_LIMIT, TURN_TIMEOUT, HostSettings
+from .hosts.base import COMMAND_TIMEOUT, MODEL_RETRIES, OUTPUT_LIMIT, RECURSION_LIMIT, TURN_TIMEOUT, HostSettings
 from .models import ModelSpec, ModelUnavailable, parse_model
 from .rehearsal.injection import FaultSchedule
 from .rehearsal.latency import ModelLatency
@@ -19,12 +19,18 @@ from .rehearsal.policy import RehearsalPolicy
 from .results.ledger import run_ledgers
 from .results.prices import PriceError, PriceTable, load_prices
 from .results.record import NO_SKILL
+from .run.credentials import Credentials, CredentialsError
+from .run.credentials import load as load_credentials
 from .site.folder import refusal as site_refusal
 from .skill import PACKAGED_SKILLS
 
 DEFAULT_BUILD_GRACE = 60.0
 #: With -v, a command of the agent's running this long gets a line (`--palette-progress-after`).
 PROGRESS_AFTER = 10.0
+#: `--palette-output-limit` below this could not show one deck.py answer's state; Claude Code's own floor is 4,000.
+MIN_OUTPUT_LIMIT = 1_000
+#: The most retries of one model call (`--palette-model-retries`): with exponential backoff, more is a stuck item.
+MAX_MODEL_RETRIES = 20
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -41,7 +47,7 @@ def add_options(parser: pytest.Parser) -> None:
                          "comes from the environment (OPENAI_API_KEY / ANTHROPIC_API_KEY)")
     group.addoption("--palette-model-retries", type=int, default=None, dest="palette_model_retries", metavar="N",
                     help="retries of one model call after a transient error (429, 5xx, reset, timeout), with "
-                         f"backoff, before the item ERRORs (default {MODEL_RETRIES})")
+                         f"backoff, before the item ERRORs (default {MODEL_RETRIES}, at most {MAX_MODEL_RETRIES})")
     group.addoption("--palette-rehearsal-faults", default=None, dest="palette_rehearsal_faults", metavar="SPEC",
                     help="transient errors the rehearsal server injects (cuga, claude), e.g. 429:0.2,500:0.05,seed=7:"
                          " kind:rate pairs, kinds 429, 5xx codes and reset; deterministic for a seed")
@@ -64,6 +70,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-command-timeout", type=float, default=None, dest="palette_command_timeout",
                     metavar="SECONDS", help="seconds one shell command may take on hosts that let us set it "
                                             f"(default {COMMAND_TIMEOUT:g}; must outlast deck.py's 90 s holds)")
+    group.addoption("--palette-output-limit", type=int, default=None, dest="palette_output_limit", metavar="CHARS",
+                    help="characters of one command's output the agent reads back, on every host; past it a "
+                         f"marker says what was cut (default {OUTPUT_LIMIT:,}, no tighter than any "
+                         "host's own client; ini palette_output_limit)")
     group.addoption("--palette-recursion-limit", type=int, default=None, dest="palette_recursion_limit",
                     metavar="N", help=f"step budget of the react host (default {RECURSION_LIMIT})")
     group.addoption("--palette-eager", action="store_true", default=False, dest="palette_eager",
@@ -116,6 +126,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("palette_model", "default model", default="rehearsal")
     parser.addini("palette_run_dir", "where run folders are made", default="runs")
     parser.addini("palette_turn_timeout", "seconds one agent turn may take", default=str(TURN_TIMEOUT))
+    parser.addini("palette_output_limit", "characters of one command's output the agent reads back",
+                  default=str(OUTPUT_LIMIT))
     parser.addini("palette_progress_after", "with -v, seconds a command runs before a line says so",
                   default=str(PROGRESS_AFTER))
 
@@ -150,6 +162,8 @@ class Settings:
     html: Path | None = None
     #: With -v, seconds a command runs before a line says so (`--palette-progress-after`).
     progress_after: float = PROGRESS_AFTER
+    #: The credentials file (~/.config/palette/env or $PALETTE_ENV), when there is one.
+    credentials: Credentials | None = None
 
 
 def _number(config: pytest.Config, option: str, ini: str | None, default: float) -> float:
@@ -166,6 +180,20 @@ def _number(config: pytest.Config, option: str, ini: str | None, default: float)
         value, source = default, "default"
     if value <= 0:
         raise pytest.UsageError(f"{source} must be more than 0 (got {value:g})")
+    return value
+
+
+def _output_limit(config: pytest.Config) -> int:
+    """`--palette-output-limit`, else its ini twin, else the default; a bad value is one line naming its source."""
+    given = config.getoption("palette_output_limit")
+    raw, source = (given, "--palette-output-limit") if given is not None else \
+        (config.getini("palette_output_limit"), "ini palette_output_limit")
+    try:
+        value = int(str(raw).replace("_", ""))
+    except ValueError:
+        raise pytest.UsageError(f"{source} = {raw!r} is not a number of characters") from None
+    if value < MIN_OUTPUT_LIMIT:
+        raise pytest.UsageError(f"{source} must be at least {MIN_OUTPUT_LIMIT:,} characters (got {value:,})")
     return value
 
 
@@ -209,8 +237,9 @@ def resolve(config: pytest.Config) -> Settings:
     except ModelUnavailable as error:
         raise pytest.UsageError(str(error)) from None
     retries = config.getoption("palette_model_retries")
-    if retries is not None and retries < 0:
-        raise pytest.UsageError(f"--palette-model-retries must be 0 or more (got {retries})")
+    if retries is not None and not 0 <= retries <= MAX_MODEL_RETRIES:
+        raise pytest.UsageError(f"--palette-model-retries must be from 0 to {MAX_MODEL_RETRIES} (got {retries}): "
+                                "each retry waits longer than the last")
     faults = _spec(config, "palette_rehearsal_faults", FaultSchedule.parse)
     latency = _spec(config, "palette_rehearsal_latency", ModelLatency.parse)
     root = config.rootpath
@@ -218,6 +247,9 @@ def resolve(config: pytest.Config) -> Settings:
     if not case_dirs:
         case_dirs = [root / "cases"]
     skill = config.getoption("palette_skill")
+    if skill is not None and not skill.strip():  # an unset CI variable must not quietly mean the reference skill
+        raise pytest.UsageError(f"--palette-skill is empty (an unset variable?): name a skill folder, or "
+                                f"{NO_SKILL!r} for no skill; leave the option out for the reference skill")
     skill_dir = None if skill == NO_SKILL else Path(skill).resolve() if skill else PACKAGED_SKILLS / "palette"
     if skill_dir is not None and not (skill_dir / "SKILL.md").is_file():
         raise pytest.UsageError(f"--palette-skill {skill_dir}: no SKILL.md there (or {NO_SKILL!r} for no skill)")
@@ -270,6 +302,12 @@ def resolve(config: pytest.Config) -> Settings:
     if (conversations or 1) > 1 and config.getoption("numprocesses", None):
         raise pytest.UsageError("--palette-conversations and -n (xdist) both spread conversations: choose one "
                                 "(--palette-conversations holds them in one process, which costs far less memory)")
+    try:
+        credentials = load_credentials()
+    except CredentialsError as error:
+        raise pytest.UsageError(str(error)) from None
+    sandbox_env = tuple(name.strip() for given in config.getoption("palette_sandbox_env")
+                        for name in given.split(",") if name.strip())
     html_given = config.getoption("palette_html")
     html = (config.invocation_params.dir / html_given).resolve() if html_given else None
     refused = site_refusal(html) if html is not None else None
@@ -279,6 +317,7 @@ def resolve(config: pytest.Config) -> Settings:
         html=html,
         conversations=conversations or 1,
         progress_after=_number(config, "palette_progress_after", "palette_progress_after", PROGRESS_AFTER),
+        credentials=credentials,
         prices=prices,
         prices_file=prices_file,
         max_cost=max_cost,
@@ -300,9 +339,10 @@ def resolve(config: pytest.Config) -> Settings:
             recursion_limit=recursion or RECURSION_LIMIT,
             eager=bool(config.getoption("palette_eager")),
             sandbox=str(config.getoption("palette_sandbox") or "bubblewrap"),
-            sandbox_env=tuple(name.strip() for given in config.getoption("palette_sandbox_env")
-                              for name in given.split(",") if name.strip()),
+            sandbox_env=sandbox_env,
+            withheld=credentials.withheld(sandbox_env) if credentials is not None else (),
             model_retries=MODEL_RETRIES if retries is None else retries,
+            output_limit=_output_limit(config),
             rehearsal_faults=faults,
             rehearsal_latency=latency,
         ),

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 from browser import Browser, require
 from sites import OfflineRuns, make_offline_runs
+from unprivileged import Unprivileged
+from unprivileged import problem as unprivileged_problem
 
 # tests/fixtures/ holds data and a whole project (changelog_project/, with a conftest.py of its own): the tests that
 # use them run them, pytest does not collect them.
@@ -15,7 +17,8 @@ collect_ignore = ["fixtures"]
 
 # A developer's real Palette, a leaked trace path or a latency setting would change what these tests
 # measure; each test that needs one sets it itself.
-_PALETTE_VARIABLES = ("PALETTE_HOME", "PALETTE_URL", "PALETTE_TRACE", "PALETTE_ENGINE_LATENCY", "PALETTE_PYTHON")
+_PALETTE_VARIABLES = ("PALETTE_HOME", "PALETTE_URL", "PALETTE_TRACE", "PALETTE_ENGINE_LATENCY", "PALETTE_PYTHON",
+                      "PALETTE_ENV")
 
 
 @pytest.fixture(autouse=True)
@@ -38,3 +41,17 @@ def browser() -> Iterator[Browser]:
 def offline_runs(tmp_path_factory: pytest.TempPathFactory) -> OfflineRuns:
     """A good and a bad real offline run of the core cases, once per session (per xdist worker): tests/sites.py."""
     return make_offline_runs(tmp_path_factory.mktemp("offline-runs"))
+
+
+@pytest.fixture(scope="session")
+def unprivileged() -> Unprivileged:
+    """The unprivileged user tests run as (tests/unprivileged.py), made once per machine; skipped when this run is
+    not root (it then already is the unprivileged run) or the machine cannot make or become one."""
+    reason = unprivileged_problem()
+    if reason is not None:
+        pytest.skip(reason)
+    user = Unprivileged.ensure()
+    reason = user.problem()
+    if reason is not None:
+        pytest.skip(reason)
+    return user

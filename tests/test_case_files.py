@@ -3,12 +3,14 @@ bounded memory; merge keys work; names are short, non-empty and unique (issue 11
 
 from __future__ import annotations
 
+import os
+import socket
 import tracemalloc
 from pathlib import Path
 
 import pytest
 
-from pytest_palette.cases import MAX_NAME, CaseFileError, load_cases
+from pytest_palette.cases import MAX_NAME, CaseFileError, Refused, kernel_devices, load_cases, read_regular
 
 #: Nine levels of nine: 9**7 strings once expanded, a few hundred bytes on disk.
 CHAIN = ("[&a [lol,lol,lol,lol,lol,lol,lol,lol,lol], "
@@ -116,3 +118,105 @@ def test_two_documents_that_give_one_case_name_are_both_named(tmp_path: Path) ->
         (tmp_path / "docs" / f"{stem}.md").write_text("# Q3\n- figures\n", encoding="utf-8")
     error = error_of(tmp_path, "- documents: docs/*.md\n  covers: x\n  request: Turn this into a deck\n")
     assert "'Q3 Review.md' and 'q3-review.md' both give the case name 'q3_review'" in str(error)
+
+
+# Route 6 of issue 21: a case file reads regular files only. A refusal keeps the case from running (context_file:
+# it ERRORs at setup, with this one line) or fails the file's collection (documents:), and reads nothing.
+
+def context_of(tmp_path: Path, where: str, env: dict[str, str] | None = None) -> tuple[str, str | None]:
+    (tmp_path / "cases").mkdir(exist_ok=True)
+    path = tmp_path / "cases" / "c.yaml"
+    path.write_text(f"- name: a\n  covers: x\n  request: r\n  context_file: {where!r}\n", encoding="utf-8")
+    [case] = load_cases(path, env=env or {})
+    return case.context, case.problem
+
+
+def refused(tmp_path: Path, where: str, said: str, env: dict[str, str] | None = None) -> str:
+    context, problem = context_of(tmp_path, where, env)
+    assert context == "" and problem is not None, problem
+    assert problem.startswith(f"{tmp_path / 'cases' / 'c.yaml'}:4: context_file ") and "\n" not in problem
+    assert said in problem, problem
+    return problem
+
+
+def test_a_context_file_in_proc_is_refused_and_nothing_of_it_is_read(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PALETTE_FAKE_SECRET", "sk-not-a-real-key-4242")
+    problem = refused(tmp_path, "/proc/self/environ", "is under /proc: a case file reads regular files only")
+    assert "sk-not-a-real-key" not in problem
+    refused(tmp_path, "${PROC}/self/environ", "is under /proc", env={"PROC": "/proc"})
+    refused(tmp_path, "/dev/zero", "is under /dev")
+    refused(tmp_path, "/sys/kernel/uevent_seqnum", "is under /sys")
+
+
+def test_a_link_is_followed_to_its_end_and_judged_there(tmp_path: Path) -> None:
+    cases, outside = tmp_path / "cases", tmp_path / "outside.md"
+    cases.mkdir()
+    outside.write_text("# Outside\n- a point\n", encoding="utf-8")
+    (cases / "inner.md").write_text("# Inner\n- a point\n", encoding="utf-8")
+    for name, target in [("environ.md", "/proc/self/environ"), ("zero.md", "/dev/zero"),
+                         ("out.md", str(outside)), ("in.md", "inner.md")]:
+        (cases / name).symlink_to(target)
+    refused(tmp_path, "environ.md", "outside the case file's folder")
+    refused(tmp_path, "zero.md", "outside the case file's folder")
+    refused(tmp_path, "out.md", "outside the case file's folder")
+    assert context_of(tmp_path, "in.md") == ("# Inner\n- a point", None)
+    # Named by an absolute path, a link is the user's choice: followed to a regular file, still not into /proc.
+    assert context_of(tmp_path, str(cases / "out.md")) == ("# Outside\n- a point", None)
+    refused(tmp_path, str(cases / "environ.md"), "is under /proc")
+
+
+def test_fifos_sockets_and_folders_are_refused_without_waiting(tmp_path: Path) -> None:
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    os.mkfifo(cases / "pipe.md")  # nobody writes to it: a read would wait forever
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(cases / "sock.md"))
+        refused(tmp_path, "sock.md", "is a socket: a case file reads regular files only")
+    refused(tmp_path, "pipe.md", "is a FIFO: a case file reads regular files only")
+    refused(tmp_path, ".", "is a folder: a case file reads regular files only")
+
+
+def test_a_relative_path_stays_in_the_case_files_folder_an_absolute_or_variable_one_is_the_users(
+        tmp_path: Path) -> None:
+    (tmp_path / "notes.md").write_text("# Notes\n- a point\n", encoding="utf-8")
+    refused(tmp_path, "../notes.md", "a relative path must not climb out of the case file's folder")
+    refused(tmp_path, "sub/../../notes.md", "must not climb out")
+    assert context_of(tmp_path, str(tmp_path / "notes.md")) == ("# Notes\n- a point", None)
+    assert context_of(tmp_path, "${NOTES}/notes.md", {"NOTES": str(tmp_path)}) == ("# Notes\n- a point", None)
+
+
+def test_the_read_is_bounded_whatever_the_file_says_its_size_is(tmp_path: Path) -> None:
+    path = tmp_path / "big.md"
+    path.write_bytes(b"x" * 2_000)
+    with pytest.raises(Refused, match=r"is 2,000 bytes, more than the 1,000 allowed \(--palette-max-context\)"):
+        read_regular(path, 1_000)
+    assert read_regular(path, 2_000) == "x" * 2_000
+
+
+def test_the_kernels_file_systems_are_known_wherever_they_are_mounted() -> None:
+    if not Path("/proc/self/mountinfo").exists():
+        pytest.skip("no /proc/self/mountinfo here")
+    assert os.stat("/proc").st_dev in kernel_devices()
+    assert os.stat("/").st_dev not in kernel_devices()
+
+
+@pytest.mark.parametrize(("pattern", "said"), [
+    ("/proc/self/*", "is under /proc"),
+    ("docs/*", "is a FIFO"),
+    ("links/*", "outside the case file's folder"),
+])
+def test_a_documents_glob_reads_regular_files_only(tmp_path: Path, pattern: str, said: str) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n- a point\n", encoding="utf-8")
+    os.mkfifo(tmp_path / "docs" / "b.md")
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "environ.md").symlink_to("/proc/self/environ")
+    error = error_of(tmp_path, f"- documents: {pattern!r}\n  covers: x\n  request: Turn this into a deck\n")
+    assert error.line == 1 and said in str(error) and "\n" not in str(error)
+
+
+def test_a_relative_documents_glob_stays_in_the_case_files_folder(tmp_path: Path) -> None:
+    error = error_of(tmp_path, "- documents: '../*.md'\n  covers: x\n  request: Turn this into a deck\n")
+    assert error.line == 1 and "climbs out of the case file's folder" in str(error)
+

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -24,6 +29,7 @@ from pytest_palette.hosts.base import HostError, HostSettings
 from pytest_palette.hosts.claude import (
     REHEARSAL_CLI_MODEL,
     REHEARSAL_KEY,
+    RELAY_PORT,
     ClaudeHost,
     ClaudeSession,
     CliOutput,
@@ -32,11 +38,13 @@ from pytest_palette.hosts.claude import (
     failure,
     find_cli,
     install_skill,
+    lock_files,
     parse_stream,
     redact,
     session_folder,
     turn_command,
 )
+from pytest_palette.hosts.endpoint import PLACEHOLDER_KEY, KeyForwarder, credentials
 from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal.conversation import Conversation
 from pytest_palette.rehearsal.policy import catalogue
@@ -44,6 +52,7 @@ from pytest_palette.run.command_log import read as read_commands
 from pytest_palette.run.command_log import skill_calls
 from pytest_palette.run.conversation import open_sandbox
 from pytest_palette.run.evidence import collect, deck_by, inspect_deck, newest_deck, read_trace
+from pytest_palette.run.sandbox import Sandbox
 from pytest_palette.run.sandbox import problem as sandbox_problem
 from pytest_palette.run.workspace import Workspace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, drift, load_card, load_skill, skill_hash
@@ -71,6 +80,109 @@ def test_the_first_turn_names_a_new_session_and_later_turns_resume_it() -> None:
     assert f"--resume={SID}" in later and "--session-id" not in later
     # The message is not an argument at all (it goes on standard input): no size limit, never an option.
     assert first[-2:] == ["--session-id", SID] and later[-1] == f"--resume={SID}"
+
+
+def test_every_turn_makes_the_cli_ignore_what_the_agent_could_write() -> None:
+    env = {"ANTHROPIC_BASE_URL": "http://127.0.0.1:4242", "ANTHROPIC_API_KEY": PLACEHOLDER_KEY,
+           "CLAUDE_CODE_SHELL_PREFIX": "/run/item/claude/sandbox.sh", "CLAUDE_CONFIG_DIR": "/run/item/claude/config"}
+    for first in (True, False):
+        argv = turn_command(Path("/bin/claude"), "claude-sonnet-4-5", SID, first, env=env)
+        assert argv[argv.index("--setting-sources") + 1] == "project"  # the skill; not user nor local settings
+        assert "--strict-mcp-config" in argv and json.loads(argv[argv.index("--mcp-config") + 1]) == {
+            "mcpServers": {}}
+        pinned = json.loads(argv[argv.index("--settings") + 1])
+        assert pinned["env"] == env and pinned["disableAllHooks"] is True
+    # A real key never goes on a command line (any process may read it there).
+    leaked = turn_command(Path("/bin/claude"), "m", SID, True, env={**env, "ANTHROPIC_API_KEY": SECRET})
+    assert SECRET not in " ".join(leaked)
+
+
+def test_the_files_the_cli_reads_are_the_harnesss_own(tmp_path: Path) -> None:
+    work, config, home = tmp_path / "work", tmp_path / "config", tmp_path / "home"
+    (work / ".claude").mkdir(parents=True)
+    (tmp_path / "elsewhere.json").write_text('{"env": {}}')
+    (work / ".claude" / "settings.json").symlink_to(tmp_path / "elsewhere.json")
+    locked = lock_files(work, config, home)
+    assert locked == [work / ".claude", config / "settings.json"]
+    for path in (work / ".claude" / "settings.json", work / ".claude" / "settings.local.json",
+                 config / "settings.json"):
+        assert not path.is_symlink() and path.read_text() == "{}\n"
+    assert (home / ".bashrc").read_text() == "" and (home / ".profile").read_text() == ""
+    assert (tmp_path / "elsewhere.json").read_text() == '{"env": {}}'  # a link is replaced, never followed
+
+
+# -- the key stays with the harness ----------------------------------------------------------------
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    """A model endpoint that records what reached it and streams two events back."""
+
+    seen: ClassVar[list[tuple[str, dict[str, str], bytes]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(b"event: one\ndata: {}\n\nevent: two\ndata: {}\n\n")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_the_forwarder_adds_the_key_and_passes_only_the_messages_api() -> None:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    gateway = f"http://127.0.0.1:{upstream.server_address[1]}/gateway"
+    forwarder = KeyForwarder(gateway, {"x-api-key": SECRET}).start()
+    try:
+        assert forwarder.base_url.startswith("http://127.0.0.1:")
+        request = urllib.request.Request(f"{forwarder.base_url}/v1/messages?beta=true", data=b'{"model": "m"}',
+                                         headers={"x-api-key": PLACEHOLDER_KEY, "anthropic-version": "2023-06-01"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert answer.read() == b"event: one\ndata: {}\n\nevent: two\ndata: {}\n\n"
+        [(path, headers, body)] = _Upstream.seen
+        assert path == "/gateway/v1/messages?beta=true" and body == b'{"model": "m"}'
+        assert headers["x-api-key"] == SECRET and headers["anthropic-version"] == "2023-06-01"
+        with pytest.raises(urllib.error.HTTPError) as refused:  # a WebFetch of the forwarder gets nothing else
+            urllib.request.urlopen(f"{forwarder.base_url}/admin", timeout=30)
+        assert refused.value.code == 404 and len(_Upstream.seen) == 1
+    finally:
+        forwarder.stop()
+        upstream.shutdown()
+        upstream.server_close()
+
+
+def test_the_forwarder_holds_a_key_or_a_gateways_token_and_headers() -> None:
+    assert credentials({"ANTHROPIC_API_KEY": SECRET, "ANTHROPIC_AUTH_TOKEN": "t"}) == {"x-api-key": SECRET}
+    gateway = {"ANTHROPIC_AUTH_TOKEN": "t", "ANTHROPIC_CUSTOM_HEADERS": "X-Gateway-Key: g1\nnot a header"}
+    assert credentials(gateway) == {"X-Gateway-Key": "g1", "Authorization": "Bearer t"}
+    with pytest.raises(ValueError, match="not an http"):
+        KeyForwarder("file:///etc/passwd", {})
+
+
+def test_a_command_cannot_see_the_clis_folders_nor_its_process(tmp_path: Path) -> None:
+    if SANDBOX == "none":
+        pytest.skip("no bubblewrap here")
+    work, config = tmp_path / "work", tmp_path / "claude" / "config"
+    work.mkdir()
+    sandbox = Sandbox(work, {"PATH": os.environ["PATH"]}, "bubblewrap")
+    sandbox.writable(config)
+    (config / "secret.json").write_text("{}")
+    wrapper = sandbox.script(tmp_path / "sandbox.sh", hidden=(config,))
+    sandbox.readable(wrapper)
+    # The client (the CLI's place) holds a key in its environment; its command looks for it through /proc.
+    look = ("for p in /proc/[0-9]*; do grep -l CLIENT_KEY $p/environ 2>/dev/null; ls $p/root$PWD/.. 2>/dev/null; "
+            f"done; ls {config} 2>&1; echo done")
+    argv = sandbox.client(["/bin/sh", "-c", 'sleep 30 & "$0" "$1"; kill $!', str(wrapper), look], work)
+    try:
+        done = subprocess.run(argv, env={"PATH": os.environ["PATH"], "CLIENT_KEY": "k"}, cwd=work,
+                              capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        sandbox.close()
+    assert done.stdout.rstrip().endswith("done"), done.stderr
+    assert "/environ" not in done.stdout and "secret.json" not in done.stdout and "No such file" in done.stdout
 
 
 # -- the CLI's environment -------------------------------------------------------------------------
@@ -346,7 +458,9 @@ class Item:
         workspace = Workspace(root, PurePosixPath("item"))  # an item's folder: work/, the trace, turns
         self.root, self.work, self.trace = workspace.folder, workspace.work, workspace.trace
         self.env = agent_environment(self.trace, base)
-        settings = HostSettings(command_timeout=120, sandbox=SANDBOX)
+        # A checkout run with PYTHONPATH (not the installed package) needs it in the sandbox too.
+        settings = HostSettings(command_timeout=120, sandbox=SANDBOX,
+                                sandbox_env=("PYTHONPATH",) if "PYTHONPATH" in os.environ else ())
         workspace.work.mkdir(parents=True, exist_ok=True)
         self.sandbox = open_sandbox(workspace, settings, base)
         self.sandbox.prepare()
@@ -437,16 +551,60 @@ def test_a_decline_builds_no_deck(host: ClaudeHost, tmp_path: Path) -> None:
 
 
 @needs_cli
-def test_a_real_models_key_reaches_the_cli_but_nothing_written(host: ClaudeHost, tmp_path: Path) -> None:
+def test_a_real_models_key_stays_with_the_harness_and_reaches_the_model(host: ClaudeHost, tmp_path: Path) -> None:
     # anthropic:<model> through a gateway: the rehearsal server stands in for it on loopback.
     gateway = host.endpoint.server(REHEARSAL).base_url
     base = {**os.environ, "ANTHROPIC_API_KEY": SECRET, "ANTHROPIC_BASE_URL": gateway}
     item = Item(tmp_path, host, model="anthropic:claude-sonnet-4-5", base=base)
-    item.say("Build a 3-slide deck on prompt caching")
-    assert item.session.env["ANTHROPIC_API_KEY"] == SECRET
+    [plan] = item.say("Build a 3-slide deck on prompt caching")
+    assert "Reply **yes**" in plan  # the model answered, through the forwarder
+    # The CLI holds a placeholder and talks to the harness's forwarder, which holds the key.
+    assert item.session.env["ANTHROPIC_API_KEY"] == PLACEHOLDER_KEY
+    assert item.session.env["ANTHROPIC_BASE_URL"] != gateway
+    assert SECRET not in json.dumps(item.session.env)
     for path in tmp_path.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert SECRET.encode() not in path.read_bytes(), path
+
+
+@needs_cli
+def test_what_the_cli_reads_is_read_only_even_to_the_cli(host: ClaudeHost, tmp_path: Path) -> None:
+    # The CLI's own Write tool is the agent's too: in the CLI's view, what configures it cannot be written.
+    if SANDBOX == "none":
+        pytest.skip("no bubblewrap here")
+    item = Item(tmp_path, host)
+    folder = item.session.folder
+    tries = {"settings": folder / "config" / "settings.json", "project": item.work / ".claude" / "settings.json",
+             "local": item.work / ".claude" / "settings.local.json", "bashrc": folder / "home" / ".bashrc",
+             "new in .claude": item.work / ".claude" / "agents.json", "new in home": folder / "home" / ".zlogin",
+             "config": folder / "config" / "scratch.json", "cache": folder / "home" / ".cache" / "x"}
+    script = "; ".join(f"(echo '{{}}' > {path}) 2>/dev/null && echo wrote {name.replace(' ', '_')}"
+                       for name, path in tries.items())
+    done = subprocess.run(item.sandbox.client(["/bin/sh", "-c", script], item.work), cwd=item.work,
+                          capture_output=True, text=True, timeout=60, check=False)
+    item.sandbox.close()
+    assert done.stdout.split() == ["wrote", "config", "wrote", "cache"]  # only what the CLI keeps for itself
+    assert tries["settings"].read_text() == tries["project"].read_text() == "{}\n"
+
+
+@needs_cli
+def test_the_cli_reaches_its_model_and_nothing_else(host: ClaudeHost, tmp_path: Path) -> None:
+    if SANDBOX == "none":
+        pytest.skip("no bubblewrap here")
+    listener = socket.create_server(("127.0.0.1", 0))  # a service of this machine's, not the model
+    item = Item(tmp_path, host)
+    session = item.session
+    assert session.relay is not None and session.env["ANTHROPIC_BASE_URL"] == f"http://127.0.0.1:{RELAY_PORT}"
+    probe = (f"import socket, urllib.request\n"
+             f"print(urllib.request.urlopen('{session.env['ANTHROPIC_BASE_URL']}/v1/models', timeout=30).status)\n"
+             f"try:\n    socket.create_connection(('127.0.0.1', {listener.getsockname()[1]}), 5)\n"
+             f"    print('reached')\nexcept OSError as error:\n    print('refused', error.errno)\n")
+    # Exactly as a turn runs the CLI: the relay, then (here) a program in the CLI's place.
+    argv = session.sandbox.client([*session.relay, sys.executable, "-c", probe], item.work, network=False)
+    done = subprocess.run(argv, cwd=item.work, capture_output=True, text=True, timeout=60, check=False)
+    item.sandbox.close()
+    listener.close()
+    assert done.stdout.split() == ["200", "refused", "111"], done.stderr
 
 
 @needs_cli

@@ -12,7 +12,15 @@ from pytest_palette.cases import Case, Expect
 from pytest_palette.hosts.claude import parse_stream
 from pytest_palette.hosts.shell import run_shell
 from pytest_palette.judge import explain, judge
-from pytest_palette.run.command_log import CommandLog, CommandRun, invocations, read, skill_calls
+from pytest_palette.run.command_log import (
+    NOT_FOUND,
+    CommandLog,
+    CommandRun,
+    invocations,
+    not_found,
+    read,
+    skill_calls,
+)
 from pytest_palette.run.evidence import Evidence, calls_of, choose_calls
 from pytest_palette.run.workspace import Workspace
 from pytest_palette.skill import PACKAGED_SKILLS, load_card
@@ -72,6 +80,13 @@ def test_the_shell_records_each_command_with_its_exit_code_output_and_times(tmp_
     assert stopped.command == "sleep 5" and stopped.exit_code is None  # stopped by the time limit: unknown
 
 
+def test_a_command_its_shell_cannot_find_is_recorded_with_exit_127_and_the_shells_words(tmp_path: Path) -> None:
+    log = CommandLog(tmp_path / "commands.jsonl")
+    run_shell("no-such-interpreter deck.py find", tmp_path, {"PATH": "/usr/bin:/bin"}, log=log)
+    (run,) = read(log.path)
+    assert run.exit_code == NOT_FOUND and not_found(run.stderr)[0][0] == "no-such-interpreter"
+
+
 def _event(kind: str, at: str, *blocks: dict[str, object], result: object = None) -> str:
     event: dict[str, object] = {"type": kind, "timestamp": at, "message": {"content": list(blocks)}}
     if result is not None:
@@ -93,12 +108,19 @@ def test_the_claude_stream_gives_each_bash_command_its_times_output_and_exit_cod
                {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "false"}}),
         _event("user", "2026-12-01T10:00:03.100Z",
                {"type": "tool_result", "tool_use_id": "t2", "content": "Exit code 1", "is_error": True}),
+        _event("assistant", "2026-12-01T10:00:03.500Z",
+               {"type": "tool_use", "id": "t4", "name": "Bash", "input": {"command": f"python {DECK[8:]} find"}}),
+        _event("user", "2026-12-01T10:00:03.600Z",  # the shell's words only: still the 127 it exited with
+               {"type": "tool_result", "tool_use_id": "t4", "content": "/bin/sh: 1: python: not found",
+                "is_error": True}),
         _event("assistant", "2026-12-01T10:00:04.000Z",  # never answered: not a command that ended
                {"type": "tool_use", "id": "t3", "name": "Bash", "input": {"command": "sleep 100"}}),
     ]
     runs = parse_stream(lines).commands
     assert [(r.command, r.exit_code, r.stdout) for r in runs] == [(f"{DECK} plan --request r", 0, '{"done": true}'),
-                                                                  ("false", 1, "Exit code 1")]
+                                                                  ("false", 1, "Exit code 1"),
+                                                                  (f"python {DECK[8:]} find", NOT_FOUND,
+                                                                   "/bin/sh: 1: python: not found")]
     assert runs[0].ended_at - runs[0].started_at == pytest.approx(2.25)
 
 

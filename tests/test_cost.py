@@ -49,6 +49,9 @@ def test_a_price_table_reads_as_yaml_or_json(tmp_path: Path) -> None:
     ("rehearsal: 3\n", "rehearsal: expected {input: USD, output: USD} per million tokens"),
     ("- rehearsal\n", "expected a mapping of model names"),
     ("rehearsal: {input: 1, output: [\n", "line 2: not YAML or JSON"),
+    ("rehearsal: {input: 1, output: 2}\nopenai:gpt-4o: {input: 2.5, output: 10}\nrehearsal: {input: 9, output: 9}\n",
+     "line 3: rehearsal is priced twice (first at line 1); keep one price per model"),
+    ('"rehearsal ": {input: 1, output: 2}\nrehearsal: {input: 9, output: 9}\n', "line 2: rehearsal is priced twice"),
 ])
 def test_a_bad_price_table_is_named_with_its_key(tmp_path: Path, text: str, said: str) -> None:
     bad = tmp_path / "prices.yaml"

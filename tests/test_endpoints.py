@@ -89,7 +89,9 @@ def test_cuga_and_claude_take_the_base_url(tmp_path: Path) -> None:
     (["--palette-base-url", "http://localhost:8000/v1"], "--palette-base-url applies to"),
     (["--palette-rehearsal-faults", "418:0.5", "--host", "claude"], "--palette-rehearsal-faults '418:0.5'"),
     (["--palette-rehearsal-faults", "429:0.2"], "--palette-rehearsal-faults applies to --model rehearsal on"),
-    (["--palette-model-retries", "-1"], "--palette-model-retries must be 0 or more"),
+    (["--palette-model-retries", "-1"], "--palette-model-retries must be from 0 to 20 (got -1)"),
+    (["--palette-model-retries", "100000"], "--palette-model-retries must be from 0 to 20 (got 100000)"),
+    (["--palette-skill", ""], "--palette-skill is empty (an unset variable?)"),
 ])
 def test_bad_options_are_usage_errors_naming_the_flag(pytester: pytest.Pytester, args: list[str], says: str) -> None:
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--palette-run-dir", str(pytester.path / "r"),
@@ -298,3 +300,27 @@ def test_cuga_with_injected_429s_and_500s_judges_every_item_and_counts_the_sdks_
     retries = sum(r.usage.retries or 0 for r in records)
     assert {r.outcome for r in records} == {"pass"} and all(r.usage.retries is not None for r in records)
     assert retries > 0 and f"{retries} retries" in to_markdown(build_report(load(runs)))
+
+
+def test_a_turn_that_fails_after_retries_names_them_on_every_host() -> None:
+    from pytest_palette.hosts.base import HostError, HostSession, TurnRecord
+    from pytest_palette.run.conversation import _send
+
+    class GivesUp(HostSession):
+        """A host whose client retried 3 calls, then failed the turn without saying so (cuga, claude did)."""
+
+        def __init__(self, said: str) -> None:
+            self.said = said
+
+        def send(self, message: str, timeout: float) -> TurnRecord:
+            error = HostError(self.said)
+            error.turn = TurnRecord(sent=message, retries=3)
+            raise error
+
+        def close(self) -> None:
+            pass
+
+    turn, problem = _send(GivesUp("Error code: 429"), "hi", 1.0)  # type: ignore[abstract]
+    assert turn.retries == 3 and problem == "failed: Error code: 429 (after 3 retried model call(s) in this turn)"
+    said = "Error code: 429 (after 3 retried model call(s) in this turn)"  # react says it itself: once is enough
+    assert _send(GivesUp(said), "hi", 1.0)[1] == f"failed: {said}"  # type: ignore[abstract]

@@ -308,3 +308,40 @@ def test_usage_is_summed_per_host_over_the_runs_that_reported_it(tmp_path: Path)
     assert "| claude | 600 | 200 | 4 | — | — | no price for rehearsal: pass --palette-prices |" in markdown
     assert "| react | — | — | — | $50.00 | $0.25 | recorded (its source not said) |" in markdown
     assert from_ledger["hosts"][0]["unpriced"] == {"runs": 200, "models": ["rehearsal"]}
+
+
+# ------------------------------------------------------------------------------ issue 21's small things (route 11)
+
+
+def test_compare_names_a_change_of_sandbox_as_a_change_of_the_configuration() -> None:
+    import msgspec
+
+    def sandboxed(items: list[dict[str, Any]]) -> list[Any]:
+        return [msgspec.structs.replace(r, terms=msgspec.structs.replace(r.terms, sandbox="bubblewrap"))
+                for r in records(items)]
+
+    result = compare_module.compare(records(repeated(fingerprint="a")), sandboxed(repeated(fingerprint="b")))
+    assert result.hosts[0].config_changes == ["the agent's commands: unconfined → bubblewrap"]
+
+
+@pytest.mark.parametrize("argv", [["report", "RUN", "--out", "DIR"], ["report", "RUN", "--json", "DIR"],
+                                  ["compare", "RUN", "RUN", "--out", "DIR"]])
+def test_an_output_that_is_a_folder_is_one_line_before_any_work(tmp_path: Path, argv: list[str],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    _write(tmp_path / "run", repeated())
+    (tmp_path / "out").mkdir()
+    given = [str(tmp_path / "run") if a == "RUN" else str(tmp_path / "out") if a == "DIR" else a for a in argv]
+    assert palette_bench(given) == 2
+    error = capsys.readouterr().err
+    flag = argv[-2]
+    assert error.startswith(f"palette-bench {argv[0]}: {flag} {tmp_path / 'out'}: is a folder; name a file")
+    assert error.count("\n") == 1 and "Traceback" not in error and list((tmp_path / "out").iterdir()) == []
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write(tmp_path / "run", repeated())
+    (tmp_path / "file").write_text("not a folder")
+    assert palette_bench(["report", str(tmp_path / "run"), "--out", str(tmp_path / "file" / "r.md")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"palette-bench report: {tmp_path / 'file'}") and "cannot be written" in error
+    assert error.count("\n") == 1

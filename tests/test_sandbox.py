@@ -192,6 +192,10 @@ def test_work_over_its_bound_stops_the_item_and_says_why(item: Path) -> None:
         shell.run("nohup sleep 300 >/dev/null 2>&1 &")
         ran = shell.execute("head -c 3000000 /dev/zero > big.bin")
         assert ran.code == ENDED and "over the bound of this item (1024 KiB)" in ran.stderr
+        for _ in range(1000):  # the kernel ends the namespace's processes after the command returned
+            if not _running(bounded):
+                break
+            threading.Event().wait(0.01)
         assert _running(bounded) == []  # the sleep went with the item's namespaces
         assert "the sandbox of this item has ended" in shell.run("echo again")
     finally:

@@ -7,8 +7,8 @@ import threading
 import time
 from pathlib import Path
 
-from pytest_palette.hosts.base import COMMAND_TIMEOUT
-from pytest_palette.hosts.shell import DEFAULT_OUTPUT_LIMIT, Shell, run_shell
+from pytest_palette.hosts.base import COMMAND_TIMEOUT, OUTPUT_LIMIT
+from pytest_palette.hosts.shell import DEFAULT_OUTPUT_LIMIT, Shell, clip, run_shell
 
 
 def test_each_command_starts_in_the_workspace(tmp_path: Path) -> None:
@@ -31,11 +31,24 @@ def test_silence_is_said_out_loud(tmp_path: Path) -> None:
     assert run_shell("true", tmp_path, os.environ) == "[no output]"
 
 
-def test_long_output_is_clipped_and_says_how_much(tmp_path: Path) -> None:
-    text = run_shell("python3 -c \"print('x' * 50000)\"", tmp_path, os.environ, limit=1000)
-    assert text.startswith("x" * 1000)
-    assert "truncated, 49000 more characters" in text
-    assert DEFAULT_OUTPUT_LIMIT >= 20_000
+def test_long_output_keeps_its_start_and_end_around_a_marker_that_says_how_much(tmp_path: Path) -> None:
+    text = run_shell("python3 -c \"print('a' * 30000 + 'b' * 20000)\"; echo oops >&2; exit 3", tmp_path,
+                     os.environ, limit=10_000)
+    head, marker, tail = text.split("\n", 2)
+    # The start (deck.py's answer) and the end (the exit code, the last error) survive; the middle is cut.
+    assert head == "a" * 9_000 and tail.endswith("b\n[stderr]\noops\n[exit code 3]") and len(tail) == 1_000
+    assert "40,028 of its 50,028 characters cut here" in marker and "limit of 10,000" in marker
+    assert "--palette-output-limit" in marker
+
+
+def test_output_at_the_limit_is_left_whole(tmp_path: Path) -> None:
+    assert clip("x" * 5_000, 5_000) == "x" * 5_000
+    assert run_shell("printf %05000d 0", tmp_path, os.environ, limit=5_000) == "0" * 5_000
+
+
+def test_the_default_limit_is_no_tighter_than_any_real_clients() -> None:
+    # Claude Code's Bash tool: 30,000 inline by default, BASH_MAX_OUTPUT_LENGTH at most 150,000; CUGA: 70,000.
+    assert DEFAULT_OUTPUT_LIMIT == OUTPUT_LIMIT >= 150_000
 
 
 def test_a_timeout_is_not_evidence_of_failure_and_stops_the_command(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..results.compare import SAME_SKILL, compare, to_markdown
 from ..results.report import ReportError
-from .report import counted, emit_markdown
+from .report import counted, emit_markdown, refuse_outputs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,11 +19,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        refuse_outputs(("--out", args.out, "compare.md"))
         comparison = compare(counted(args.before), counted(args.after))
+        emit_markdown(to_markdown(comparison), args.out)
     except ReportError as error:
         print(f"palette-bench compare: {error}", file=sys.stderr)
         return 2
-    emit_markdown(to_markdown(comparison), args.out)
     if not comparison.skill_changed:
         print(f"warning: {SAME_SKILL}", file=sys.stderr)
     return 0

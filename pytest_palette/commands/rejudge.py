@@ -17,7 +17,8 @@ from ..results.ledger import load
 from ..results.record import Record
 from ..run import evidence, faults
 from ..run.conversation import Transcript
-from ..run.workspace import Workspace, item_label
+from ..run.workspace import UnsafeRecord, Workspace, item_label
+from .show import run_folder
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,11 @@ def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, li
     """How many verdicts were judged again, which changed, and which items could not be (errors, skips)."""
     judged, changes, unjudgeable = 0, [], []
     for record in load(run).latest.values() if records is None else records:
-        workspace = Workspace.locate(run, record)
+        try:
+            workspace = Workspace.locate(run, record)
+        except UnsafeRecord as refused:
+            unjudgeable.append(str(refused))
+            continue
         label = item_label(record, workspace)
         case = workspace.case()
         if record.judged is None or case is None:
@@ -66,6 +71,7 @@ def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, li
 
 
 def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
+    args.run = run_folder(args.run)
     records = list(load(args.run).latest.values())
     if not records:
         out(f"error: no results.jsonl with records under {args.run}")

@@ -25,14 +25,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        refuse_outputs(("--out", args.out, "report.md"), ("--json", args.json, "report.json"))
         report = build_report(counted(*args.runs), allow_mixed=args.allow_mixed)
+        if args.json:
+            write(args.json, json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n")
+        emit_markdown(to_markdown(report), args.out, also=args.json)
     except ReportError as error:
         print(f"palette-bench report: {error}", file=sys.stderr)
         return 2
-    if args.json:
-        write(args.json, json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n")
-    emit_markdown(to_markdown(report), args.out, also=args.json)
     return 0
+
+
+def refuse_outputs(*outputs: tuple[str, Path | None, str]) -> None:
+    """ReportError for an output named as a folder (flag, path, a file name to suggest), before any work."""
+    for flag, path, example in outputs:
+        if path is not None and path.is_dir():
+            raise ReportError(f"{flag} {path}: is a folder; name a file, e.g. {flag} {path / example}")
 
 
 def counted(path: Path, *more: Path) -> Tally:
@@ -59,5 +67,9 @@ def emit_markdown(markdown: str, out: Path | None, also: Path | None = None) -> 
 
 
 def write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    """`text` into `path`; ReportError in one line when it cannot be written (a folder, a file as a folder…)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise ReportError(f"{path}: cannot be written ({error.strerror or error})") from None

@@ -6,11 +6,12 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from ..results.ledger import load
+from ..results.ledger import LEDGER_NAME, load
 from ..results.record import MARK, Record
+from ..run import untrusted
 from ..run.conversation import Transcript
 from ..run.evidence import calls_of, format_call
-from ..run.workspace import Workspace, item_label
+from ..run.workspace import UnsafeRecord, Workspace, item_label
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +21,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="also the conversation, turn by turn")
 
 
+def run_folder(path: Path) -> Path:
+    """The run folder a command was given: the folder itself, or the folder of the results.jsonl given."""
+    ledger = path.name == LEDGER_NAME or (path.name.startswith("results.") and path.suffix == ".jsonl")
+    return path.parent if ledger and path.is_file() else path
+
+
 def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
+    args.run = run_folder(args.run)
     records = list(load(args.run).latest.values())
     if not records:
         out(f"error: no results.jsonl with records under {args.run}")
@@ -38,7 +46,12 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
             continue
         if args.failures and record.outcome in ("pass", "skipped"):
             continue
-        for line in describe(Workspace.locate(args.run, record), record, args.verbose):
+        try:
+            workspace = Workspace.locate(args.run, record)
+        except UnsafeRecord as refused:
+            out(f"── skipped: {refused}")
+            continue
+        for line in describe(workspace, record, args.verbose):
             out(line)
     return 0
 
@@ -52,7 +65,9 @@ def describe(workspace: Workspace, record: Record, verbose: bool) -> list[str]:
     lines += [f"   ✗ {failure}" for failure in record.failures if record.outcome != "pass"]
     judged = record.judged
     deck = workspace.output / f"{record.case}.pptx"
-    gone = "" if deck.is_file() else " (no longer on disk: removed after the run)"
+    gone = "" if untrusted.is_regular(deck) else \
+        " (a link or not a file: not shown)" if deck.is_symlink() or deck.exists() else \
+        " (no longer on disk: removed after the run)"
     lines.append(f"   deck: {judged.slides} slides, IBM Plex={judged.has_plex}, {deck}{gone}" if judged and judged.deck
                  else "   deck: none")
     calls, source, _ = calls_of(workspace)
@@ -71,10 +86,14 @@ def describe(workspace: Workspace, record: Record, verbose: bool) -> list[str]:
 
 
 def conversation(workspace: Workspace) -> list[str]:
-    if not workspace.turns.is_file():
+    try:
+        turns = Transcript.saved(workspace).turns
+    except (ValueError, TypeError) as error:
+        return [f"   conversation: (not read: {error})"]
+    if not turns:
         return ["   conversation: (not recorded)"]
     lines = ["   conversation:"]
-    for turn in Transcript.saved(workspace).turns:
+    for turn in turns:
         lines.append(f"     user ▸ {turn.sent}")
         if turn.answer:
             lines.append(f"     agent ◂ {turn.answer}")

@@ -28,6 +28,11 @@ RECURSION_LIMIT = 120
 #: machinery, with backoff and jitter; then the turn fails and the item ERRORs naming the cause. The openai SDK's
 #: default is 2: a provider's rate limit often lasts longer than that.
 MODEL_RETRIES = 5
+#: Characters of one command's output the agent reads back (`--palette-output-limit`). No host's own client clips
+#: tighter by default: Claude Code's Bash tool keeps 30,000 inline (BASH_MAX_OUTPUT_LENGTH goes up to 150,000),
+#: CUGA trims a code block's output at 70,000, LangGraph clips nothing. deck.py's answer carries the whole plan: a
+#: 35 KB pasted document makes a 36 KB answer, and a clip under that once failed the skill for the host's doing.
+OUTPUT_LIMIT = 150_000
 
 
 @dataclass(frozen=True)
@@ -85,8 +90,12 @@ class HostSettings:
     sandbox: str = "bubblewrap"
     #: Variables the agent's commands get beside the allow-list (`--palette-sandbox-env`: a real Palette's key).
     sandbox_env: tuple[str, ...] = ()
+    #: Variables the agent's commands never get: the credentials file's (run/credentials.py), but those passed.
+    withheld: tuple[str, ...] = ()
     #: The most retries of one model call, where the host's client retries (all built-in hosts do).
     model_retries: int = MODEL_RETRIES
+    #: `--palette-output-limit`: characters of one command's output the agent reads back, on every host.
+    output_limit: int = OUTPUT_LIMIT
     #: Transient errors the rehearsal server injects (`--palette-rehearsal-faults`), for hosts that serve it
     #: over HTTP; None: it injects none.
     rehearsal_faults: str | None = None

@@ -7,7 +7,15 @@ skills it discovered, checked on every turn) and its final `result` (answer, cos
 The CLI is found in the `claude-agent-sdk` wheel (a native binary, no Node), else on PATH, unless
 `--palette-claude-cli` names one. It gets an isolated config directory per item (beside `work/`, not in
 it), the skill installed fresh in `<work>/.claude/skills/<name>/`, and — for the rehearsal model — the
-rehearsal server on 127.0.0.1 as its Anthropic endpoint. Secrets never reach anything written.
+rehearsal server on 127.0.0.1 as its Anthropic endpoint; for a real model, a forwarder on 127.0.0.1 that holds
+the key (hosts/endpoint.py), so the CLI holds none. Secrets never reach anything written.
+
+What the agent could write never changes what the CLI runs or where it connects: the CLI reads only the
+project's settings (`--setting-sources project`, for the skill), and those are the harness's, read-only, as are
+its config dir's settings and its home; `--settings` pins its endpoint and shell prefix above any file and turns
+hooks off; `--strict-mcp-config` drops every MCP server (.mcp.json, .claude.json). Its commands see neither its
+config dir nor its home. When commands have no network, neither has the CLI: it reaches its model through the
+forwarder's Unix socket, relayed to its own loopback (hosts/relay.py).
 
 Permissions: `--permission-mode bypassPermissions` (with `IS_SANDBOX=1` when running as root, which the
 CLI otherwise refuses). A narrow `--allowedTools` list would turn a real model's harmless `ls` or
@@ -24,6 +32,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -34,10 +43,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..models import ModelSpec
-from ..run.command_log import CommandLog, CommandRun
+from ..run.command_log import NOT_FOUND, CommandLog, CommandRun, not_found
 from ..skill import SkillCard, drift, install
 from .base import COMMAND_TIMEOUT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
-from .endpoint import RehearsalEndpoint
+from .endpoint import PLACEHOLDER_KEY, KeyForwarder, RehearsalEndpoint, credentials
 
 if TYPE_CHECKING:
     from ..run.sandbox import Sandbox
@@ -53,9 +62,24 @@ INSTALL_HINT = (f"pip install {SDK_PACKAGE} (its wheel bundles the CLI), put `cl
 REHEARSAL_CLI_MODEL = "claude-sonnet-4-5"
 PERMISSION_MODE = "bypassPermissions"
 SECRET_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+#: The CLI reads settings only from the project (which is where it finds skills), never the user's or local ones.
+SETTING_SOURCES = "project"
+#: No MCP server: not the project's .mcp.json, nor any in the config dir's .claude.json.
+NO_MCP = '{"mcpServers":{}}'
+#: The variables `--settings` pins: a settings file's `env` would override the process environment.
+PINNED = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "CLAUDE_CODE_SHELL_PREFIX", "CLAUDE_CONFIG_DIR")
+#: The settings files the CLI could read from the project and its config dir: the harness writes each, read-only.
+PROJECT_SETTINGS = (".claude/settings.json", ".claude/settings.local.json")
+#: Startup files a shell sources: the CLI snapshots its shell from its home, outside the commands' sandbox.
+HOME_FILES = (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zshenv", ".zprofile")
 #: Not a key: what the CLI sends to the rehearsal server, which never checks it.
 REHEARSAL_KEY = "sk-ant-rehearsal-not-a-key"
 #: Fewer outbound calls: the CLI must not phone home from a benchmark.
+#: The most BASH_MAX_OUTPUT_LENGTH the CLI takes (it caps a larger value; its default is 30,000). Since 2.1 that
+#: variable sizes only the read-back window: the output the model gets inline is the `bashOutputMaxChars` setting
+#: (default 30,000, clamped to 4,000-128,000); past it the CLI saves the output to a file and shows a 2 KB preview.
+CLI_OUTPUT_CEILING = 150_000
+CLI_INLINE_CEILING = 128_000
 QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}
 #: Set by an enclosing Claude Code (or the operator) and wrong for a nested, isolated CLI.
 INHERITED = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_SSE_PORT", "CLAUDE_CONFIG_DIR")
@@ -63,6 +87,11 @@ INHERITED = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_SSE_PORT", "CL
 ROUTING_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_USE_")
 #: Nothing listens here: a discovery probe that unexpectedly calls a model fails fast, on loopback.
 NOWHERE = "http://127.0.0.1:9"
+#: The CLI's loopback port for its model when it has no network: its own namespace's, so any port will do.
+RELAY_PORT = 8787
+RELAY = Path(__file__).with_name("relay.py")
+#: Where a real model is reached when neither `--palette-base-url` nor ANTHROPIC_BASE_URL names a gateway.
+ANTHROPIC_API = "https://api.anthropic.com"
 KILL_GRACE = 5.0
 PROBE_TIMEOUT = 60.0
 TAIL = 1500
@@ -113,15 +142,24 @@ def cli_model(model: ModelSpec) -> str:
 
 def cli_environment(base: Mapping[str, str], model: ModelSpec, config_dir: Path, base_url: str | None,
                     command_timeout: float, as_root: bool | None = None,
-                    max_retries: int | None = None) -> dict[str, str]:
+                    max_retries: int | None = None, output_limit: int | None = None,
+                    forwarded: bool = False) -> dict[str, str]:
     """The CLI's environment: `base` (this conversation's, PALETTE_TRACE included) made safe and quiet.
 
     For the rehearsal model every routing variable is dropped and the server put in their place; for a
     real model the caller's ANTHROPIC_* (key, gateway) pass through, and `--palette-base-url` (the model's)
-    overrides the gateway. `max_retries` bounds the CLI's own retries of a transient API error.
+    overrides the gateway — unless `forwarded`: then `base_url` is the harness's key forwarder, the CLI's only
+    endpoint, and it gets a placeholder for a key. `max_retries` bounds the CLI's own retries of a transient
+    API error.
     """
     env = {k: v for k, v in base.items() if k not in INHERITED}
-    if model.provider == "rehearsal":
+    if forwarded:
+        env = {k: v for k, v in env.items() if not k.startswith(ROUTING_PREFIXES)}
+        env["ANTHROPIC_API_KEY"] = PLACEHOLDER_KEY
+        env["ANTHROPIC_BASE_URL"] = base_url or NOWHERE
+        env["NO_PROXY"] = ",".join(p for p in ("127.0.0.1", "localhost", env.get("NO_PROXY", "")) if p)
+        env["no_proxy"] = env["NO_PROXY"]
+    elif model.provider == "rehearsal":
         env = {k: v for k, v in env.items() if not k.startswith(ROUTING_PREFIXES)}
         env["ANTHROPIC_API_KEY"] = REHEARSAL_KEY
         env["ANTHROPIC_BASE_URL"] = base_url or NOWHERE
@@ -137,6 +175,8 @@ def cli_environment(base: Mapping[str, str], model: ModelSpec, config_dir: Path,
     # The Bash tool's ceiling must outlast deck.py's holds (90 s plan, 60 s status), as on the react host.
     millis = str(int(command_timeout * 1000))
     env["BASH_DEFAULT_TIMEOUT_MS"] = env["BASH_MAX_TIMEOUT_MS"] = millis
+    if output_limit is not None:  # --palette-output-limit, up to the most the CLI takes
+        env["BASH_MAX_OUTPUT_LENGTH"] = str(min(output_limit, CLI_OUTPUT_CEILING))
     root = os.geteuid() == 0 if as_root is None else as_root
     if root:
         env["IS_SANDBOX"] = "1"  # the CLI refuses bypassPermissions as root without it
@@ -154,13 +194,34 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+def locked_settings(env: Mapping[str, str], output_limit: int | None = None) -> str:
+    """`--settings`: ranks above the user's, project and local settings files, so an `env` block the agent
+    wrote anywhere cannot move the CLI's endpoint or shell prefix; and no hook runs (a hook runs in the CLI's
+    sandbox, with its network). No secret: the CLI holds a placeholder or the rehearsal's non-key."""
+    pinned = {name: env[name] for name in PINNED if name in env}
+    if pinned.get("ANTHROPIC_API_KEY") not in (REHEARSAL_KEY, PLACEHOLDER_KEY):
+        pinned.pop("ANTHROPIC_API_KEY", None)  # a real key never goes on a command line
+    locked: dict[str, Any] = {"env": pinned, "disableAllHooks": True, "enableAllProjectMcpServers": False}
+    if output_limit is not None:  # --palette-output-limit: what the Bash tool hands the model inline
+        locked["bashOutputMaxChars"] = min(output_limit, CLI_INLINE_CEILING)
+    return json.dumps(locked, sort_keys=True)
+
+
+def confined_options(env: Mapping[str, str], output_limit: int | None = None) -> list[str]:
+    """The options that make the CLI ignore every file the agent could write: settings, hooks, MCP servers."""
+    return ["--setting-sources", SETTING_SOURCES, "--settings", locked_settings(env, output_limit),
+            "--strict-mcp-config",
+            "--mcp-config", NO_MCP]
+
+
 def turn_command(cli: Path, model_id: str, session_id: str, first: bool,
-                 permission_mode: str = PERMISSION_MODE) -> list[str]:
+                 permission_mode: str = PERMISSION_MODE, env: Mapping[str, str] | None = None,
+                 output_limit: int | None = None) -> list[str]:
     """One turn's argv. The message goes on standard input, not in argv: one argument holds at most 128 KiB
     (a paste can be larger), and a reply that starts with "-" is then never read as an option."""
     session = ["--session-id", session_id] if first else [f"--resume={session_id}"]
     return [str(cli), "-p", "--output-format", "stream-json", "--verbose", "--model", model_id,
-            "--permission-mode", permission_mode, *session]
+            "--permission-mode", permission_mode, *confined_options(env or {}, output_limit), *session]
 
 
 # -- reading what the CLI printed ------------------------------------------------------------------
@@ -251,9 +312,11 @@ def _commands(event: Json, running: dict[str, tuple[str, float]], ended: list[Co
                 stdout, stderr = str(result.get("stdout", "")), str(result.get("stderr", ""))
             else:  # the text mixes both; a failure's text is also the error (the CLI's word on why)
                 stdout, stderr = text, (text if block.get("is_error") else "")
-            # The CLI marks a failed command as an error and says its exit code in the text.
+            # The CLI marks a failed command as an error and says its exit code in the text; a command its shell
+            # could not find is 127 even where the CLI says only the shell's words.
             code = re.search(r"\bExit code (\d+)", text) if block.get("is_error") else None
-            exit_code = int(code.group(1)) if code else (None if block.get("is_error") else 0)
+            exit_code = int(code.group(1)) if code else (
+                (NOT_FOUND if not_found(text) else None) if block.get("is_error") else 0)
             ended.append(CommandRun(command, started, max(at, started), exit_code, stdout, stderr))
 
 
@@ -298,7 +361,8 @@ def install_skill(card: SkillCard, work: Path) -> SkillCard:
 
 def discovered_skills(cli: Path, project: Path, env: Mapping[str, str], model_id: str) -> list[str]:
     """The skills the CLI lists for `project`, from `/cost`'s init line: a local command, no model call."""
-    argv = [str(cli), "-p", "--output-format", "stream-json", "--verbose", "--model", model_id, "--", "/cost"]
+    argv = [str(cli), "-p", "--output-format", "stream-json", "--verbose", "--model", model_id,
+            *confined_options(env), "--", "/cost"]
     try:
         done = subprocess.run(argv, cwd=project, env=dict(env), capture_output=True, text=True,
                               timeout=PROBE_TIMEOUT, stdin=subprocess.DEVNULL, check=False)
@@ -327,6 +391,19 @@ def session_folder(workspace: Workspace, limit: int = 1000) -> Path:
     raise HostError(f"{workspace.folder} already holds {limit} claude session folders")
 
 
+def lock_files(work: Path, config: Path, home: Path) -> list[Path]:
+    """The harness's own copies of what the CLI would read from the project, its config dir and its home (settings,
+    a shell's startup files), written empty before the CLI first runs: the paths to bind read-only over them."""
+    locked = work / ".claude"  # the project's settings, and the skill: nothing there is the agent's to write
+    files = [work / name for name in PROJECT_SETTINGS] + [config / "settings.json"]
+    files += [home / name for name in HOME_FILES]
+    for path in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)  # a link is replaced, never written through
+        path.write_text("{}\n" if path.suffix == ".json" else "", encoding="utf-8")
+    return [locked, config / "settings.json"]
+
+
 # -- a conversation --------------------------------------------------------------------------------
 
 
@@ -335,9 +412,13 @@ class ClaudeSession(HostSession):
 
     def __init__(self, cli: Path, work: Path, skill: SkillCard | None, env: Mapping[str, str], model_id: str,
                  folder: Path, permission_mode: str = PERMISSION_MODE, log: CommandLog | None = None,
-                 priced: bool = True, sandbox: Sandbox | None = None) -> None:
+                 priced: bool = True, sandbox: Sandbox | None = None, secrets: Iterable[str] = (),
+                 relay: list[str] | None = None, output_limit: int | None = None) -> None:
         self.cli, self.work, self.skill, self.model_id = cli, work, skill, model_id
+        self.output_limit = output_limit
         self.sandbox = sandbox
+        #: The relay that runs the CLI with its model's socket on its loopback (then it has no network), or None.
+        self.relay = relay
         self.log = log
         #: Whether the CLI's cost estimate is a price of something that ran: not for the rehearsal model, which
         #: the CLI prices as the Claude model it was told it talks to.
@@ -347,7 +428,9 @@ class ClaudeSession(HostSession):
         self.permission_mode = permission_mode
         self.session_id = str(uuid.uuid4())
         self.turns: list[TurnRecord] = []
-        self._secrets = secrets_in(self.env)
+        # The caller's key too: it stays with the forwarder, but nothing the CLI printed may hold it either.
+        self._secrets = [*secrets_in(self.env), *(s for s in secrets if s),
+                         *(sandbox.secrets if sandbox is not None else [])]
         self._session_cost = 0.0
 
     def send(self, message: str, timeout: float) -> TurnRecord:
@@ -402,9 +485,10 @@ class ClaudeSession(HostSession):
 
     def _run(self, message: str, number: int, timeout: float) -> tuple[int, str, str]:
         """Run the CLI for one turn; its output goes to files (a build it leaves running holds no pipe)."""
-        argv = turn_command(self.cli, self.model_id, self.session_id, number == 1, self.permission_mode)
+        argv = turn_command(self.cli, self.model_id, self.session_id, number == 1, self.permission_mode, self.env,
+                            self.output_limit)
         if self.sandbox is not None:
-            argv = self.sandbox.client(argv, self.work)
+            argv = self.sandbox.client([*(self.relay or []), *argv], self.work, network=self.relay is None)
         self.folder.mkdir(parents=True, exist_ok=True)
         turn = self.folder / f"turn-{number:02d}"
         prompt = turn.with_suffix(".prompt")
@@ -541,6 +625,7 @@ class ClaudeHost(Host):
         self.explicit_cli = cli
         self.permission_mode = permission_mode
         self.endpoint = RehearsalEndpoint()
+        self._forwarders: dict[tuple[str, tuple[tuple[str, str], ...]], KeyForwarder] = {}
         self._version: str | None = None
 
     @property
@@ -587,8 +672,9 @@ class ClaudeHost(Host):
             installed = install_skill(skill, work)
             problems += [Problem(f"the installed copy drifted: {d}") for d in drift(skill.directory,
                                                                                    installed.directory)]
-            probe_env = cli_environment(env, model, root / "config", None, COMMAND_TIMEOUT)
-            probe_env.setdefault("ANTHROPIC_API_KEY", REHEARSAL_KEY)  # /cost calls no model; a key quiets login
+            # /cost calls no model: the caller's key is not needed, and a placeholder quiets the login check.
+            probe_env = cli_environment(env, model, root / "config", None, COMMAND_TIMEOUT,
+                                        forwarded=model.provider != "rehearsal")
             try:
                 skills = discovered_skills(cli, work, probe_env, cli_model(model))
             except HostError as error:
@@ -607,6 +693,9 @@ class ClaudeHost(Host):
         described = {"model": model.label, "client": client, "cli_model": cli_model(model),
                      "permission_mode": self.permission_mode,
                      "bash_timeout": f"{settings.command_timeout:g} s",
+                     "bash_output_limit": f"{min(settings.output_limit, CLI_INLINE_CEILING):,} characters inline"
+                                          + (" (the CLI's most)" if settings.output_limit > CLI_INLINE_CEILING
+                                             else "") + "; past it, a file and a 2 KB preview",
                      "model_retries": str(settings.model_retries)}
         if model.provider == "rehearsal":
             # The CLI's estimate would price cli_model, which did not run: only a price table prices it.
@@ -629,27 +718,58 @@ class ClaudeHost(Host):
                 raise HostError("the skill installed for the CLI is not the skill under test: "
                                 + "; ".join(changed[:5]))
         folder = session_folder(workspace)
-        base_url = (self.endpoint.server(model, settings).base_url if model.provider == "rehearsal"
-                    else None)
-        # The CLI runs in the item's sandbox with the network it needs for its model; each command its Bash
-        # tool runs goes through the sandbox's script, which takes the network and the model key away.
+        forwarded = model.provider != "rehearsal"
+        forwarder = (self.forwarder(model, env) if forwarded
+                     else self._forwarder(self.endpoint.server(model, settings).base_url, {}))
+        # With no network for commands, the CLI gets none either: it reaches its model through the forwarder's
+        # socket, relayed to a port on its own loopback — so its own tools (WebFetch) reach nothing else.
+        relay = None
+        if sandbox.confined and not sandbox.network:
+            relay = [sys.executable, str(RELAY), str(forwarder.socket), str(RELAY_PORT), "--"]
+            sandbox.readable(forwarder.socket.parent, RELAY)
+        base_url = f"http://127.0.0.1:{RELAY_PORT}" if relay else forwarder.base_url
+        # Each command the CLI's Bash tool runs goes through the sandbox's script, which takes the network away
+        # and does not show the CLI's config, home or model socket. What the CLI reads that the agent could
+        # write is the harness's, and read-only.
         config, scratch, home = folder / "config", folder / "tmp", folder / "home"
-        sandbox.writable(config, scratch, home)
+        locked = lock_files(work, config, home)
+        sandbox.writable(config, scratch, home / ".cache")
+        sandbox.readable(home)  # read-only: below it, only its .cache is the CLI's to write
+        for path in locked:
+            sandbox.protect(path)
         if installed is not None:
             sandbox.protect(installed.directory)
-        wrapper = sandbox.script(folder / "sandbox.sh")
+        wrapper = sandbox.script(folder / "sandbox.sh", hidden=(config, home, forwarder.socket.parent))
         sandbox.readable(wrapper)
         client_env = {**sandbox.env, **{k: v for k, v in env.items() if k.startswith(ROUTING_PREFIXES)}}
         cli_env = cli_environment(client_env, model, config, base_url, settings.command_timeout,
-                                  max_retries=settings.model_retries)
+                                  max_retries=settings.model_retries, output_limit=settings.output_limit,
+                                  forwarded=forwarded)
         # HOME is not work/: the CLI reads no project settings (skills) in a project that is its home.
         cli_env.update({"CLAUDE_CODE_SHELL_PREFIX": str(wrapper), "TMPDIR": str(scratch), "HOME": str(home)})
         return ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
                              workspace.command_log(), priced=model.provider != "rehearsal",
-                             sandbox=sandbox)
+                             sandbox=sandbox, secrets=secrets_in(env), relay=relay,
+                             output_limit=settings.output_limit)
+
+    def forwarder(self, model: ModelSpec, env: Mapping[str, str]) -> KeyForwarder:
+        """The running forwarder to this model's endpoint with the caller's key (one per endpoint and key)."""
+        return self._forwarder(model.base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API, credentials(env))
+
+    def _forwarder(self, upstream: str, held: Mapping[str, str]) -> KeyForwarder:
+        key = (upstream, tuple(sorted(held.items())))
+        if key not in self._forwarders:
+            try:
+                self._forwarders[key] = KeyForwarder(upstream, held).start()
+            except ValueError as error:
+                raise HostError(str(error)) from None
+        return self._forwarders[key]
 
     def fault(self, model: ModelSpec) -> str | None:
         return self.endpoint.fault(model)
 
     def close(self) -> None:
         self.endpoint.close()
+        for forwarder in self._forwarders.values():
+            forwarder.stop()
+        self._forwarders.clear()

@@ -41,7 +41,7 @@ from ..models import NO_KEY_HINT, ModelSpec, missing_credentials
 from ..run.command_log import CommandLog
 from ..run.sandbox import Sandbox, allowed_environment
 from ..skill import SkillCard, drift, install
-from .base import Host, HostError, HostSession, HostSettings, Problem, TurnRecord
+from .base import OUTPUT_LIMIT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .endpoint import RehearsalEndpoint
 from .shell import Shell
 
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 
 #: The version the host and its lean dependency set were proven against.
 CUGA_VERSION = "0.4.3"
+#: `execution_output_max_length` in cuga 0.4.3's settings.toml: the characters of a code block's output the model reads.
+CUGA_OUTPUT_DEFAULT = 70_000
 #: `run_command`'s own timeout in cuga 0.4.3 (a default argument, no setting): no block may outlast it.
 RUN_COMMAND_CEILING = 120
 INSTALL_HINT = ("pip install -r requirements-cuga.txt && pip install --no-deps cuga==" + CUGA_VERSION
@@ -247,9 +249,18 @@ def _quiet_cuga_logging() -> None:
         logger.remove()
 
 
-def configure(settings: Any, block_timeout: int) -> None:
+def cuga_output_limit(output_limit: int) -> int:
+    """What CUGA trims a code block's output at: `--palette-output-limit`, or CUGA's own default if that is more."""
+    return max(output_limit, CUGA_OUTPUT_DEFAULT)
+
+
+def configure(settings: Any, block_timeout: int, output_limit: int = OUTPUT_LIMIT) -> None:
     """The CUGA settings every conversation runs with (process-wide in CUGA; set before each agent)."""
     settings.skills.enabled = True
+    # run_command returns all a command printed; what the model reads of a code block's output CUGA trims here (a
+    # head and "[Output trimmed to N chars]"): `--palette-output-limit`, never below CUGA's own default, because the
+    # same trim cuts the skill's text that load_skill returns.
+    settings.advanced_features.execution_output_max_length = cuga_output_limit(output_limit)
     # Without the shell tool CUGA drops the skills block from the prompt, and there is no run_command.
     settings.advanced_features.enable_shell_tool = True
     settings.advanced_features.sandbox_execution_timeout = block_timeout
@@ -397,7 +408,8 @@ def sandboxed_commands(shell: Shell) -> Iterator[None]:
         root.mkdir(parents=True, exist_ok=True)
         venv = await executor._ensure_workspace_venv(root)
         shell.sandbox.own(root)
-        env = {**shell.sandbox.env, **allowed_environment(executor._command_env(root, venv), root)}
+        env = {**shell.sandbox.env, **allowed_environment(executor._command_env(root, venv), root,
+                                                          withheld=shell.sandbox.withheld)}
         ran = await asyncio.to_thread(shell.execute, module.normalize_shell_command_paths(cmd), root, env,
                                       float(timeout), cmd)
         if ran.timed_out:
@@ -450,7 +462,7 @@ class CugaSession(HostSession):
 
     def __init__(self, work: Path, skill: SkillCard | None, env: Mapping[str, str], cuga: CugaModel,
                  block_timeout: int, log_file: Path | None = None, commands: CommandLog | None = None,
-                 sandbox: Sandbox | None = None) -> None:
+                 sandbox: Sandbox | None = None, output_limit: int = OUTPUT_LIMIT) -> None:
         if not _active_lock.acquire(blocking=False):
             raise HostError("another cuga conversation is running in this process (CUGA's state is process-wide)")
         self.work = work
@@ -469,7 +481,7 @@ class CugaSession(HostSession):
             settings = load_cuga(cuga.settings_file)
             self.env = item_environment(env, cuga, self.cuga_folder)
             with process_state(self.env, work):
-                configure(settings, block_timeout)
+                configure(settings, block_timeout, output_limit)
                 # No skill (the baseline): nothing installed, and CUGA's skills off, so it offers no catalogue.
                 self.skill_dir = self._install(skill) if skill is not None else None
                 if skill is not None:
@@ -668,6 +680,7 @@ class CugaHost(Host):
                  "skill_loading": "lazy (CUGA's load_skill; --palette-eager does not apply)",
                  "sandbox_execution_timeout": f"{block_timeout(settings)} s",
                  "run_command_timeout": f"{RUN_COMMAND_CEILING} s (fixed in cuga)",
+                 "execution_output_max_length": f"{cuga_output_limit(settings.output_limit):,} characters",
                  # CUGA builds its OpenAI client itself, with the SDK's default bound.
                  "model_retries": "2 (the openai SDK's default in CUGA's client; --palette-model-retries does "
                                   "not reach it)"}
@@ -696,7 +709,7 @@ class CugaHost(Host):
         # CUGA's log stays in the item's folder, beside turns.json, out of the agent's sight.
         return CugaSession(workspace.work, skill, env, cuga, block_timeout(settings),
                            log_file=workspace.own("cuga.log"), commands=workspace.command_log(),
-                           sandbox=sandbox)
+                           sandbox=sandbox, output_limit=settings.output_limit)
 
     def fault(self, model: ModelSpec) -> str | None:
         return self._endpoint.fault(model)

@@ -1,12 +1,23 @@
-"""The rehearsal model on loopback HTTP, for hosts whose clients only speak to a model server.
+"""The model on loopback HTTP, for hosts whose clients only speak to a model server.
 
-One server per rehearsal policy in this process (so per xdist worker), started on first use, replaced when it
-stops answering, and stopped when the session ends; never left running.
+The rehearsal model: one server per rehearsal policy in this process (so per xdist worker), started on first
+use, replaced when it stops answering, and stopped when the session ends; never left running. A real model:
+`KeyForwarder`, which holds the key so that a client in the agent's sandbox never does.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import json
+import socketserver
+import tempfile
 import threading
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 from ..models import ModelSpec, rehearsal_policy
 from ..rehearsal.injection import FaultSchedule
@@ -53,3 +64,145 @@ class RehearsalEndpoint:
             for server in self._servers.values():
                 server.stop()
             self._servers.clear()
+
+
+# -- the model's key stays with the harness ----------------------------------------------------------------------
+
+#: What a client in the sandbox is given instead of a key: the forwarder adds the real one.
+PLACEHOLDER_KEY = "sk-ant-placeholder-the-harness-adds-the-key"
+#: Paths the forwarder passes on: the Messages API (and token counts, the model list); nothing else of a host.
+FORWARDED = ("/v1/messages", "/v1/models")
+#: A request body larger than this is refused (a conversation's whole history is a few MB at most).
+MAX_BODY = 64 * 1024 * 1024
+#: Headers the forwarder sets itself, never passes on: the credentials, and those of one connection.
+_OWN_HEADERS = frozenset({"host", "x-api-key", "authorization", "content-length", "connection", "keep-alive",
+                          "transfer-encoding", "proxy-authorization", "proxy-connection", "te", "upgrade"})
+UPSTREAM_TIMEOUT = 600.0
+
+
+class KeyForwarder:
+    """A Messages API endpoint on 127.0.0.1 that holds the model's key: it passes each request to `upstream`
+    with the key added, and streams the answer back. The client (the Claude CLI, in the item's sandbox) gets
+    only `PLACEHOLDER_KEY`, so no process of the agent's — nor a settings file, a hook, /proc — holds a key.
+    Loopback only; only FORWARDED paths; bounded bodies."""
+
+    def __init__(self, upstream: str, credentials: Mapping[str, str]) -> None:
+        parts = urlsplit(upstream.rstrip("/"))
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"the model's base URL {upstream!r} is not an http(s) URL")
+        self.upstream = parts
+        self.credentials = dict(credentials)
+        self._server: ThreadingHTTPServer | None = None
+        self._unix: socketserver.ThreadingUnixStreamServer | None = None
+        self._folder: Path | None = None
+
+    def start(self) -> KeyForwarder:
+        """Listen on 127.0.0.1 and on a Unix socket (`socket`), for a client with no network of its own."""
+        forwarder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                forwarder.forward(self)
+
+            def do_GET(self) -> None:
+                forwarder.forward(self)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # a line per model call is noise in pytest's output
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        # A folder of its own, readable by any user id: a sandbox binds it (read-only: a socket still connects).
+        self._folder = Path(tempfile.mkdtemp(prefix="palette-model-"))
+        self._folder.chmod(0o755)
+        self._unix = socketserver.ThreadingUnixStreamServer(str(self._folder / "model.sock"), Handler)
+        self._unix.daemon_threads = True
+        self.socket.chmod(0o666)  # the item's user id connects
+        for server in (self._server, self._unix):
+            threading.Thread(target=server.serve_forever, name="palette-key-forwarder", daemon=True).start()
+        return self
+
+    @property
+    def socket(self) -> Path:
+        assert self._folder is not None, "start() first"
+        return self._folder / "model.sock"
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None, "start() first"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        for server in (self._server, self._unix):
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+        self._server = self._unix = None
+        if self._folder is not None:  # made by start(): its socket and nothing else
+            self._folder.joinpath("model.sock").unlink(missing_ok=True)
+            self._folder.rmdir()
+            self._folder = None
+
+    def forward(self, request: BaseHTTPRequestHandler) -> None:
+        path = request.path
+        if not path.startswith(FORWARDED):
+            _refuse(request, 404, f"not forwarded: {path.split('?')[0][:100]}")
+            return
+        try:
+            length = int(request.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
+            _refuse(request, 413, "request body missing a length or too large")
+            return
+        body = request.rfile.read(length) if length else None
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _OWN_HEADERS}
+        headers.update(self.credentials)
+        up = self.upstream
+        connection_type = http.client.HTTPSConnection if up.scheme == "https" else http.client.HTTPConnection
+        connection = connection_type(up.hostname or "", up.port, timeout=UPSTREAM_TIMEOUT)
+        try:
+            connection.request(request.command, up.path + path, body=body, headers=headers)
+            answer = connection.getresponse()
+            request.send_response(answer.status, answer.reason)
+            for name, value in answer.getheaders():
+                if name.lower() not in _OWN_HEADERS:
+                    request.send_header(name, value)
+            request.send_header("Transfer-Encoding", "chunked")  # streamed as it comes (server-sent events)
+            request.end_headers()
+            while chunk := answer.read1(65536):
+                request.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                request.wfile.flush()
+            request.wfile.write(b"0\r\n\r\n")
+        except (OSError, http.client.HTTPException) as error:
+            with contextlib.suppress(OSError):
+                _refuse(request, 502, f"the model's endpoint did not answer: {type(error).__name__}")
+        finally:
+            connection.close()
+
+
+def _refuse(request: BaseHTTPRequestHandler, status: int, message: str) -> None:
+    data = json.dumps({"type": "error", "error": {"type": "api_error", "message": message}}).encode()
+    request.close_connection = True  # a body may be left unread: this connection cannot carry another request
+    request.send_response(status)
+    request.send_header("Content-Type", "application/json")
+    request.send_header("Content-Length", str(len(data)))
+    request.end_headers()
+    request.wfile.write(data)
+
+
+def credentials(env: Mapping[str, str]) -> dict[str, str]:
+    """The headers that carry the caller's Anthropic credentials: its key or a gateway's bearer token, and the
+    gateway's own headers (ANTHROPIC_CUSTOM_HEADERS, `Name: value` lines), which may be credentials too."""
+    held: dict[str, str] = {}
+    for line in env.get("ANTHROPIC_CUSTOM_HEADERS", "").splitlines():
+        name, colon, value = line.partition(":")
+        if colon and name.strip():
+            held[name.strip()] = value.strip()
+    if env.get("ANTHROPIC_API_KEY"):
+        held["x-api-key"] = env["ANTHROPIC_API_KEY"]
+    elif env.get("ANTHROPIC_AUTH_TOKEN"):
+        held["Authorization"] = f"Bearer {env['ANTHROPIC_AUTH_TOKEN']}"
+    return held

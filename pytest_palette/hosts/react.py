@@ -68,9 +68,10 @@ def make_tools(
     eager: bool = False,
     log: CommandLog | None = None,
     shell: Shell | None = None,
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
 ) -> list[BaseTool]:
     by_name = {card.name: card for card in cards}
-    runner = shell or Shell(workspace, env, command_timeout, DEFAULT_OUTPUT_LIMIT, log)
+    runner = shell or Shell(workspace, env, command_timeout, output_limit, log)
 
     def load_skill(name: str) -> str:
         card = by_name.get(name.strip())
@@ -86,7 +87,8 @@ def make_tools(
         name="bash",
         description=(f"Run one shell command with /bin/sh. The working directory is always {workspace}; "
                      f"do not cd. Commands are stopped after {command_timeout:g} s. Returns stdout, "
-                     "stderr and a non-zero exit code."),
+                     f"stderr and a non-zero exit code; an output over {runner.limit:,} characters is cut in "
+                     "the middle, with a marker."),
     )
     if eager or not cards:  # nothing to load: the skill is inlined, or there is none (the baseline)
         return [tool]
@@ -115,6 +117,7 @@ class ReactSession(HostSession):
         log: CommandLog | None = None,
         sandbox: Sandbox | None = None,
         retries: RetryCounter | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
     ) -> None:
         workspace.mkdir(parents=True, exist_ok=True)
         #: Counts the model client's retries, when its client lets us (openai:<model>); None: not counted.
@@ -127,7 +130,7 @@ class ReactSession(HostSession):
         self.eager = eager
         self.recursion_limit = recursion_limit
         self.thread_id = thread_id or f"palette-{uuid.uuid4().hex[:8]}"
-        self.shell = Shell(workspace, env, command_timeout, DEFAULT_OUTPUT_LIMIT, log, sandbox)
+        self.shell = Shell(workspace, env, command_timeout, output_limit, log, sandbox)
         self.tools = make_tools(self.cards, workspace, env, command_timeout, eager, log, self.shell)
         with warnings.catch_warnings():
             # Pinned on purpose: the prebuilt ReAct agent is the thinnest scaffold LangGraph ships, and the
@@ -262,7 +265,8 @@ class ReactHost(Host):
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
         described = {"model": model.label, "provider": model.provider,
                      "skill_loading": "eager" if settings.eager else "lazy",
-                     "recursion_limit": str(settings.recursion_limit)}
+                     "recursion_limit": str(settings.recursion_limit),
+                     "output_limit": f"{settings.output_limit:,} characters"}
         if model.provider != "rehearsal":  # the in-process rehearsal model makes no call that could fail
             described["model_retries"] = str(settings.model_retries)
         return described
@@ -276,4 +280,5 @@ class ReactHost(Host):
                                 settings.model_retries, retries=retries, latency=settings.rehearsal_latency)
         return ReactSession(chat, [skill] if skill is not None else [], workspace.work, env, eager=settings.eager,
                             recursion_limit=settings.recursion_limit, command_timeout=settings.command_timeout,
-                            log=workspace.command_log(), sandbox=sandbox, retries=retries)
+                            log=workspace.command_log(), sandbox=sandbox, retries=retries,
+                            output_limit=settings.output_limit)

@@ -16,18 +16,28 @@ from pathlib import Path
 
 from ..run.command_log import CommandLog
 from ..run.sandbox import Sandbox
-from .base import COMMAND_TIMEOUT
+from .base import COMMAND_TIMEOUT, OUTPUT_LIMIT
 
-DEFAULT_OUTPUT_LIMIT = 24_000
+DEFAULT_OUTPUT_LIMIT = OUTPUT_LIMIT
+#: Of a clipped output, the end kept: the exit code and the last error are there.
+CLIP_TAIL = 2_000
 #: A command longer than this is run from a script file: one argument may hold at most 128 KiB on Linux
 #: (MAX_ARG_STRLEN), and `sh -c <command>` would fail with "Argument list too long".
 SCRIPT_AFTER = 64 * 1024
 
 
 def clip(text: str, limit: int) -> str:
+    """`text`, or, when it is longer than `limit` characters, its start and its end around a marker that says
+    what was cut and how to read it all. The start holds the answer (deck.py's JSON), the end the exit code and
+    the last error; Claude Code's Bash tool once cut the middle the same way."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}\n… [output truncated, {len(text) - limit} more characters]"
+    tail = min(limit // 10, CLIP_TAIL)
+    head = limit - tail
+    marker = (f"… [output clipped: {len(text) - limit:,} of its {len(text):,} characters cut here, over this "
+              f"shell's limit of {limit:,} (--palette-output-limit). To read it all, send it to a file and read "
+              "that in parts.] …")
+    return "\n".join(part for part in (text[:head], marker, text[len(text) - tail:] if tail else "") if part)
 
 
 @dataclass(frozen=True)

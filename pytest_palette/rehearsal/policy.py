@@ -4,10 +4,11 @@ It is a scripted, deterministic stand-in for a language model, so that every hos
 end with no network. It follows the skill the way a good agent would: it answers a request that asks for
 no deck in words (a question about slides) and leaves the skill alone; for a deck, it loads the skill, looks
 before it acts, plans with the user's words verbatim and pasted material in --context, asks for
-approval, classifies each reply, edits rather than re-plans, holds rather than spins, builds only
-after approval and reports the absolute path. Offered no skill for decks (the baseline), it does what a
-capable model does without one: an outline, the user's approval, a deck it writes itself. It decides from
-the conversation alone — the user's messages and the tool results — never from knowledge of a benchmark case.
+approval (reading the plan from its file when the host cut deck.py's answer), classifies each reply, edits
+rather than re-plans, holds rather than spins, builds only after approval and reports the absolute path.
+Offered no skill for decks (the baseline), it does what a capable model does without one: an outline, the
+user's approval, a deck it writes itself. It decides from the conversation alone — the user's messages and the
+tool results — never from knowledge of a benchmark case.
 
 Written once, apart from any message format: adapters serve it to LangChain in-process and, over
 HTTP, to other clients.
@@ -74,6 +75,11 @@ _POLITE = re.compile(r"^(?:(?:please|kindly|hey|hi|ok(?:ay)?|so|now)[,!]?\s+)*(?
 _QUESTION = re.compile(r"^(?:how|what|what's|which|why|when|where|who|whose|is|are|am|was|were|do|does|did|should|"
                        r"shall|can|could|would|will|may|might|must|have|has|any)\b", re.I)
 _QUOTED = re.compile(r'"[^"\n]*"|“[^”\n]*”')
+#: The start of a plan answer that the host clipped (a long document makes a long plan): deck.py says it is done
+#: and where the plan is, before the text that did not fit. The host may say something first (Claude Code: "Output
+#: too large … Preview (first 2KB):").
+_CLIPPED_DONE = re.compile(r'\{\s*"state":\s*"done",\s*"done":\s*true,\s*"plan":\s*"((?:[^"\\]|\\.)+)"')
+_PLAN_STEPS = frozenset({"plan", "edit", "plan-status"})
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,9 @@ class Step:
     subcommand: str
     command: str
     answer: dict[str, Any]
+    #: The answer was clipped by the host after deck.py said the plan was done: the plan is in this file. The
+    #: answer is filled from the file once the agent has read it.
+    clipped_plan: str | None = None
 
 
 def parse_answer(text: str) -> dict[str, Any]:
@@ -96,6 +105,17 @@ def parse_answer(text: str) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def clipped_plan(text: str) -> str | None:
+    """The plan file a clipped plan answer names: deck.py said "done" before the host cut its text; else None."""
+    match = _CLIPPED_DONE.search(text)
+    if match is None:
+        return None
+    try:
+        return str(json.loads(f'"{match.group(1)}"'))
+    except json.JSONDecodeError:
+        return None
 
 
 def split_opening(message: str) -> tuple[str, str]:
@@ -210,16 +230,33 @@ class RehearsalPolicy:
 
     def steps(self, conversation: Conversation, events: list[Event]) -> list[Step]:
         found: list[Step] = []
-        for event in events:
+        for index, event in enumerate(events):
             if not isinstance(event, RunCommand):
                 continue
             command = without_heredocs(event.command)
             if "deck.py" in command:
                 tokens = command.split("deck.py", 1)[1].split()
                 sub = tokens[0] if tokens else ""
-                answer = parse_answer(conversation.result_of(event.call_id) or "")
-                found.append(Step(sub, event.command, answer))
+                output = conversation.result_of(event.call_id) or ""
+                answer = parse_answer(output)
+                plan = clipped_plan(output) if sub in _PLAN_STEPS and not answer else None
+                if plan is not None:
+                    answer = self.plan_read_back(conversation, events[index + 1:], plan)
+                found.append(Step(sub, event.command, answer, plan))
         return found
+
+    def plan_read_back(self, conversation: Conversation, later: list[Event], plan: str) -> dict[str, Any]:
+        """The answer a clipped plan answer stood for, once the agent has read the plan file; else {}."""
+        for event in later:
+            if isinstance(event, RunCommand) and event.command == self.read_plan(plan):
+                text = conversation.result_of(event.call_id) or ""
+                return {"state": "done", "done": True, "plan": plan, "text": text}
+        return {}
+
+    def read_plan(self, plan: str) -> str:
+        """Read a plan whose answer did not fit: the host's limit applies to this output too, but the plan alone
+        is shorter than deck.py's JSON of it, and what is cut is cut with the host's marker."""
+        return f"cat {shlex.quote(plan)}"
 
     def route(self, conversation: Conversation, turn: list[Event]) -> Action:
         """Load the skill the request needs, once; with none for decks on offer, do without (`without_skill`)."""
@@ -279,6 +316,9 @@ class RehearsalPolicy:
 
     def continue_turn(self, conversation: Conversation, user_text: str, steps: list[Step], deck: str) -> Action:
         last = steps[-1]
+        if last.clipped_plan is not None and not last.answer:
+            # The host cut the answer: deck.py said the plan is done, and where; read it there.
+            return RunCommand(self.read_plan(last.clipped_plan))
         if last.subcommand == "find":
             return self.after_find(conversation, user_text, last, deck)
         if last.subcommand in {"plan", "edit", "plan-status"}:

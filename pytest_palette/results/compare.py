@@ -123,11 +123,12 @@ def _config_changes(before: Column, after: Column) -> list[str]:
     """What visibly changed in a host's configuration; the fingerprint also covers budgets we cannot see."""
     changes = []
     for name, old, new in (("model", before.models, after.models), ("provider", before.providers, after.providers),
-                           ("scaffold", before.scaffold, after.scaffold)):
+                           ("scaffold", before.scaffold, after.scaffold),
+                           ("the agent's commands", before.sandboxes, after.sandboxes)):
         if old != new:
             changes.append(f"{name}: {', '.join(old) or '—'} → {', '.join(new) or '—'}")
     if before.fingerprints != after.fingerprints and not changes:
-        changes.append("fingerprint changed, but no recorded model, provider or scaffold field did: a budget "
+        changes.append("fingerprint changed, but no recorded model, provider, scaffold or sandbox field did: a budget "
                        "(turn or command timeout, recursion limit), the backend, the skill or the plugin version")
     return changes
 

@@ -54,6 +54,8 @@ def load_prices(path: Path) -> PriceTable:
         raise PriceError(f"{path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
     try:
         data: Any = yaml.safe_load(text)
+        # YAML keeps the last of two equal keys without a word; a second price of one model is a mistake.
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
@@ -62,6 +64,13 @@ def load_prices(path: Path) -> PriceTable:
     if not isinstance(data, dict) or not data:
         raise PriceError(f"{path}: expected a mapping of model names to {{input: USD, output: USD}} per million "
                          "tokens")
+    first: dict[str, int] = {}
+    for key, _ in root.value if isinstance(root, yaml.MappingNode) else []:
+        name, line = str(key.value).strip(), key.start_mark.line + 1
+        if name in first:
+            raise PriceError(f"{path}: line {line}: {name} is priced twice (first at line {first[name]}); keep one "
+                             "price per model")
+        first[name] = line
     table: PriceTable = {}
     for model, entry in data.items():
         if not isinstance(model, str) or not model.strip():

@@ -19,6 +19,8 @@ from typing import Any
 
 import msgspec
 
+from . import untrusted
+
 #: The reference skill's entry point; a command that runs it is a call of the skill. Another skill's are the
 #: files of its own `scripts/` folder (`SkillCard.script_names`), given to the functions below.
 SKILL_SCRIPT = "deck.py"
@@ -28,6 +30,13 @@ _SEPARATORS = frozenset({"&&", "||", ";", "|", "&", ";;", "(", ")"})
 OUTPUT_LIMIT = 20_000
 #: A here-document: `<<WORD` (or `<<-'WORD'`, `<<"WORD"`) to the end of its line, then its body up to WORD.
 _HEREDOC = re.compile(r"<<-?[ \t]*(['\"]?)(\w+)\1([^\n]*)\n.*?\n[ \t]*\2[ \t]*(?:\n|$)", re.DOTALL)
+
+#: The exit code of a command its shell could not find (or whose `#!` interpreter env could not find).
+NOT_FOUND = 127
+#: How a shell says a name did not resolve: dash, bash, zsh, and env looking up a `#!` line's interpreter.
+_MISSING = re.compile(r"^(?:[^\n]*?: )?(?:line \d+: )?(?P<sh>[^\s:'\"]+): (?:command )?not found$"
+                      r"|command not found: (?P<zsh>\S+)$"
+                      r"|\benv: [‘'\"]?(?P<env>[^\s‘’'\"]+)[’'\"]?: No such file or directory$", re.MULTILINE)
 
 
 class CommandRun(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -76,12 +85,22 @@ class CommandLog:
             os.close(descriptor)
 
 
+def not_found(text: str) -> list[tuple[str, str, bool]]:
+    """Each name a shell's output (`text`) says it could not find, with its line, and whether it was the
+    interpreter of a `#!` line (env's words) rather than a command name."""
+    missing = []
+    for match in _MISSING.finditer(text):
+        name = next(part for part in match.groups() if part)
+        missing.append((name, text[text.rfind("\n", 0, match.start()) + 1:match.end()], bool(match.group("env"))))
+    return missing
+
+
 def read(path: Path) -> list[CommandRun]:
     """The commands recorded at `path`, in the order they ended; [] when there is no record. A line that
     does not read (a host killed mid-write) is skipped."""
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError:
+    try:  # a saved run may come from anywhere: not through a link, and no further than its bound
+        lines = untrusted.read_head(path.parent, Path(path.name), untrusted.COMMANDS_BYTES)[0].splitlines()
+    except (OSError, untrusted.Refused):
         return []
     runs = []
     for line in lines:

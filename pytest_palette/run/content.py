@@ -15,6 +15,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 #: A number as people write it: 1,400 / 12.4 / .5 is not one (a version string's tail is not a figure).
@@ -149,8 +150,10 @@ def deck_text(pptx: Path) -> str | None:
     """Every text of a deck — titles, bodies, tables, grouped shapes, speaker notes — a paragraph a line;
     None when the file cannot be read as a presentation. Read once per version of the file: two rules ask."""
     try:
-        stat = pptx.stat()
+        stat = pptx.lstat()  # the deck as the evidence found it: a link left in its place is not followed
     except OSError:
+        return None
+    if not S_ISREG(stat.st_mode):
         return None
     return _deck_text(str(pptx), stat.st_mtime_ns, stat.st_size)
 

@@ -7,14 +7,19 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from ..backend import agent_environment
 from ..cases import Case
 from ..hosts.base import HandedOver, Host, HostError, HostSession, HostSettings, TurnRecord
 from ..models import ModelSpec
 from ..skill import SkillCard
+from . import untrusted
 from .sandbox import Sandbox
 from .workspace import Workspace
+
+#: How a failed turn's message names the model calls its client retried first.
+RETRIED = "retried model call"
 
 
 class HostFailure(Exception):
@@ -41,9 +46,13 @@ class Transcript:
     @classmethod
     def saved(cls, workspace: Workspace) -> Transcript:
         """The transcript kept in a workspace (none for a conversation held by hand)."""
-        if not workspace.turns.is_file():
+        try:  # a saved run may come from anywhere: a link or an oversized file is not read (ValueError)
+            text = untrusted.read_bytes(workspace.turns.parent, Path(workspace.turns.name), untrusted.TURNS_BYTES)
+        except FileNotFoundError:
             return cls()
-        saved = json.loads(workspace.turns.read_text(encoding="utf-8"))
+        except untrusted.Refused as refused:
+            raise ValueError(str(refused)) from None
+        saved = json.loads(text)
         return cls([TurnRecord(**turn) for turn in saved.get("turns", [])], float(saved.get("seconds", 0.0)))
 
 
@@ -56,7 +65,7 @@ def conversation_environment(workspace: Workspace, base_env: Mapping[str, str] |
 def open_sandbox(workspace: Workspace, settings: HostSettings, base_env: Mapping[str, str] | None = None) -> Sandbox:
     """The sandbox of one item's commands (`--palette-sandbox`); the caller closes it when the item ends."""
     return Sandbox(workspace.work, conversation_environment(workspace, base_env), settings.sandbox,
-                   trace=workspace.trace, passed=settings.sandbox_env)
+                   trace=workspace.trace, passed=settings.sandbox_env, withheld=settings.withheld)
 
 
 def hold(case: Case, host: Host, skill: SkillCard | None, model: ModelSpec, settings: HostSettings,
@@ -110,7 +119,11 @@ def _send(session: HostSession, message: str, timeout: float) -> tuple[TurnRecor
         return session.send(message, timeout), None
     except HostError as error:
         # The host's own record of the failed turn keeps the steps it streamed before failing.
-        return error.turn or TurnRecord(sent=message, error=str(error)), f"failed: {error}"
+        turn = error.turn or TurnRecord(sent=message, error=str(error))
+        said = str(error)
+        if turn.retries and RETRIED not in said:  # every host's give-up names its retries (docs/hosts.md)
+            said += f" (after {turn.retries} {RETRIED}(s) in this turn)"
+        return turn, f"failed: {said}"
     except Exception as error:
         return TurnRecord(sent=message, error=f"{type(error).__name__}: {error}"), \
             f"raised {type(error).__name__}: {error}"

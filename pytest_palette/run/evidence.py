@@ -1,10 +1,13 @@
 """What a conversation left on disk — the deck and the skill's call trace — read only after every build it
-started has ended. Nothing here comes from the agent's words."""
+started has ended. Nothing here comes from the agent's words, and nothing the agent left is trusted: every file
+is read through `untrusted` (regular files inside their folder, no link followed, each kind bounded), and what
+is refused is a note on the item."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
-import shutil
+import os
 import time
 import warnings
 import zipfile
@@ -15,7 +18,7 @@ from typing import Any
 
 from ..cases import Case
 from ..results.record import DeckBy
-from . import command_log
+from . import command_log, untrusted
 from .workspace import Workspace
 
 #: A failed render can leave a valid but tiny stub; a real deck is larger.
@@ -46,7 +49,8 @@ class Evidence:
     #: Where `calls` come from: "trace" (the skill's own), "host" (our record of the commands the agent ran,
     #: when the skill wrote no trace), or "" (neither has a call).
     calls_from: str = "trace"
-    #: What the reader of the calls must know: that they came from our record, or where the two disagree.
+    #: What the reader of the evidence must know: that the calls came from our record, where the two disagree,
+    #: and each file of the agent's that was refused (a link, a FIFO, over its bound) or read only in part.
     call_notes: tuple[str, ...] = ()
     #: Our record of every command the agent ran (the host's), read once: the calls and the faults read it.
     commands_run: tuple[command_log.CommandRun, ...] = ()
@@ -67,16 +71,17 @@ def read(workspace: Workspace, grace: float, turns_started: tuple[float, ...] = 
     found = collect(workspace.work, workspace.trace, grace)
     runs = command_log.read(workspace.commands)
     calls, source, notes = calls_of(workspace, list(found.calls), runs, scripts)
-    return replace(found, turns_started=turns_started, calls=tuple(calls), calls_from=source, call_notes=notes,
-                   commands_run=tuple(runs), answers=turn_answers(workspace.turns))
+    return replace(found, turns_started=turns_started, calls=tuple(calls), calls_from=source,
+                   call_notes=found.call_notes + notes, commands_run=tuple(runs), answers=turn_answers(workspace.turns))
 
 
 def turn_answers(path: Path) -> tuple[str, ...]:
     """What the agent answered each message, as turns.json keeps it; () when there is none or it is unreadable
-    (a conversation held by hand keeps none)."""
+    (a conversation held by hand keeps none), a link, or over its bound."""
     try:
-        turns = json.loads(path.read_text(encoding="utf-8")).get("turns")
-    except (OSError, ValueError, AttributeError):
+        text = untrusted.read_bytes(path.parent, Path(path.name), untrusted.TURNS_BYTES)
+        turns = json.loads(text).get("turns")
+    except (OSError, ValueError, AttributeError, untrusted.Refused):
         return ()
     if not isinstance(turns, list) or not all(isinstance(turn, dict) for turn in turns):
         return ()
@@ -114,8 +119,10 @@ def choose_calls(traced: list[dict[str, Any]], seen: list[dict[str, Any]],
 def collect(work: Path, trace: Path, grace: float) -> Evidence:
     """The evidence under an agent's working folder and in its trace."""
     unfinished = wait_for_builds(work, grace)
-    deck = newest_deck(work)
-    facts = inspect_deck(deck) if deck else None
+    notes: list[str] = []
+    deck = newest_deck(work, notes)
+    facts = inspect_deck(deck, work, notes) if deck else None
+    calls, clipped = trace_of(trace)
     return Evidence(
         workspace=work,
         pptx=deck,
@@ -123,8 +130,9 @@ def collect(work: Path, trace: Path, grace: float) -> Evidence:
         has_plex=facts.has_plex if facts else False,
         size=facts.size if facts else 0,
         decks=tuple(any_deck(work)),
-        calls=tuple(read_trace(trace)),
+        calls=tuple(calls),
         unfinished=tuple(unfinished),
+        call_notes=(*notes, *clipped),
     )
 
 
@@ -135,7 +143,11 @@ def wait_for_builds(work: Path, grace: float) -> list[Path]:
     """
     deadline = time.monotonic() + grace
     while True:
-        running = [state.parent for state in work.rglob(BUILD_STATE) if not (state.parent / BUILD_EXIT).exists()]
+        # Regular files only, no link entered: a folder of links would otherwise walk the whole machine.
+        marks = untrusted.listing(work, Path("."), {BUILD_STATE, BUILD_EXIT}.__contains__, deep=True).files
+        ended = {mark.path.parent for mark in marks if mark.path.name == BUILD_EXIT}
+        running = [mark.path.parent for mark in marks
+                   if mark.path.name == BUILD_STATE and mark.path.parent not in ended]
         if not running or time.monotonic() >= deadline:
             return running
         time.sleep(0.1)
@@ -148,21 +160,54 @@ def deck_by(found: Evidence) -> DeckBy:
     decks = ([found.pptx] if found.pptx is not None else []) or list(found.decks)
     if not decks:
         return "none"
-    built = (deck for deck in decks if (deck.parent / BUILD_STATE).is_file())
+    built = (deck for deck in decks if untrusted.is_regular(deck.parent / BUILD_STATE))
     return "palette" if next(built, None) is not None else "agent"
 
 
-def save_outputs(case: Case, evidence: Evidence, output: Path) -> None:
-    """Copy the deck, its previews and the plan beside the inputs, named after the case."""
+def save_outputs(case: Case, evidence: Evidence, output: Path) -> Evidence:
+    """Copy the deck, its previews and the plan beside the inputs, named after the case: only regular files
+    inside the workspace, each within its bound. The evidence comes back with a note for each one refused."""
     output.mkdir(parents=True, exist_ok=True)
     if evidence.pptx is None:
-        return
-    shutil.copy2(evidence.pptx, output / f"{case.name}.pptx")
-    for preview in sorted(evidence.pptx.parent.glob("slide-*.png")):
-        shutil.copy2(preview, output / preview.name)
-    plans = list(evidence.workspace.glob("plan*.md")) or list(evidence.pptx.parent.parent.glob("plan*.md"))
-    if plans:
-        shutil.copy2(max(plans, key=lambda p: p.stat().st_mtime), output / "plan.md")
+        return evidence
+    work, notes = evidence.workspace, []
+    try:
+        untrusted.copy(work, evidence.pptx, output / f"{case.name}.pptx", untrusted.DECK_BYTES)
+    except untrusted.Refused as refused:  # it changed since it was judged: an agent's process still at work
+        notes.append(f"the deck {refused.path} {refused.why}, not copied")
+    beside = evidence.pptx.parent.relative_to(work)
+    previews = untrusted.listing(work, beside, lambda name: fnmatch.fnmatchcase(name, "slide-*.png"))
+    notes += [f"{refused.path.name} beside the deck {refused.why}, not copied" for refused in previews.refused]
+    for number, preview in enumerate(sorted(previews.files, key=lambda entry: entry.path.name)):
+        if number == untrusted.PREVIEWS:
+            notes.append(f"more than {untrusted.PREVIEWS} slide previews beside the deck: the rest not copied")
+            break
+        _copy_noted(work, preview.path, output / preview.path.name, untrusted.PREVIEW_BYTES, notes)
+    plan = _newest_plan(work, beside, notes)
+    if plan is not None:
+        _copy_noted(work, plan, output / "plan.md", untrusted.PLAN_BYTES, notes)
+    return replace(evidence, call_notes=evidence.call_notes + tuple(notes)) if notes else evidence
+
+
+def _newest_plan(work: Path, beside: Path, notes: list[str]) -> Path | None:
+    """The newest plan*.md in the workspace, else in the folder above the deck's (when inside the workspace)."""
+    for folder in (Path("."), beside.parent):
+        plans = untrusted.listing(work, folder, lambda name: fnmatch.fnmatchcase(name, "plan*.md"))
+        notes += [f"{refused.path} {refused.why}, not copied as the plan" for refused in plans.refused]
+        if plans.files:
+            return max(plans.files, key=lambda entry: entry.mtime).path
+        if plans.refused:
+            return None
+    return None
+
+
+def _copy_noted(work: Path, source: Path, target: Path, limit: int, notes: list[str]) -> None:
+    try:
+        untrusted.copy(work, source, target, limit)
+    except untrusted.Refused as refused:
+        notes.append(f"{refused.path} {refused.why}, not copied")
+    except FileNotFoundError:
+        notes.append(f"{source.relative_to(work)} was removed before it could be copied")
 
 
 @dataclass(frozen=True)
@@ -173,49 +218,106 @@ class DeckFacts:
     has_plex: bool
 
 
-def inspect_deck(pptx: Path) -> DeckFacts:
-    """Slide count and whether slide 1 carries IBM Plex (Palette's renderer forces it)."""
-    size = pptx.stat().st_size if pptx.exists() else 0
+#: Lines of a trace warned about one by one; the rest are counted in one warning.
+_TRACE_WARNINGS = 10
+#: A deck's parts that inspecting it reads whole: no bigger than this each (a zip bomb is refused).
+_PART_BYTES = 64 * 1024 * 1024
+
+
+def inspect_deck(pptx: Path, root: Path | None = None, notes: list[str] | None = None) -> DeckFacts:
+    """Slide count and whether slide 1 carries IBM Plex (Palette's renderer forces it). The deck is read as a
+    regular file inside `root` (its own folder by default), within DECK_BYTES; otherwise it has no slides, and
+    why is added to `notes`."""
+    folder, path = (root, pptx) if root is not None else (pptx.parent, Path(pptx.name))
     try:
-        with zipfile.ZipFile(pptx) as archive:
-            names = archive.namelist()
-            slides = sum(1 for n in names if n.startswith("ppt/slides/slide") and n.endswith(".xml"))
-            first = archive.read("ppt/slides/slide1.xml").decode("utf-8", "replace")
-    except (OSError, zipfile.BadZipFile, KeyError):
-        return DeckFacts(pptx, size, 0, False)
-    return DeckFacts(pptx, size, slides, "IBM Plex" in first)
+        with untrusted.open_file(folder, path) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > untrusted.DECK_BYTES:
+                raise untrusted.Refused(pptx, f"is larger than {untrusted.DECK_BYTES // 1024 // 1024} MiB")
+            try:
+                with zipfile.ZipFile(handle) as archive:
+                    names = archive.namelist()
+                    slides = sum(1 for n in names if n.startswith("ppt/slides/slide") and n.endswith(".xml"))
+                    first = archive.getinfo("ppt/slides/slide1.xml")
+                    if first.file_size > _PART_BYTES:
+                        return DeckFacts(pptx, size, 0, False)
+                    text = archive.read(first).decode("utf-8", "replace")
+            except (zipfile.BadZipFile, KeyError, ValueError, NotImplementedError):
+                return DeckFacts(pptx, size, 0, False)
+    except untrusted.Refused as refused:
+        if notes is not None:
+            notes.append(f"the deck {refused.path} {refused.why}, not read")
+        return DeckFacts(pptx, 0, 0, False)
+    except OSError:
+        return DeckFacts(pptx, 0, 0, False)
+    return DeckFacts(pptx, size, slides, "IBM Plex" in text)
 
 
-def newest_deck(workspace: Path) -> Path | None:
-    """The newest `deck.pptx` of at least MIN_PPTX_BYTES anywhere under the workspace."""
-    decks = [p for p in workspace.rglob("deck.pptx") if p.is_file() and p.stat().st_size >= MIN_PPTX_BYTES]
-    return max(decks, key=lambda p: p.stat().st_mtime) if decks else None
+def newest_deck(workspace: Path, notes: list[str] | None = None) -> Path | None:
+    """The newest `deck.pptx` of at least MIN_PPTX_BYTES anywhere under the workspace: a regular file, in no
+    linked folder (each one that is not is added to `notes`)."""
+    found = untrusted.listing(workspace, Path("."), "deck.pptx".__eq__, deep=True)
+    if notes is not None:
+        notes += [f"{refused.path} {refused.why}, not read as the deck" for refused in found.refused]
+    decks = [entry for entry in found.files if entry.size >= MIN_PPTX_BYTES]
+    return max(decks, key=lambda entry: entry.mtime).path if decks else None
 
 
 def any_deck(workspace: Path) -> list[Path]:
-    """Every .pptx under the workspace, whatever its name or size: for cases that forbid a deck."""
-    return sorted(p for p in workspace.rglob("*.pptx") if p.is_file())
+    """Every .pptx under the workspace, whatever its name or size: for cases that forbid a deck. A link named
+    .pptx counts too (it is left there as one), though it is never read."""
+    found = untrusted.listing(workspace, Path("."), lambda name: name.endswith(".pptx"), deep=True)
+    links = [workspace / refused.path for refused in found.refused if "link" in refused.why]
+    return sorted([entry.path for entry in found.files] + links)
 
 
 def read_trace(path: Path) -> list[dict[str, Any]]:
-    """The call trace's records; a torn or foreign line is skipped with a warning, never fatal."""
-    if not path.exists():
-        return []
+    """The call trace's records; a torn or foreign line is skipped with a warning, never fatal (`trace_of`
+    says also what was not read)."""
+    calls, notes = trace_of(path)
+    for note in notes:
+        warnings.warn(f"{path.parent}: {note}", stacklevel=2)
+    return calls
+
+
+def trace_of(path: Path) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The call trace's records, and notes: a trace that is a link or not a regular file is not read, and one
+    over TRACE_BYTES is read up to it (its last whole line) — never loaded whole. A torn or foreign line is
+    skipped with a warning."""
+    try:
+        data, clipped = untrusted.read_head(path.parent, Path(path.name), untrusted.TRACE_BYTES)
+    except FileNotFoundError:
+        return [], ()
+    except untrusted.Refused as refused:
+        return [], (f"the skill's trace {refused.path} {refused.why}: not read",)
+    except OSError as error:
+        return [], (f"the skill's trace {path.name} could not be read: {error.strerror or error}",)
+    notes: tuple[str, ...] = ()
+    if clipped:
+        data = data[:data.rfind(b"\n") + 1]
+        notes = (f"the skill's trace is larger than {untrusted.TRACE_BYTES // 1024 // 1024} MiB: only its first "
+                 f"{len(data):,} bytes were read",)
     calls: list[dict[str, Any]] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    skipped = 0
+    for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
-            warnings.warn(f"{path}:{number}: not a JSON line, skipped", stacklevel=2)
-            continue
-        if not isinstance(record, dict):
-            warnings.warn(f"{path}:{number}: a JSON {type(record).__name__}, not a call record, skipped",
-                          stacklevel=2)
-            continue
-        calls.append(record)
-    return calls
+            why = "not a JSON line"
+        else:
+            if isinstance(record, dict):
+                calls.append(record)
+                continue
+            why = f"a JSON {type(record).__name__}, not a call record"
+        skipped += 1
+        if skipped <= _TRACE_WARNINGS:
+            warnings.warn(f"{path}:{number}: {why}, skipped", stacklevel=3)
+    if skipped > _TRACE_WARNINGS:
+        warnings.warn(f"{path}: {skipped - _TRACE_WARNINGS} more lines that are not call records, skipped",
+                      stacklevel=3)
+    return calls, notes
 
 
 def format_call(call: dict[str, Any], width: int = 90) -> str:

@@ -4,7 +4,7 @@ A fault makes the item an ERROR of the run, never a FAIL of the skill: a backend
 filled says nothing about how the agent drove the skill, and the case's scripted replies assumed neither. So
 an item whose conversation met a fault gets no verdict, and a resumed run holds it again.
 
-Two sources, both written by something other than the agent's words:
+Three sources, all written by something other than the agent's words:
 - the skill's answers (its trace, or our record of its calls): a backend stage that ended without an exit code,
   exited 0 without its output, or failed in a way that is not a refusal of the agent's input. A refusal — a
   log ending in one `error: …` line, with no traceback above it — is the agent's doing (an empty instruction,
@@ -13,7 +13,10 @@ Two sources, both written by something other than the agent's words:
   limits (no space left, a read-only file system, an argument list or a file name too long), at the end of a
   line as programs print them, or by the errno's name (ENOSPC, E2BIG …) as a client explaining it does.
   A read-only file system counts only where the agent may write: its sandbox makes everything outside its
-  folder, and the skill installed in it, read-only on purpose, and a write refused there is the agent's doing.
+  folder, and the skill installed in it, read-only on purpose, and a write refused there is the agent's doing;
+- a skill whose script never started: every call of it ended with exit 127 and its shell's "python: not found"
+  (a command the call names, its interpreter). The machine, or the sandbox's view of it, lacks the interpreter
+  the skill's instructions name; the skill was never tried.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..judge import answer_of
-from .command_log import CommandRun
+from .command_log import NOT_FOUND, CommandRun, not_found, without_heredocs
 
 #: strerror texts of the faults a machine, not an agent, causes (ENOSPC, EDQUOT, EROFS, E2BIG, ENAMETOOLONG).
 #: Matched at the end of a line or before ": <path>", as Python, bash and coreutils print them.
@@ -93,12 +96,35 @@ def backend_fault(call: dict[str, Any]) -> str | None:
     return f"{stage} failed with exit code {code}{said}"
 
 
+def missing_command(calls: Iterable[dict[str, Any]], commands: Iterable[CommandRun]) -> str | None:
+    """Why the skill's script never started, when no call of it did: its shell could not find a command the
+    call names (the interpreter, `python: not found`, exit 127). The machine lacks it, or the sandbox hides it:
+    either way the skill was never tried. One call that started makes it the agent's to judge (a first
+    `python` failed, then `python3` worked)."""
+    calls = list(calls)
+    if not calls or any(call.get("exit_code") != NOT_FOUND for call in calls):
+        return None
+    started = {call.get("at") for call in calls}
+    for run in commands:
+        if run.exit_code != NOT_FOUND or run.started_at not in started:
+            continue
+        for name, line, interpreter in not_found(run.stderr or run.stdout):
+            if interpreter or name in without_heredocs(run.command).split():  # the call's own, not a typo's
+                return (f"the skill's script could not start: no `{name}` in the agent's shell ({_clip(line)}, "
+                        f"exit {NOT_FOUND}): put it on this machine's PATH (docs/sandbox.md)")
+    return None
+
+
 def found(calls: Iterable[dict[str, Any]], commands: Iterable[CommandRun], work: Path | None = None) -> str | None:
     """The first fault of an item's conversation (whose agent worked in `work`), in one line, or None."""
+    calls, commands = list(calls), list(commands)
     for run in commands:
         machine = machine_fault(run.stderr, work)
         if machine:
             return f"a command the agent ran met a limit of this machine: {machine}"
+    missing = missing_command(calls, commands)
+    if missing:
+        return missing
     for call in calls:
         fault = backend_fault(call)
         if fault:

@@ -181,7 +181,7 @@ class CaseItem(pytest.Item):
         fault = faults.found(self._evidence.calls, self._evidence.commands_run, self.workspace.work)
         if fault:
             self._error(fault)
-        evidence.save_outputs(self.case, self._evidence, self.workspace.output)
+        self._evidence = evidence.save_outputs(self.case, self._evidence, self.workspace.output)
 
     def teardown(self) -> None:
         if self._sandbox is not None:  # stops what is left (setup may have failed midway), frees its user id

@@ -12,26 +12,43 @@ psutil reads the environments (/proc on Linux, sysctl on macOS) and signals the 
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
+_OCTAL = re.compile(rb"\\([0-7]{3})")
+
 
 def processes_of(trace: Path) -> list[int]:
-    """Process ids whose environment holds PALETTE_TRACE=<trace> (this process excluded)."""
+    """Process ids whose environment holds PALETTE_TRACE=<trace>, or whose sandbox has the trace mounted (this
+    process excluded)."""
     wanted, me = str(trace), os.getpid()
     found: list[int] = []
     for process in psutil.process_iter():
         if process.pid == me:
             continue
         try:
-            if process.environ().get("PALETTE_TRACE") == wanted and running(process):
+            if (process.environ().get("PALETTE_TRACE") == wanted or _mounts(process.pid, wanted)) and running(process):
                 found.append(process.pid)
         except (psutil.Error, OSError):  # gone, or not ours to read
             continue
     return found
+
+
+def _mounts(pid: int, path: str) -> bool:
+    """Whether `path` is a mount point in the process's mount namespace: a sandboxed command that cleared its
+    environment still has the item's trace bound there (not as root, no user id of the item's marks it)."""
+    wanted = os.fsencode(path)
+    try:
+        with open(f"/proc/{pid}/mountinfo", "rb") as mounts:
+            # Field 5 is the mount point, with space, tab, newline and backslash written as octal escapes.
+            return any(_OCTAL.sub(lambda code: bytes([int(code[1], 8)]), line.split(b" ")[4]) == wanted
+                       for line in mounts if line.count(b" ") >= 5)
+    except OSError:
+        return False
 
 
 def stop(trace: Path, grace: float = 2.0) -> list[int]:

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
+import pwd
 import secrets
 import select
 import shlex
@@ -109,12 +111,13 @@ class Limits:
     work_bytes: int = 2 * 2**30
 
 
-def allowed_environment(env: Mapping[str, str], home: Path, passed: Iterable[str] = ()) -> dict[str, str]:
+def allowed_environment(env: Mapping[str, str], home: Path, passed: Iterable[str] = (),
+                        withheld: Iterable[str] = ()) -> dict[str, str]:
     """The environment a command gets: the allow-listed part of `env` (and the `passed` names the user chose,
-    `--palette-sandbox-env`), HOME in the agent's folder."""
-    chosen = set(passed)
-    kept = {name: value for name, value in env.items()
-            if name in ALLOWED or name in chosen or name.startswith(ALLOWED_PREFIXES)}
+    `--palette-sandbox-env`) but the `withheld` names (the credentials file's), HOME in the agent's folder."""
+    chosen, refused = set(passed), set(withheld) - set(passed)
+    kept = {name: value for name, value in env.items() if name not in refused
+            and (name in ALLOWED or name in chosen or name.startswith(ALLOWED_PREFIXES))}
     kept["HOME"] = str(home)
     kept.setdefault("PATH", os.defpath)
     return kept
@@ -171,11 +174,16 @@ class Sandbox:
     everything it started is stopped when the item ends."""
 
     def __init__(self, work: Path, env: Mapping[str, str], mode: str = "bubblewrap", trace: Path | None = None,
-                 limits: Limits = Limits(), passed: Iterable[str] = ()) -> None:
+                 limits: Limits = Limits(), passed: Iterable[str] = (), withheld: Iterable[str] = ()) -> None:
         self.work, self.trace, self.limits = work, trace, limits
         self.kind = MODES[mode]
-        self.env = allowed_environment(env, work, passed)
-        self._readable: list[Path] = list(dict.fromkeys(_interpreter_folders() + _backend_folders(env)))
+        self.withheld = tuple(sorted(set(withheld) - set(passed)))
+        self.env = allowed_environment(env, work, passed, withheld)
+        #: The values of the withheld names (the credentials file's): hosts redact them wherever they redact.
+        self.secrets = sorted({env[name] for name in withheld if len(env.get(name, "")) >= 4}, key=len, reverse=True)
+        self._readable: list[Path] = list(dict.fromkeys(
+            _interpreter_folders() + _backend_folders(env)
+            + path_folders(self.env.get("PATH", ""), keep_out=[work.parent] + ([trace.parent] if trace else []))))
         self._writable: list[Path] = [work] + ([trace] if trace is not None else [])
         self._protected: list[Path] = []
         self._bwrap = shutil.which("bwrap") or "bwrap"
@@ -240,15 +248,20 @@ class Sandbox:
                 command]
 
     def wrap(self, cwd: Path | None, *, network: bool, uid: int | None, limits: bool = True,
-             extra: Iterable[Path] = (), join: bool = True) -> list[str]:
+             extra: Iterable[Path] = (), join: bool = True, hidden: Iterable[Path] = ()) -> list[str]:
         """The prefix before a program's own argv: a shell that joins the item's keeper (as `uid`), bubblewrap
         with this item's view, the limits, and after the program a look at work/'s size. With `limits` False
         (a client: the claude CLI) no keeper and no limits: a sandbox of its own, with `uid`, or a user
-        namespace of its own. With `join` False, a command gets a user namespace of its own too."""
+        namespace of its own. With `join` False, a command gets a user namespace of its own too. `hidden` paths
+        (and what is under them) are left out of the view."""
+        gone = tuple(hidden)
+
+        def shown(paths: Iterable[Path]) -> list[Path]:
+            return [p for p in paths if p.exists() and not any(p == h or h in p.parents for h in gone)]
+
         # A client whose commands join the keeper (as root) keeps the machine's /proc, unchanged: the kernel lets
         # a command mount a /proc of the keeper's pid namespace only where a whole /proc is already visible.
-        view = _binds(_system() + [p for p in [*self._readable, *extra] if p.exists()],
-                      [p for p in self._writable if p.exists()], [p for p in self._protected if p.exists()],
+        view = _binds(_system() + shown([*self._readable, *extra]), shown(self._writable), shown(self._protected),
                       self.limits, proc=limits or uid is None)
         chdir = ["--chdir", str(cwd)] if cwd else []
         if not limits:
@@ -272,19 +285,22 @@ class Sandbox:
         return ["/bin/sh", "-c", self._keeper.joining(self.work, self.limits, userns=True), "palette-sandbox",
                 self._bwrap, "--userns", "3", "--pidns", "4", *_namespaces(network), *view, *chdir, "--", *bounds]
 
-    def script(self, path: Path, shell: str = "/bin/bash") -> Path:
+    def script(self, path: Path, shell: str = "/bin/bash", hidden: Iterable[Path] = ()) -> Path:
         """A program that runs its one argument (a command line) inside this sandbox with the allow-listed
         environment — for a client that runs commands itself and takes a wrapper for them (the Claude CLI's
         CLAUDE_CODE_SHELL_PREFIX). Run from inside `client()`: as root the client runs as the item's user id
-        outside the keeper, and the script joins it; not as root the client's own user namespace cannot, and
-        each command gets a user namespace of its own."""
+        outside the keeper, and the script joins it (a command cannot see the client's process, its
+        /proc/<pid>/environ or root); not as root the client's own user namespace cannot, and each command gets a
+        user namespace of its own, below the client's. `hidden`: the client's own folders, which its commands
+        must not see."""
         env = " ".join(shlex.quote(f"{name}={value}") for name, value in sorted(self.env.items()))
         if self.confined:
             if self._keeper is None:
                 self.prepare()
             # No --chdir: the client runs each command in its own current directory. No uid: the client's
             # sandbox already switched to the item's.
-            run = shlex.join(self.wrap(None, network=self.network, uid=None, join=self.uid is not None))
+            run = shlex.join(self.wrap(None, network=self.network, uid=None, join=self.uid is not None,
+                                       hidden=hidden))
             body = f'exec env -i {env} {run} {shell} -c "$1"'
         else:
             body = f'exec env -i {env} {shell} -c "$1"'
@@ -293,13 +309,13 @@ class Sandbox:
         path.chmod(0o755)
         return path
 
-    def client(self, argv: list[str], cwd: Path) -> list[str]:
+    def client(self, argv: list[str], cwd: Path, network: bool = True) -> list[str]:
         """`argv` (a host's client that runs the agent's tools itself: the Claude CLI) inside this sandbox's
-        view of the files, but with the network it needs to reach its model; its commands go through
-        `script()`, which takes the network away."""
+        view of the files, with the network it needs to reach its model — or none, when it reaches its model
+        another way (a socket bound in); its commands go through `script()`, which takes the network away."""
         if not self.confined:
             return argv
-        return [*self.wrap(cwd, network=True, uid=self.uid, limits=False), *argv]
+        return [*self.wrap(cwd, network=network, uid=self.uid, limits=False), *argv]
 
     # -- the end ---------------------------------------------------------------------------------------
 
@@ -514,11 +530,12 @@ def _interpreter_folders() -> list[Path]:
     package = Path(__file__).resolve().parent.parent
     found = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), Path(sys.executable).resolve().parent,
              package}
-    # Packages a .pth file adds from elsewhere (a venv layered on another's site-packages); only those, not
-    # every sys.path entry: pytest puts test folders there, and a case file's expected answers with them.
+    # Packages outside the prefix too (a user's ~/.local site-packages, a venv's added by a .pth): without them
+    # the engine cannot import python-pptx. Only site folders: sys.path also holds the caller's cwd.
     found |= {Path(entry).resolve() for entry in sys.path
               if Path(entry).name in ("site-packages", "dist-packages") and Path(entry).is_dir()}
-    return sorted(path for path in found if not str(path).startswith(tuple(SYSTEM)))
+    return sorted(path for path in found if not str(path).startswith(tuple(SYSTEM))
+                  and not any(path != other and path.is_relative_to(other) for other in found))
 
 
 def _backend_folders(env: Mapping[str, str]) -> list[Path]:
@@ -531,6 +548,116 @@ def _backend_folders(env: Mapping[str, str]) -> list[Path]:
     if python and Path(python).is_absolute():
         found.append(Path(python).resolve().parent.parent)
     return [path for path in found if not str(path).startswith(tuple(SYSTEM))]
+
+
+#: What makes a `bin` folder's parent a prefix its commands need (a venv, an interpreter's or a version manager's
+#: installation), rather than a folder of other things (~/.cargo keeps its registry token beside `bin`).
+_PREFIX_MARKS = ("pyvenv.cfg", "lib", "libexec")
+#: Where every program keeps its data, below a home (XDG's defaults): never bound whole, nor a folder above one.
+_STORES = (".local/share", ".local/state", ".config", ".cache")
+#: Links followed from a command to what it runs, and files looked at per PATH folder: bounds, not expectations.
+_HOPS, _COMMANDS = 16, 4096
+
+
+def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
+    """The folders outside the system ones that the commands on `search_path` (the caller's PATH) need, to be
+    bound read-only so that every name PATH resolves outside the sandbox resolves, and starts, inside it too:
+    each PATH folder, or the prefix it is the `bin` of (a venv, an installation with `lib`) or the `shims` of (a
+    version manager's root, whose shims run its own scripts and the interpreter it picks); and the same for each
+    link, or `#!` interpreter, that a command there leads through (a venv's python → the interpreter it was made
+    from). Never a home, nor the folders where every program keeps its data (~/.local/share, ~/.config …), nor a
+    folder above one, nor one holding, above or inside a `keep_out` folder (the item's run folder): `~/bin` or
+    `~/.local/bin` is bound alone, not the home; a folder that cannot be is left out."""
+    keep, homes = [Path(path).resolve() for path in keep_out], _homes()
+
+    def allowed(folder: Path) -> bool:
+        try:
+            path = folder.resolve()
+        except (OSError, RuntimeError):  # a loop of links
+            return False
+        if _under_system(path) or any(path == home or path in home.parents for home in homes):
+            return False  # the system is bound already; a home (or "/") would show the caller's keys
+        return not any(path == kept or path in kept.parents or kept in path.parents for kept in keep)
+
+    chosen: list[Path] = []
+    seen: set[Path] = set()
+
+    def add(folder: Path) -> None:
+        if folder in seen:
+            return
+        seen.add(folder)
+        prefix = folder.name == "shims" or (folder.name == "bin" and any(
+            (folder.parent / mark).exists() for mark in _PREFIX_MARKS))
+        for candidate in (folder.parent, folder) if prefix else (folder,):
+            if allowed(candidate):
+                chosen.append(candidate)
+                return
+
+    for entry in dict.fromkeys(search_path.split(os.pathsep)):
+        folder = Path(os.path.normpath(entry)) if os.path.isabs(entry) else None
+        if folder is None or not folder.is_dir() or not allowed(folder):
+            continue  # a relative entry (".") names the agent's own folder, which it has already
+        add(folder)
+        for command in _commands(folder):
+            for hop in _leads_through(command):
+                add(hop.parent)
+    # In PATH's order, one bind per tree: a folder inside another chosen one is already there.
+    unique = list(dict.fromkeys(chosen))
+    return [path for path in unique if not any(other in path.parents for other in unique)]
+
+
+def _commands(folder: Path) -> list[Path]:
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(entry.path) for entry in itertools.islice(entries, _COMMANDS)]
+    except OSError:
+        return []
+
+
+def _leads_through(command: Path) -> list[Path]:
+    """The paths `command` leads through when run: each link on the way, and the `#!` interpreter the last
+    names (absolute, not /usr/bin/env's search) and its own links."""
+    hops: list[Path] = []
+    current = command
+    for _ in range(_HOPS):
+        try:
+            if current.is_symlink():
+                current = Path(os.path.normpath(current.parent / os.readlink(current)))
+            elif current.is_file():  # not a FIFO: its read would never end
+                with current.open("rb") as opened:
+                    first = opened.readline(256)
+                named = first[2:].split() if first.startswith(b"#!") else []
+                if not named or not named[0].startswith(b"/"):
+                    break
+                current = Path(os.fsdecode(named[0]))
+            else:
+                break
+        except OSError:
+            break
+        if current in hops:
+            break
+        hops.append(current)
+        if _under_system(current):  # what a system program (/usr/bin/env, /bin/sh) needs is the system's
+            break
+    return hops
+
+
+def _homes() -> list[Path]:
+    """Every home on this machine (and the caller's HOME), and the stores of program data in it (XDG's): never
+    bound whole, nor a folder above one."""
+    found = {Path(os.environ.get("HOME") or "/")}
+    with contextlib.suppress(OSError, KeyError, RuntimeError):
+        found.add(Path.home())
+    with contextlib.suppress(OSError, KeyError):
+        found.update(Path(user.pw_dir) for user in pwd.getpwall() if user.pw_dir)
+    found.update(Path(os.environ[name]) for name in ("XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME",
+                                                     "XDG_CACHE_HOME") if os.path.isabs(os.environ.get(name, "")))
+    homes = [path for path in found if str(path) not in ("", "/")]
+    return [path.resolve() for home in homes for path in (home, *(home / store for store in _STORES))]
+
+
+def _under_system(path: Path) -> bool:
+    return any(path == system or system in path.parents for system in map(Path, SYSTEM))
 
 
 def _of_user(uid: int, *, zombies: bool = False) -> list[psutil.Process]:

@@ -19,7 +19,7 @@ import pytest
 from .. import __version__
 from ..backend import describe_backend, round_trip, run_folder_problem, setting_problems
 from ..cases import EXPECT_KEYS, ExpectCheck
-from ..hosts.base import Host
+from ..hosts.base import OUTPUT_LIMIT, Host
 from ..judge import PALETTE, PALETTE_RULES
 from ..options import Settings, resolve
 from ..results.ledger import find, ledger_name, load, read
@@ -27,7 +27,7 @@ from ..results.prices import Price, money, price_of
 from ..results.record import NO_SKILL, RecordError, Terms, from_json
 from ..rules import RulesMissing, SkillRules, rules_for
 from ..skill import SkillCard, load_card, skill_hash
-from . import sandbox
+from . import credentials, sandbox
 from .overlap import Overlap
 from .progress import Board, Sink
 from .workspace import Workspace
@@ -64,6 +64,8 @@ class Session:
     #: The rules that judge the skill under test, and every skill's registered (`pytest_palette_add_rules`).
     rules: SkillRules = PALETTE_RULES
     rule_sets: dict[str, SkillRules] = field(default_factory=dict)
+    #: The names the credentials file set in os.environ (the environment lacked them), unset again at the end.
+    supplied: tuple[str, ...] = ()
 
     @property
     def judged_as(self) -> str:
@@ -99,6 +101,7 @@ class Session:
         if self.lock is not None:
             os.close(self.lock)
             self.lock = None
+        self.supplied = unsupply(self.settings, self.supplied)
 
     @property
     def price(self) -> Price | None:
@@ -155,6 +158,27 @@ class Session:
 def start(config: pytest.Config) -> Session:
     """The session's values: chosen here on the controller, received from it on an xdist worker."""
     settings = resolve(config)
+    # Before the hosts are checked and cases collected: a key or a corpus folder may come from the file.
+    supplied = settings.credentials.apply(os.environ) if settings.credentials is not None else ()
+    try:
+        session = _start(config, settings)
+    except BaseException:
+        unsupply(settings, supplied)  # the session never was: the process's environment is as it found it
+        raise
+    session.supplied = supplied
+    return session
+
+
+def unsupply(settings: Settings, supplied: tuple[str, ...]) -> tuple[str, ...]:
+    """Take the credentials file's values out of os.environ again (a pytester session shares the process)."""
+    given = dict(settings.credentials.values) if settings.credentials is not None else {}
+    for name in supplied:
+        if os.environ.get(name) == given.get(name):
+            del os.environ[name]
+    return ()
+
+
+def _start(config: pytest.Config, settings: Settings) -> Session:
     hosts: dict[str, Host] = {}
     config.hook.pytest_palette_add_hosts(hosts=hosts, config=config)
     unknown = [name for name in settings.hosts if name not in hosts]
@@ -255,6 +279,8 @@ def fingerprint(settings: Settings, skill_hash: str, skill: str = PALETTE) -> st
     }
     if settings.model.base_url:  # only when given, so the fingerprints of earlier runs still match
         terms["base_url"] = settings.model.base_url
+    if settings.host.output_limit != OUTPUT_LIMIT:  # likewise: what the agent reads of a command is a term
+        terms["output_limit"] = settings.host.output_limit
     if skill != PALETTE:  # another skill's rules judge it (and, as above, Palette's runs keep their fingerprints)
         terms["rules"] = skill
     return hashlib.sha256(json.dumps(terms, sort_keys=True).encode()).hexdigest()[:16]
@@ -280,6 +306,8 @@ def check(session: Session, write: Any) -> int:
     """`--palette-check`: every selected host's problems, each with its fix; 0 when all are ready."""
     settings = session.settings
     write(f"palette check: model {settings.model.label} · {skill_words(session)}")
+    if settings.credentials is not None:
+        write(credentials.describe(settings.credentials, session.supplied).removeprefix("palette: "))
     # "Ready" means what a case needs: well-formed settings, a run folder with room, and a plan back from the
     # backend the skill will actually use.
     found = setting_problems() + [p for p in [run_folder_problem(settings.run_root)] if p]
@@ -319,6 +347,8 @@ def header(session: Session) -> list[str]:
         + (f" (given {', '.join(settings.host.sandbox_env)} too)" if settings.host.sandbox_env else ""),
         *(f"palette: {name}: " + ", ".join(f"{k} {v}" for k, v in session.terms(name).scaffold)
           for name in settings.hosts),
+        *([credentials.describe(settings.credentials, session.supplied)] if settings.credentials is not None
+          else []),
         *([cost_line(session)] if settings.prices is not None or settings.max_cost is not None else []),
     ]
 

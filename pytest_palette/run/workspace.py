@@ -14,17 +14,43 @@ The agent works in work/, so it never sees the replies waiting for it in input/.
 from __future__ import annotations
 
 import json
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..cases import Case
+from ..cases import MAX_NAME, NAME, Case
 from ..results.record import Record
+from . import untrusted
 from .command_log import CommandLog
 from .progress import ItemWatch
 
 TRACE_NAME = "palette-calls.jsonl"
 TURNS_NAME = "turns.json"
 COMMANDS_NAME = "commands.jsonl"
+#: A host's name as a folder and a page of the site carry it: letters, digits, `_`, `.` and `-`, no `..`.
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: An item's folder in its host's: the case, `-k` when cases ran several times, `~n` for a later attempt.
+_ITEM_FOLDER = re.compile(r"(?P<case>[a-z0-9_]+)(?:-[0-9]+)?(?:~[0-9]+)?")
+
+
+class UnsafeRecord(ValueError):
+    """A record (from a saved run's ledger) whose names or folder would step outside its run."""
+
+
+def record_refusal(record: Record) -> str | None:
+    """Why a record read from a ledger names no item folder of its run — a case or host name that is not one, a
+    workspace outside `<host>/<case>` — in a few words; None when it is sound."""
+    if not NAME.fullmatch(record.case) or len(record.case) > MAX_NAME:
+        return f"its case {record.case[:80]!r} is not a case name"
+    if not HOST_NAME.fullmatch(record.host) or ".." in record.host:
+        return f"its host {record.host[:80]!r} is not a host name"
+    if record.workspace is not None:
+        parts = PurePosixPath(record.workspace).parts
+        folder = _ITEM_FOLDER.fullmatch(parts[-1]) if len(parts) == 2 else None
+        if folder is None or parts[0] != record.host or folder["case"] != record.case:
+            return f"its workspace {record.workspace[:80]!r} is not <host>/<case> of its own host and case"
+    return None
 
 
 @dataclass(frozen=True)
@@ -67,12 +93,21 @@ class Workspace:
     @classmethod
     def locate(cls, run: Path, record: Record) -> Workspace:
         """The folder a record's item ran in. Schema-1 records did not say: a repeated item's folder then is
-        `<case>-<k>` when that exists (or k > 1), else `<case>`."""
+        `<case>-<k>` when that exists (or k > 1), else `<case>`. A saved run may come from anywhere: a record
+        whose names step outside the run, or whose host or item folder is a link, is an UnsafeRecord."""
+        refused = record_refusal(record)
+        if refused:
+            raise UnsafeRecord(f"a record for {record.case[:80]!r} on {record.host[:80]!r}: {refused}")
         if record.workspace is not None:
-            return cls(run / record.workspace, PurePosixPath(record.workspace))
-        repeated = cls.of(run, record.host, record.case, record.run_index, True)
-        return repeated if repeated.folder.is_dir() or record.run_index > 1 else \
-            cls.of(run, record.host, record.case, record.run_index, False)
+            found = cls(run / record.workspace, PurePosixPath(record.workspace))
+        else:
+            repeated = cls.of(run, record.host, record.case, record.run_index, True)
+            found = repeated if repeated.folder.is_dir() or record.run_index > 1 else \
+                cls.of(run, record.host, record.case, record.run_index, False)
+        for folder in (found.folder.parent, found.folder):  # what is read below is read without links
+            if folder.is_symlink() or (folder.exists() and not stat.S_ISDIR(folder.lstat().st_mode)):
+                raise UnsafeRecord(f"{folder}: a link or a file, not an item's folder of {run}")
+        return found
 
     @classmethod
     def here(cls, folder: Path) -> Workspace:
@@ -137,10 +172,13 @@ class Workspace:
         self.work.mkdir()
 
     def case(self) -> Case | None:
-        """The case this folder was prepared for, or None when it was never prepared."""
-        if not self.definition.is_file():
+        """The case this folder was prepared for, or None when it was never prepared (or its case.json is a
+        link, not a regular file, or over CASE_BYTES: a saved run is not trusted)."""
+        try:
+            text = untrusted.read_bytes(self.folder, PurePosixPath("input", "case.json"), untrusted.CASE_BYTES)
+        except (OSError, untrusted.Refused):
             return None
-        return Case.from_json(json.loads(self.definition.read_text(encoding="utf-8")))
+        return Case.from_json(json.loads(text))
 
 
 def item_label(record: Record, workspace: Workspace) -> str:

@@ -15,12 +15,13 @@ nothing else in it is touched, and the runs themselves are only read.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import shutil
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,10 @@ import markupsafe
 
 from ..results.ledger import find, load
 from ..results.prices import money
-from ..results.record import MARK
+from ..results.record import MARK, Record
 from ..results.report import tables
+from ..run import untrusted
+from ..run.workspace import UnsafeRecord, Workspace
 from . import comparison, item, matrix, render
 from .folder import MARKER, refusal
 
@@ -110,7 +113,7 @@ def _runs(paths: Sequence[Path]) -> list[matrix.RunView]:
             if folder.resolve() in seen:
                 continue
             seen.add(folder.resolve())
-            records = sorted(load(folder).latest.values(), key=lambda r: (r.case, r.host, r.run_index))
+            records = sorted(_sound(folder, load(folder).latest.values()), key=lambda r: (r.case, r.host, r.run_index))
             if not records:
                 warnings.warn(f"{folder}: its ledger holds no record; left out of the site", stacklevel=2)
                 continue
@@ -118,6 +121,38 @@ def _runs(paths: Sequence[Path]) -> list[matrix.RunView]:
     if not runs:
         raise SiteError(f"{', '.join(map(str, paths))}: no ledger holds a record — nothing to show")
     return runs
+
+
+def _sound(folder: Path, records: Iterable[Record]) -> list[Record]:
+    """The records whose names and folder are an item folder of the run: a run folder may come from anywhere,
+    and a host of `../x` would put pages outside the site. Each other is named, with its ledger line, and left
+    out."""
+    kept = []
+    for record in records:
+        try:
+            Workspace.locate(folder, record)
+        except UnsafeRecord as refused:
+            warnings.warn(f"{_line_of(folder, record)}: left out of the site: {refused}", stacklevel=3)
+            continue
+        kept.append(record)
+    return kept
+
+
+def _line_of(folder: Path, record: Record) -> str:
+    """`ledger:line` of the record (looked up only for a record refused), else the run folder."""
+    for ledger in find(folder).ledgers:
+        if ledger.parent != folder:
+            continue
+        with open(ledger, "rb") as handle:
+            for number, line in enumerate(handle, 1):
+                try:
+                    data = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(data, dict) and (data.get("case"), data.get("host"), data.get("run_index")) == \
+                        (record.case, record.host, record.run_index):
+                    return f"{ledger}:{number}"
+    return str(folder)
 
 
 def _claim(out: Path) -> None:
@@ -186,8 +221,13 @@ class _Media:
         titles = [text.title for text in rendering.texts] if rendering is not None else []
         for n, source in enumerate(sources, 1):
             target = folder / f"slide-{n}.png"
-            _link(source, self.out / target)
             title = titles[n - 1] if n <= len(titles) else f"slide {n}"
+            try:
+                _link(source, _inside(self.out, target), found.workspace.folder)
+            except untrusted.Refused as refused:
+                found.refused.append(f"{refused.path} {refused.why}: not shown")
+                found.slides.append(item.SlideView(n, None, title, []))
+                continue
             found.slides.append(item.SlideView(n, target.as_posix(), title, []))
 
     def thumb(self, image: Path, found: item.Item, run_name: str) -> str | None:
@@ -210,21 +250,33 @@ class _Media:
         return target.as_posix()
 
 
-def _link(source: Path, target: Path) -> None:
+def _link(source: Path, target: Path, item_folder: Path) -> None:
     """`target` as a hard link to `source` (a copy across disks). An old file there is unlinked first, never
-    written through: it may be a link to a run's own file."""
-    if target.exists():
+    written through: it may be a link to a run's own file. A source in the item's folder (a run folder may come
+    from anywhere) is linked only as a regular file of that folder within its bound (untrusted.Refused)."""
+    if target.is_symlink() or target.exists():
         try:
-            if target.samefile(source):
+            if not target.is_symlink() and target.samefile(source):
                 return
         except OSError:
             pass
         target.unlink()
     target.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    if source.is_relative_to(item_folder):
+        untrusted.link_or_copy(item_folder, source, target, untrusted.PREVIEW_BYTES)
+        return
+    try:  # our own rendering, in the site's cache
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
+
+
+def _inside(out: Path, page: Path | str) -> Path:
+    """`out / page`, which must stay inside `out` (the names in it come from run folders)."""
+    path = out / page
+    if not path.resolve().is_relative_to(out.resolve()):
+        raise SiteError(f"{path}: outside {out}, not written")
+    return path
 
 
 class _Pages:
@@ -250,7 +302,7 @@ class _Pages:
     def write(self, page: str, template: str, **values: Any) -> None:
         root = "../" * page.count("/")
         text = self.environment.get_template(template).render(root=root, page=page, **values)
-        path = self.out / page
+        path = _inside(self.out, page)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         self.count += 1

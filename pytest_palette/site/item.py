@@ -6,6 +6,7 @@ beside the calls that broke each rule.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 from ..cases import Case
 from ..judge import PALETTE, answer_of, call_args, judge
 from ..results.record import Record
-from ..run import command_log, evidence, faults
+from ..run import command_log, evidence, faults, untrusted
 from ..run.conversation import Transcript
 from ..run.workspace import Workspace, item_label
 
@@ -126,6 +127,8 @@ class Item:
     turn_marks: list[tuple[int, float]] = field(default_factory=list)  # (turn, offset) on the timeline
     failures: list[Failure] = field(default_factory=list)
     notes: tuple[str, ...] = ()
+    #: Files of the item's folder the site would show but does not: links, not regular files, over their bound.
+    refused: list[str] = field(default_factory=list)
     page: str = ""  # the page's path in the site
 
     @property
@@ -134,7 +137,9 @@ class Item:
 
 
 def read(run_folder: Path, record: Record) -> Item:
-    """The item of `record`, from its folder in `run_folder` (what is missing is left empty, never invented)."""
+    """The item of `record`, from its folder in `run_folder` (what is missing is left empty, never invented).
+    A run folder may come from anywhere: its files are read through `untrusted`, and a record that names no
+    folder of the run is an UnsafeRecord (run.workspace)."""
     workspace = Workspace.locate(run_folder, record)
     item = Item(record, run_folder, workspace, item_label(record, workspace))
     case = workspace.case()
@@ -143,9 +148,8 @@ def read(run_folder: Path, record: Record) -> Item:
             case.covers, case.request, case.context, case.replies, case.tags
     else:
         item.tags = record.tags
-    deck = workspace.output / f"{record.case}.pptx"
-    item.deck = deck if deck.is_file() else None
-    item.previews = previews(workspace.output)
+    item.deck = _deck(workspace, record.case, item.refused)
+    item.previews = previews(workspace, item.refused)
     try:
         transcript = Transcript.saved(workspace)
     except (ValueError, TypeError, OSError):
@@ -173,13 +177,29 @@ def read(run_folder: Path, record: Record) -> Item:
     return item
 
 
-def previews(output: Path) -> list[Path]:
-    """The deck's slide previews in slide order (slide-2 before slide-10)."""
+def _deck(workspace: Workspace, case: str, refused: list[str]) -> Path | None:
+    """The deck saved in output/, when it is a regular file of the item's folder within its bound."""
+    deck = Path("output", f"{case}.pptx")
     try:
-        found = [(int(m.group(1)), p) for p in output.iterdir() if (m := _SLIDE.match(p.name))]
+        with untrusted.open_file(workspace.folder, deck) as handle:
+            if os.fstat(handle.fileno()).st_size > untrusted.DECK_BYTES:
+                raise untrusted.Refused(deck, f"is larger than {untrusted.DECK_BYTES >> 20} MiB")
+    except untrusted.Refused as error:
+        refused.append(f"{error.path} {error.why}: not shown")
+        return None
     except OSError:
-        return []
-    return [p for _, p in sorted(found)]
+        return None
+    return workspace.folder / deck
+
+
+def previews(workspace: Workspace, refused: list[str] | None = None) -> list[Path]:
+    """The deck's slide previews in output/, in slide order (slide-2 before slide-10): regular files only, each
+    one that is not added to `refused`."""
+    found = untrusted.listing(workspace.folder, Path("output"), lambda name: _SLIDE.match(name) is not None)
+    if refused is not None:
+        refused += [f"{error.path} {error.why}: not shown" for error in found.refused]
+    numbered = sorted((int(m[1]), entry.path) for entry in found.files if (m := _SLIDE.match(entry.path.name)))
+    return [path for _, path in numbered][:untrusted.PREVIEWS]
 
 
 def _turns(transcript: Transcript, runs: list[command_log.CommandRun]) -> list[Turn]:
@@ -285,9 +305,11 @@ def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[Fai
 
 
 def plan_text(item: Item) -> str:
-    """The plan the deck was built from, as saved beside it."""
-    plan = item.workspace.output / "plan.md"
+    """The plan the deck was built from, as saved beside it (a regular file within PLAN_BYTES)."""
     try:
-        return plan.read_text(encoding="utf-8", errors="replace")
+        return untrusted.read_text(item.workspace.folder, Path("output", "plan.md"), untrusted.PLAN_BYTES)
+    except untrusted.Refused as error:
+        item.refused.append(f"{error.path} {error.why}: not shown")
     except OSError:
-        return item.revisions[-1].text if item.revisions else ""
+        pass
+    return item.revisions[-1].text if item.revisions else ""

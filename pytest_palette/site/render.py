@@ -35,6 +35,7 @@ import psutil
 from pptx import Presentation
 from pptx.enum.shapes import MSO_SHAPE_TYPE, PP_PLACEHOLDER
 
+from ..run import untrusted
 from ..run.leftovers import running
 
 Kind = Literal["previews", "libreoffice", "text"]
@@ -93,8 +94,10 @@ def slides_of(deck: Path, cache: Path, *, timeout: float = 120.0) -> Rendering:
     Never raises for a bad deck or a failed render: the note says what happened, in one line. `timeout` bounds
     the rendering (LibreOffice and pdftoppm together).
     """
-    try:
-        data = deck.read_bytes()
+    try:  # a run folder may come from anywhere: a link is not followed, and the deck is bounded
+        data = untrusted.read_bytes(deck.parent, Path(deck.name), untrusted.DECK_BYTES)
+    except untrusted.Refused as refused:
+        return Rendering("text", (), (), _one_line(f"{deck.parent / refused.path}: {refused.why}, not read"))
     except OSError as error:
         return Rendering("text", (), (), _one_line(f"{deck}: cannot read it ({type(error).__name__}: {error})"))
     try:
@@ -105,7 +108,7 @@ def slides_of(deck: Path, cache: Path, *, timeout: float = 120.0) -> Rendering:
     if not texts:
         return Rendering("text", (), (), f"{deck}: the deck has no slides")
     previews = tuple(deck.parent / f"slide-{n}.png" for n in range(1, len(texts) + 1))
-    if all(path.is_file() for path in previews):
+    if all(untrusted.is_regular(path) for path in previews):
         return Rendering("previews", previews, texts, PREVIEWS_NOTE)
     folder = cache / hashlib.sha256(data).hexdigest()
     cached = _cached(folder, len(texts))

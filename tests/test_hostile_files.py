@@ -1,0 +1,159 @@
+"""Issue 21 routes 1, 2 and 7 end to end: an agent that leaves links where the harness copies from, and a run
+folder crafted to make `palette-bench view` write outside its --out. One react session, asserted on many times."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from test_sandbox import FAKE_KEYS, needs_bubblewrap
+
+from pytest_palette.commands import main
+from pytest_palette.rehearsal.hostile import HOSTILE_LINKS, HOSTILE_LINKS_MARKER
+
+SECRET = "root-only-contents-9a7c"
+CASES = f"""
+- name: attacked
+  covers: an agent that leaves links where the harness copies from is judged, and nothing is followed
+  request: Build a 3-slide deck on prompt caching for our engineering all-hands. {HOSTILE_LINKS_MARKER}
+  replies: ["yes"]
+  expect: {{slides: 3}}
+- name: next_item
+  covers: the item after the attack runs normally
+  request: Build a 3-slide deck on prompt caching for our engineering all-hands.
+  replies: ["yes"]
+  expect: {{slides: 3}}
+"""
+
+
+@dataclass
+class Session:
+    folder: Path
+    run: Path
+    secret: Path
+    stdout: str
+    records: dict[str, dict[str, object]]
+
+
+def _leaks(path: Path) -> list[str]:
+    """What of the fake keys or the root-only file's contents a file holds."""
+    data = path.read_bytes().decode(errors="replace")
+    return [value for value in (*FAKE_KEYS.values(), SECRET) if value in data]
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """One react session of the two cases with fake keys in its environment; only `attacked` plants links."""
+    if needs_bubblewrap.args[0]:
+        pytest.skip(needs_bubblewrap.kwargs["reason"])
+    secret = tmp_path_factory.mktemp("caller") / "root-only.txt"
+    secret.write_text(SECRET, encoding="utf-8")
+    secret.chmod(0o600)
+    folder = tmp_path_factory.mktemp("hostile-files")
+    (folder / "cases.yaml").write_text(CASES, encoding="utf-8")
+    (folder / "pytest.ini").write_text("[pytest]\npalette_cases = cases.yaml\n", encoding="utf-8")
+    passed = "HOSTILE_SECRET_FILE" + (",PYTHONPATH" if os.environ.get("PYTHONPATH") else "")
+    env = {**os.environ, **FAKE_KEYS, "HOSTILE_SECRET_FILE": str(secret)}
+    # A process of its own, as a user runs it: its environment is what /proc/self/environ would give away.
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--host=react",
+                           "--model=rehearsal:hostile_links", f"--palette-sandbox-env={passed}"],
+                          cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+    [run] = (folder / "runs").iterdir()
+    records = {r["case"]: r for r in map(json.loads, (run / "results.jsonl").open())}
+    yield Session(folder, run, secret, done.stdout + done.stderr, records)
+
+
+def test_the_attacked_item_is_judged_with_a_note_for_each_link_and_the_next_passes(session: Session) -> None:
+    assert session.records["attacked"]["outcome"] == "pass", session.stdout
+    assert session.records["next_item"]["outcome"] == "pass", session.stdout
+    assert "2 passed" in session.stdout
+    notes = session.records["attacked"]["judged"]["notes"]  # type: ignore[index]
+    for expected in ("slide-7.png beside the deck is a link (to /proc/self/environ), not copied",
+                     f"slide-8.png beside the deck is a link (to {session.secret}), not copied",
+                     "slide-9.png beside the deck is a link (to /dev/zero), not copied",
+                     "slide-10.png beside the deck is a FIFO, not a regular file, not copied",
+                     "plan-environ.md is a link (to /proc/self/environ), not copied as the plan",
+                     f"plan-secret.md is a link (to {session.secret}), not copied as the plan"):
+        assert expected in notes, notes
+    assert not session.records["next_item"]["judged"]["notes"]  # type: ignore[index]
+    ran = [json.loads(line)["command"] for line in (session.run / "react" / "attacked" / "commands.jsonl").open()]
+    assert set(HOSTILE_LINKS) <= set(ran)  # the agent did plant them all
+
+
+def test_output_holds_the_deck_its_previews_and_plan_and_no_link(session: Session) -> None:
+    output = session.run / "react" / "attacked" / "output"
+    assert sorted(p.name for p in output.iterdir()) == ["attacked.pptx", "plan.md", "slide-1.png", "slide-2.png",
+                                                        "slide-3.png"]
+    links = [p for p in session.run.rglob("*") if p.is_symlink() and "work" not in p.relative_to(session.run).parts]
+    assert links == []  # the agent's own links stay in its work/, and only there
+
+
+def test_no_file_of_the_run_holds_a_key_or_the_root_only_file(session: Session) -> None:
+    leaked = {str(p): _leaks(p) for p in session.run.rglob("*") if p.is_file() and not p.is_symlink()
+              and not p.name.startswith("slide-10")}
+    assert not {path: found for path, found in leaked.items() if found}
+    assert not any(value in session.stdout for value in (*FAKE_KEYS.values(), SECRET))
+
+
+@pytest.fixture(scope="module")
+def site(session: Session) -> Path:
+    out = session.folder / "site"
+    assert main(["view", str(session.run), "--out", str(out)]) == 0
+    return out
+
+
+def test_the_site_holds_no_link_no_key_and_no_root_only_file(site: Path, session: Session) -> None:
+    files = list(site.rglob("*"))
+    assert files and not [p for p in files if p.is_symlink()]
+    assert not {str(p): _leaks(p) for p in files if p.is_file() and _leaks(p)}
+    page = (site / "items" / session.run.name / "react" / "attacked.html").read_text()
+    assert "slide-8.png beside the deck is a link" in page  # the judge's notes say what was refused
+
+
+def test_a_crafted_run_folder_is_refused_and_view_writes_nothing_outside_out(
+        session: Session, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "a" / "runs" / session.run.name
+    shutil.copytree(session.run, run, symlinks=True, ignore=shutil.ignore_patterns("work"))
+    good = json.loads((run / "results.jsonl").read_text().splitlines()[0])
+    with (run / "results.jsonl").open("a") as ledger:
+        for case, host in (("next_item", "../../x"), ("../y", "react")):
+            ledger.write(json.dumps({**good, "case": case, "host": host, "workspace": None}) + "\n")
+    preview = run / "react" / "next_item" / "output" / "slide-1.png"
+    preview.unlink()
+    preview.symlink_to(session.secret)
+    for name in ("palette-calls.jsonl", "commands.jsonl", "turns.json", "output/plan.md", "input/case.json"):
+        (run / "react" / "next_item" / name).unlink()
+        (run / "react" / "next_item" / name).symlink_to(session.secret)
+    before = {p for p in tmp_path.rglob("*")}
+    out = tmp_path / "a" / "b" / "site"
+    with pytest.warns(UserWarning) as caught:
+        assert main(["view", str(run), "--out", str(out)]) == 0
+    said = [str(warning.message) for warning in caught]
+    assert f"{run / 'results.jsonl'}:3: left out of the site: a record for 'next_item' on '../../x': its host " \
+           "'../../x' is not a host name" in said
+    assert f"{run / 'results.jsonl'}:4: left out of the site: a record for '../y' on 'react': its case '../y' is " \
+           "not a case name" in said
+    written = {p for p in tmp_path.rglob("*")} - before
+    assert written and all(p == out or out in p.parents or p in out.parents for p in written)  # only in --out
+    files = list(out.rglob("*"))
+    assert not [p for p in files if p.is_symlink()]
+    assert not {str(p): _leaks(p) for p in files if p.is_file() and _leaks(p)}
+    page = (out / "items" / run.name / "react" / "next_item.html").read_text()
+    assert f"output/slide-1.png is a link (to {session.secret}): not shown" in page
+    assert f"output/plan.md is a link (to {session.secret}): not shown" in page
+    # show and rejudge name the crafted records and go on with the rest.
+    assert main(["show", str(run / "results.jsonl")]) == 0
+    shown = capsys.readouterr().out
+    assert "skipped:" in shown and "is not a host name" in shown and "attacked[react]" in shown
+    assert main(["rejudge", str(run)]) == 0
+    rejudged = capsys.readouterr().out
+    assert "not re-judged: next_item[react]: pass, nothing on disk to judge" in rejudged  # its case.json: a link
+    assert "not re-judged: a record for 'next_item' on '../../x': its host" in rejudged
+    assert rejudged.splitlines()[-1].startswith("1 verdict(s) re-judged")  # attacked: its work/ was not copied

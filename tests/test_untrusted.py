@@ -1,0 +1,234 @@
+"""run/untrusted.py and its readers: what an agent left, or a saved run holds, is read only as a regular file
+inside its folder, no link followed, each kind bounded; every other thing is refused with a note."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+import pytest
+from pptx import Presentation
+
+from pytest_palette.cases import Case, Expect
+from pytest_palette.commands import main
+from pytest_palette.results.record import from_json
+from pytest_palette.run import untrusted
+from pytest_palette.run.evidence import MIN_PPTX_BYTES, collect, inspect_deck, newest_deck, save_outputs, trace_of
+from pytest_palette.run.untrusted import Refused, copy, listing, read_bytes, read_head
+from pytest_palette.run.workspace import UnsafeRecord, Workspace, record_refusal
+
+SECRET = "root-only-secret-4f1e"
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A file of the caller's outside the folder, readable by its owner only (as root: by root only)."""
+    secret = tmp_path / "outside" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text(SECRET, encoding="utf-8")
+    secret.chmod(0o600)
+    return secret
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    folder = tmp_path / "work"
+    (folder / "deck").mkdir(parents=True)
+    return folder
+
+
+def _hostile_names(work: Path, outside: Path) -> dict[str, str]:
+    """Every kind of thing an agent can leave in place of a file, beside the deck: name → what the refusal says."""
+    deck = work / "deck"
+    (deck / "slide-1.png").symlink_to("/proc/self/environ")
+    (deck / "slide-2.png").symlink_to(outside)
+    (deck / "slide-3.png").symlink_to("/dev/zero")
+    os.mkfifo(deck / "slide-4.png")
+    return {"slide-1.png": "is a link (to /proc/self/environ)", "slide-2.png": f"is a link (to {outside})",
+            "slide-3.png": "is a link (to /dev/zero)", "slide-4.png": "is a FIFO, not a regular file"}
+
+
+def test_each_kind_of_thing_in_place_of_a_file_is_refused_and_a_good_file_read(work: Path, outside: Path) -> None:
+    refusals = _hostile_names(work, outside)
+    (work / "deck" / "slide-5.png").write_bytes(b"\x89PNG good")
+    for name, why in refusals.items():
+        with pytest.raises(Refused) as refused:
+            read_bytes(work, Path("deck", name), untrusted.PREVIEW_BYTES)  # a FIFO must not hang here either
+        assert refused.value.why == why and refused.value.path == PurePosixPath("deck", name)
+        assert str(refused.value).startswith(f"deck/{name} ")
+    assert read_bytes(work, work / "deck" / "slide-5.png", 100) == b"\x89PNG good"  # absolute inside: fine too
+    found = listing(work, Path("deck"), lambda name: name.startswith("slide-"))
+    assert [entry.path for entry in found.files] == [work / "deck" / "slide-5.png"]
+    assert sorted((str(r.path), r.why) for r in found.refused) == sorted((f"deck/{n}", w) for n, w in refusals.items())
+
+
+def test_a_socket_a_folder_and_paths_that_climb_out_are_refused(work: Path, outside: Path) -> None:
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(work / "sock.png"))
+    try:
+        with pytest.raises(Refused, match="socket"):
+            read_bytes(work, Path("sock.png"), 10)
+    finally:
+        listener.close()
+    with pytest.raises(Refused, match="is a folder"):
+        read_bytes(work, Path("deck"), 10)
+    for path in (Path("../outside/secret.txt"), outside, Path("deck/../../outside/secret.txt")):
+        with pytest.raises(Refused, match=r"not .*inside"):
+            read_bytes(work, path, 100)
+    with pytest.raises(FileNotFoundError):
+        read_bytes(work, Path("deck/missing.png"), 10)
+
+
+def test_a_link_in_a_parent_folder_is_refused_and_never_walked_into(work: Path, outside: Path) -> None:
+    (outside.parent / "deck.pptx").write_bytes(b"x" * (MIN_PPTX_BYTES + 1))
+    (work / "linked").symlink_to(outside.parent)
+    with pytest.raises(Refused) as refused:
+        read_bytes(work, Path("linked", "secret.txt"), 100)
+    assert refused.value.why == f"is a link (to {outside.parent})" and refused.value.path == PurePosixPath("linked")
+    notes: list[str] = []
+    assert newest_deck(work, notes) is None  # the deck.pptx behind the link is not found
+    assert listing(work, Path("linked"), lambda name: True).files == []
+
+
+def test_an_oversized_file_is_refused_and_a_copy_leaves_nothing(work: Path, tmp_path: Path) -> None:
+    big = work / "deck" / "slide-1.png"
+    big.write_bytes(b"\0" * 2048)
+    with pytest.raises(Refused, match="larger than"):
+        read_bytes(work, Path("deck/slide-1.png"), 1024)
+    with pytest.raises(Refused, match="larger than"):
+        copy(work, Path("deck/slide-1.png"), tmp_path / "copy.png", 1024)
+    assert not (tmp_path / "copy.png").exists()
+    assert read_head(work, Path("deck/slide-1.png"), 1024) == (b"\0" * 1024, True)
+    copy(work, Path("deck/slide-1.png"), tmp_path / "copy.png", 4096)
+    assert (tmp_path / "copy.png").read_bytes() == b"\0" * 2048
+    with pytest.raises(FileExistsError):  # never written through whatever is already there
+        copy(work, Path("deck/slide-1.png"), tmp_path / "copy.png", 4096)
+
+
+def test_a_site_links_the_very_file_it_checked(work: Path, tmp_path: Path, outside: Path) -> None:
+    (work / "deck" / "slide-1.png").write_bytes(b"\x89PNG good")
+    untrusted.link_or_copy(work, Path("deck/slide-1.png"), tmp_path / "linked.png", 100)
+    assert (tmp_path / "linked.png").samefile(work / "deck" / "slide-1.png")  # a hard link, on one disk
+    (work / "deck" / "slide-2.png").symlink_to(outside)
+    with pytest.raises(Refused, match="is a link"):
+        untrusted.link_or_copy(work, Path("deck/slide-2.png"), tmp_path / "never.png", 100)
+    assert not (tmp_path / "never.png").exists()
+
+
+def test_a_200_mb_sparse_trace_is_read_up_to_its_bound_in_bounded_memory(tmp_path: Path) -> None:
+    trace = tmp_path / "palette-calls.jsonl"
+    with trace.open("wb") as handle:
+        handle.write(b'{"command": "plan"}\n{"command": "start"}\n')
+        handle.truncate(200 * 1024 * 1024)  # a hole: costs no disk
+    tracemalloc.start()
+    try:
+        calls, notes = trace_of(trace)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [call["command"] for call in calls] == ["plan", "start"]
+    assert notes == (f"the skill's trace is larger than {untrusted.TRACE_BYTES >> 20} MiB: only its first 41 bytes "
+                     "were read",)
+    assert peak < 4 * untrusted.TRACE_BYTES  # the head and its decoding, never the 200 MB
+
+
+def test_a_trace_that_is_a_link_is_not_read(tmp_path: Path, outside: Path) -> None:
+    (tmp_path / "palette-calls.jsonl").symlink_to(outside)
+    assert trace_of(tmp_path / "palette-calls.jsonl") == (
+        [], (f"the skill's trace palette-calls.jsonl is a link (to {outside}): not read",))
+    assert trace_of(tmp_path / "missing.jsonl") == ([], ())
+
+
+def _deck(path: Path) -> Path:
+    presentation = Presentation()
+    for number in range(2):
+        presentation.slides.add_slide(presentation.slide_layouts[1]).shapes.title.text = f"Slide {number + 1}"
+    presentation.save(str(path))
+    assert path.stat().st_size >= MIN_PPTX_BYTES
+    return path
+
+
+def test_saving_outputs_copies_regular_files_only_and_notes_each_refusal(work: Path, outside: Path,
+                                                                        tmp_path: Path) -> None:
+    deck = _deck(work / "deck" / "deck.pptx")
+    refusals = _hostile_names(work, outside)
+    (work / "deck" / "slide-5.png").write_bytes(b"\x89PNG good")
+    (work / "plan.md").symlink_to("/proc/self/environ")
+    (work / "deck" / "deck-link.pptx").symlink_to(outside)
+    found = collect(work, tmp_path / "palette-calls.jsonl", grace=0)
+    assert found.pptx == deck and found.slides == 2
+    assert work / "deck" / "deck-link.pptx" in found.decks  # a case that forbids a deck still sees it
+    output = tmp_path / "output"
+    saved = save_outputs(Case(name="solar", covers="c", tags=(), request="r", context="", replies=(),
+                                 expect=Expect(), path=Path("cases.yaml"), line=1), found, output)
+    assert sorted(p.name for p in output.iterdir()) == ["slide-5.png", "solar.pptx"]
+    assert not any(p.is_symlink() for p in output.iterdir())
+    for name, why in refusals.items():
+        assert f"{name} beside the deck {why}, not copied" in saved.call_notes
+    assert "plan.md is a link (to /proc/self/environ), not copied as the plan" in saved.call_notes
+    for path in output.iterdir():
+        assert SECRET.encode() not in path.read_bytes() and b"PATH=" not in path.read_bytes()
+
+
+def test_a_deck_that_is_a_link_is_never_read(work: Path, tmp_path: Path) -> None:
+    real = _deck(tmp_path / "real.pptx")
+    (work / "deck" / "deck.pptx").symlink_to(real)
+    notes: list[str] = []
+    assert newest_deck(work, notes) is None
+    assert notes == [f"deck/deck.pptx is a link (to {real}), not read as the deck"]
+    assert inspect_deck(work / "deck" / "deck.pptx").slides == 0
+
+
+# -- a saved run's records --------------------------------------------------------------------------
+
+def _record(**fields: object) -> object:
+    base = {"schema": 1, "run_id": "r", "case": "three_slides", "host": "react", "model": "m",
+            "provider": "rehearsal", "run_index": 1, "outcome": "pass", "failures": [], "slides": 3,
+            "has_plex": True, "deck": True, "polls": 1, "calls": [], "context_expected": False,
+            "context_reached": False, "edit_expected": False, "edit_called": False, "replanned_after_edit": False,
+            "seconds": 1.0, "turns": 1, "tokens": None, "cost_usd": None, "skill_hash": "a", "case_hash": "c",
+            "tags": [], "plugin_version": "0", "started_at": 1.0, "ended_at": 2.0, "fingerprint": "f",
+            "scaffold": {}}
+    return from_json(json.dumps({**base, **fields}))
+
+
+@pytest.mark.parametrize(("fields", "why"), [
+    ({"host": "../../x"}, "its host '../../x' is not a host name"),
+    ({"case": "../y"}, "its case '../y' is not a case name"),
+    ({"host": "a/b"}, "its host 'a/b' is not a host name"),
+])
+def test_a_record_whose_names_step_outside_its_run_is_refused(tmp_path: Path, fields: dict[str, str],
+                                                              why: str) -> None:
+    record = _record(**fields)
+    assert record_refusal(record) == why  # type: ignore[arg-type]
+    with pytest.raises(UnsafeRecord, match=why.replace("(", r"\(")):
+        Workspace.locate(tmp_path, record)  # type: ignore[arg-type]
+
+
+def test_a_linked_host_folder_of_a_saved_run_is_refused(tmp_path: Path, outside: Path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "react").symlink_to(outside.parent)
+    with pytest.raises(UnsafeRecord, match="a link or a file"):
+        Workspace.locate(tmp_path / "run", _record())  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def saved_run(tmp_path: Path) -> Iterator[Path]:
+    run = tmp_path / "run"
+    (run / "react" / "three_slides" / "output").mkdir(parents=True)
+    (run / "results.jsonl").write_text(json.dumps(json.loads(_record().to_json())) + "\n",  # type: ignore[attr-defined]
+                                       encoding="utf-8")
+    yield run
+
+
+@pytest.mark.parametrize("command", ["show", "rejudge"])
+def test_show_and_rejudge_take_the_ledger_for_its_run_folder(saved_run: Path, command: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([command, str(saved_run / "results.jsonl")]) == 0
+    said = capsys.readouterr().out
+    assert "error" not in said
+    assert ("three_slides[react]" in said) if command == "show" else ("not re-judged: three_slides[react]" in said)
