@@ -257,7 +257,7 @@ class Sandbox:
         gone = tuple(hidden)
 
         def shown(paths: Iterable[Path]) -> list[Path]:
-            return [p for p in paths if p.exists() and not any(p == h or h in p.parents for h in gone)]
+            return [p for p in paths if os.path.exists(p) and not any(p == h or h in p.parents for h in gone)]
 
         # A client whose commands join the keeper (as root) keeps the machine's /proc, unchanged: the kernel lets
         # a command mount a /proc of the keeper's pid namespace only where a whole /proc is already visible.
@@ -586,8 +586,10 @@ def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
         if folder in seen:
             return
         seen.add(folder)
+        # os.path.exists, not Path.exists: a folder this user cannot enter (/root/.pyenv as another user) is
+        # no prefix of its, where Path.exists raises PermissionError on Python < 3.12.
         prefix = folder.name == "shims" or (folder.name == "bin" and any(
-            (folder.parent / mark).exists() for mark in _PREFIX_MARKS))
+            os.path.exists(folder.parent / mark) for mark in _PREFIX_MARKS))
         for candidate in (folder.parent, folder) if prefix else (folder,):
             if allowed(candidate):
                 chosen.append(candidate)
@@ -595,7 +597,7 @@ def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
 
     for entry in dict.fromkeys(search_path.split(os.pathsep)):
         folder = Path(os.path.normpath(entry)) if os.path.isabs(entry) else None
-        if folder is None or not folder.is_dir() or not allowed(folder):
+        if folder is None or not os.path.isdir(folder) or not allowed(folder):
             continue  # a relative entry (".") names the agent's own folder, which it has already
         add(folder)
         for command in _commands(folder):
