@@ -17,7 +17,7 @@ import pytest
 from pytest_palette.backend import agent_environment
 from pytest_palette.hosts.shell import Shell
 from pytest_palette.rehearsal.hostile import HOSTILE_FINALE, HOSTILE_PROBES
-from pytest_palette.run.sandbox import ENDED, Limits, Sandbox, allowed_environment, problem, userns_policy
+from pytest_palette.run.sandbox import ENDED, KeeperFailed, Limits, Sandbox, allowed_environment, problem, userns_policy
 
 #: What a caller may have in its environment; none of it may reach a command, a file of the run, or a report.
 FAKE_KEYS = {"WATSONX_APIKEY": "fake-watsonx-key-0d9f", "ANTHROPIC_API_KEY": "sk-ant-fake-key-71c2",
@@ -181,6 +181,17 @@ def test_a_fork_loop_in_one_item_leaves_the_item_beside_it_its_processes(sandbox
     finally:
         other.close()
     assert len(_running(sandbox)) > 30  # the loop's children were there all along
+
+
+@needs_bubblewrap
+def test_a_keeper_that_cannot_start_is_one_line(item: Path) -> None:
+    broken = Sandbox(item / "work", {"PATH": os.defpath})
+    broken._bwrap = "/bin/false"  # bubblewrap refusing, as a policy or a broken install would
+    try:
+        with pytest.raises(KeeperFailed, match=r"^bubblewrap could not start the item's sandbox: [^\n]+$"):
+            broken.prepare()
+    finally:
+        broken.close()
 
 
 @needs_bubblewrap

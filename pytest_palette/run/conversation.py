@@ -15,7 +15,7 @@ from ..hosts.base import HandedOver, Host, HostError, HostSession, HostSettings,
 from ..models import ModelSpec
 from ..skill import SkillCard
 from . import untrusted
-from .sandbox import Sandbox
+from .sandbox import KeeperFailed, Sandbox
 from .workspace import Workspace
 
 #: How a failed turn's message names the model calls its client retried first.
@@ -76,7 +76,10 @@ def hold(case: Case, host: Host, skill: SkillCard | None, model: ModelSpec, sett
     when the host fails (HandedOver when a person is to hold it). A failed turn stops the conversation: later
     replies would land in the wrong state."""
     workspace.prepare(case)
-    sandbox.prepare()
+    try:
+        sandbox.prepare()
+    except KeeperFailed as failed:  # the machine's, not the agent's: an ERROR of the item, in one line
+        raise HostFailure(str(failed)) from None
     env = conversation_environment(workspace, base_env)
     transcript = Transcript()
     started = time.monotonic()

@@ -137,7 +137,7 @@ def problem(mode: str) -> str | None:
     probe = [*nobody, found, "--unshare-user", "--unshare-pid", *_namespaces(network=False),
              *_binds(_system(), [], [], Limits()), "--", "/bin/true"]
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False, cwd="/")
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"bubblewrap could not start a sandbox here ({error}): {INSTALL_HINT}"
     if done.returncode:
@@ -397,7 +397,8 @@ class _Keeper:
         try:
             # An environment of its own: the item's commands can read the keeper's, as it runs as their user.
             process = subprocess.Popen(argv, pass_fds=[writing], stdin=subprocess.PIPE, env={"PATH": os.defpath},
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                                       cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                       start_new_session=True)
         finally:
             os.close(writing)
         with os.fdopen(reading, "rb") as info:
