@@ -78,6 +78,7 @@ def _stopped_at(said: str) -> int:
 @needs_bubblewrap
 def test_the_item_held_beside_the_attacker_passes_untouched(run: Run) -> None:
     assert run.records["bystander"]["outcome"] == "pass", run.records["bystander"]["failures"]
+    # Judged, not an error of the run: every limit it met was its own item's.
     assert run.records["attacker"]["outcome"] in ("pass", "fail"), run.records["attacker"]["failures"]
 
 
@@ -116,8 +117,7 @@ def test_no_key_anywhere_and_nothing_left_running(run: Run) -> None:
         text = path.read_bytes().decode(errors="replace")
         assert not any(value in text for value in FAKE_KEYS.values()), path
     assert not any(value in run.output for value in FAKE_KEYS.values())
-    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"]
-                and "sleep(900)" in " ".join(p.info["cmdline"]) and _inside(p, run.folder)]
+    assert not [p for p in psutil.process_iter() if _inside(p, run.folder)]
 
 
 def _inside(process: psutil.Process, folder: Path) -> bool:

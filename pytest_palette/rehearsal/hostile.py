@@ -102,6 +102,22 @@ except OSError:
 print(f"{sys.argv[1]} stopped at {n} MiB")
 os.remove(sys.argv[1])
 """
+#: A fork loop whose children last as long as the loop (they wait on a pipe it holds): the item's own later
+#: commands can fork again, so the route costs seconds, not the shell's retries.
+_FORK_LOOP = """import os
+held, holding = os.pipe()
+n = 0
+try:
+    while n < 100000:
+        if os.fork() == 0:
+            os.close(holding)
+            os.closerange(0, 3)
+            os.read(held, 1)
+            os._exit(0)
+        n += 1
+except OSError as error:
+    print(f"fork refused after {n} children: {error.strerror}")
+"""
 #: The route of every resource an agent can fill (tests/test_hostile_limits.py), in conversations whose request
 #: holds LIMITS_MARKER: /tmp, /dev/shm, one huge file in work/, every process's environment, then a fork loop.
 LIMITS_MARKER = "[hostile: limits]"
@@ -110,7 +126,7 @@ HOSTILE_LIMITS = (
     f"python3 -c {shlex.quote(_FILL_ONE)} /dev/shm/fill",
     f"python3 -c {shlex.quote(_FILL_ONE)} big.bin",
     "echo \"processes seen: $(ls -d /proc/[0-9]* | wc -l)\"; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'",
-    f"python3 -c {shlex.quote(_FORK_BOMB)}",
+    f"python3 -c {shlex.quote(_FORK_LOOP)}",
 )
 #: Issue 21 routes 1, 2: links left where the harness copies from, once the deck is ready — previews beside it and
 #: plans — to the harness's environment, to a root-only file (its path in HOSTILE_SECRET_FILE, passed with
