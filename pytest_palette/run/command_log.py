@@ -10,10 +10,12 @@ when the skill left no trace, and names a disagreement when it left one.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import shlex
 from collections.abc import Callable, Collection, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +48,16 @@ class CommandLog:
     """An item's record of commands, one JSON line each, appended as they end (a host may give None: no log).
 
     `watch`, when given, hears of each command as it starts (`started`) and returns what to call as it ends:
-    the live progress lines, which cannot wait for the record."""
+    the live progress lines, which cannot wait for the record.
+
+    The file exists from the start, empty until a command ends: an agent that ran no command has a record too (of
+    none), against which a trace it wrote some other way (the CLI's Write tool) holds no call."""
 
     def __init__(self, path: Path, watch: Callable[[str, float], Callable[[], None]] | None = None) -> None:
         self.path = path
         self.watch = watch
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
 
     @contextlib.contextmanager
     def started(self, command: str, at: float) -> Iterator[None]:
@@ -157,3 +164,113 @@ def _number(value: str) -> float | str:
         return float(value)
     except ValueError:
         return value
+
+
+#: How far a trace line's time may lie outside the command that ran it before the difference is named: both
+#: clocks are this machine's, but each side rounds, and a call sent to the background starts as its command ends.
+CLOCK_SLACK = 1.0
+#: How many calls a note lists before it counts the rest.
+_LISTED = 4
+#: deck.py's own clip of a long answer in its trace line.
+_CLIPPED = re.compile(r"… \[\+\d+ chars\]$")
+
+
+def reconcile(traced: list[dict[str, Any]], seen: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The calls to judge from the skill's trace and the host's record of its calls (`skill_calls`), and what the
+    two disagree on, in words.
+
+    The trace is written inside the sandbox, where the agent can rewrite it; the record is written by the harness,
+    outside, on its clock. So the record decides which calls ran, in which order and when: each of its calls is
+    paired with the trace line of the same name whose time lies within that command (else, in order, with the next
+    line of that name), and that line adds what only the skill knew — its answer, its arguments after the shell
+    expanded them, its own time within the command. A time outside the command, a duration longer than it, an
+    answer the command did not print, a number its command line does not hold: the record's is judged. A call the
+    trace lacks is judged from the record; a line no command of the record ran is not judged. Each is named."""
+    pairs: dict[int, int] = {}
+    for by_time in (True, False):
+        for index, call in enumerate(seen):
+            if index in pairs:
+                continue
+            found = next((i for i, line in enumerate(traced) if i not in pairs.values()
+                          and str(line.get("command")) == call["command"]
+                          and (not by_time or _within(line.get("at"), call, CLOCK_SLACK))), None)
+            if found is not None:
+                pairs[index] = found
+    calls: list[dict[str, Any]] = []
+    moved: list[str] = []
+    changed: list[str] = []
+    for index, call in enumerate(seen):
+        if index not in pairs:
+            calls.append(call)
+            continue
+        line = traced[pairs[index]]
+        judged, differences = _checked(line, call)
+        calls.append(judged)
+        if not _within(line.get("at"), call, CLOCK_SLACK):
+            moved.append(f"{call['command']} at {_clock(line.get('at'))} (the host ran it at "
+                         f"{_clock(call['at'])}–{_clock(call['at'] + call['seconds'])})")
+        if differences:
+            changed.append(f"{call['command']} at {_clock(call['at'])} ({'; '.join(differences)})")
+    missing = [f"{call['command']} at {_clock(call['at'])}" for index, call in enumerate(seen) if index not in pairs]
+    unseen = [f"{line.get('command')} at {_clock(line.get('at'))}" for index, line in enumerate(traced)
+              if index not in pairs.values()]
+    notes = []
+    if moved:
+        notes.append(f"the skill's trace puts calls at times the host did not run them: {_listed(moved)}; the "
+                     "host's times are judged")
+    if changed:
+        notes.append(f"the skill's trace differs from what the host saw: {_listed(changed)}; the host's is judged")
+    if missing:
+        notes.append(f"the skill's trace lacks calls the host saw run: {_listed(missing)}; they are judged from "
+                     "the host's record")
+    if unseen:
+        notes.append(f"the skill's trace has calls the host never saw run: {_listed(unseen)}; they are not judged "
+                     "(a call the host's record cannot read, such as one from a script of the agent's, is not "
+                     "judged either)")
+    return calls, tuple(notes)
+
+
+def _checked(line: dict[str, Any], call: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A trace line bounded by the record of the command that ran it, and what had to be bounded, in words."""
+    start, seconds = float(call["at"]), float(call["seconds"])
+    at, took = line.get("at"), line.get("seconds")
+    differences = []
+    if isinstance(took, (int, float)) and took > seconds + CLOCK_SLACK:
+        differences.append(f"it took {took:g} s in the trace but {seconds:g} s by the host's clock")
+    traced_args: dict[str, Any] = line["args"] if isinstance(line.get("args"), dict) else {}
+    args: dict[str, Any] = {}
+    for key, value in call["args"].items():
+        theirs = traced_args.get(key)
+        # The command line's words, except where the shell expanded them ($VAR, $(…), `…`) and only the skill
+        # saw the result; a number or a flag is read from the command line whatever the trace says.
+        expanded = isinstance(value, str) and isinstance(theirs, str) and ("$" in value or "`" in value)
+        if not isinstance(value, str) and theirs is not None and theirs != value:
+            differences.append(f"--{key.replace('_', '-')} is {theirs!r} in the trace but {value!r} on the command "
+                               "line")
+        args[key] = theirs if expanded else value
+    stdout = line.get("stdout")
+    if not isinstance(stdout, str) or _CLIPPED.sub("", stdout).strip() not in call["stdout"]:
+        if isinstance(stdout, str) and stdout.strip():
+            differences.append("its answer in the trace is not what the command printed")
+        stdout = call["stdout"]
+    judged = {**line, "at": min(max(at, start), start + seconds) if isinstance(at, (int, float)) else start,
+              "command": call["command"], "args": args, "stdout": stdout,
+              "seconds": min(took, seconds) if isinstance(took, (int, float)) and took >= 0 else seconds}
+    return judged, differences
+
+
+def _within(at: object, call: dict[str, Any], slack: float) -> bool:
+    return isinstance(at, (int, float)) and call["at"] - slack <= at <= call["at"] + call["seconds"] + slack
+
+
+def _clock(at: object) -> str:
+    """A time on the machine's clock as people read it (UTC, to the tenth of a second)."""
+    if not isinstance(at, (int, float)) or not math.isfinite(at) or not 0 <= at < 1e11:
+        return f"{at!r}"
+    moment = datetime.fromtimestamp(at, timezone.utc)
+    return f"{moment:%H:%M:%S}.{moment.microsecond // 100_000}"
+
+
+def _listed(items: list[str]) -> str:
+    shown = ", ".join(items[:_LISTED])
+    return shown if len(items) <= _LISTED else f"{shown} and {len(items) - _LISTED} more"
