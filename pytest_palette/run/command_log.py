@@ -9,7 +9,9 @@ when the skill left no trace, and names a disagreement when it left one.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import math
 import os
 import re
@@ -186,16 +188,35 @@ def reconcile(traced: list[dict[str, Any]], seen: list[dict[str, Any]]) -> tuple
     expanded them, its own time within the command. A time outside the command, a duration longer than it, an
     answer the command did not print, a number its command line does not hold: the record's is judged. A call the
     trace lacks is judged from the record; a line no command of the record ran is not judged. Each is named."""
+    # By name, in the trace's order (for pairing by order) and by time (for pairing by time): a trace of any length
+    # is paired in one pass over it, not one per command.
+    named: dict[str, list[int]] = {}
+    timed: dict[str, list[tuple[float, int]]] = {}
+    for position, line in enumerate(traced):
+        name, at = str(line.get("command")), line.get("at")
+        named.setdefault(name, []).append(position)
+        if isinstance(at, (int, float)) and math.isfinite(at):
+            timed.setdefault(name, []).append((float(at), position))
+    for entries in timed.values():
+        entries.sort()
     pairs: dict[int, int] = {}
-    for by_time in (True, False):
-        for index, call in enumerate(seen):
-            if index in pairs:
-                continue
-            found = next((i for i, line in enumerate(traced) if i not in pairs.values()
-                          and str(line.get("command")) == call["command"]
-                          and (not by_time or _within(line.get("at"), call, CLOCK_SLACK))), None)
-            if found is not None:
-                pairs[index] = found
+    used: set[int] = set()
+    for index, call in enumerate(seen):  # the line whose time lies within the command
+        entries = timed.get(call["command"], [])
+        for at, position in itertools.islice(entries, bisect.bisect_left(entries, (call["at"] - CLOCK_SLACK, -1)),
+                                             None):
+            if at > call["at"] + call["seconds"] + CLOCK_SLACK:
+                break
+            if position not in used:
+                pairs[index] = position
+                used.add(position)
+                break
+    for index, call in enumerate(seen):  # else the next line of that name: its time is not the command's
+        found = next((i for i in named.get(call["command"], ()) if i not in used), None) \
+            if index not in pairs else None
+        if found is not None:
+            pairs[index] = found
+            used.add(found)
     calls: list[dict[str, Any]] = []
     moved: list[str] = []
     changed: list[str] = []
@@ -212,8 +233,8 @@ def reconcile(traced: list[dict[str, Any]], seen: list[dict[str, Any]]) -> tuple
         if differences:
             changed.append(f"{call['command']} at {_clock(call['at'])} ({'; '.join(differences)})")
     missing = [f"{call['command']} at {_clock(call['at'])}" for index, call in enumerate(seen) if index not in pairs]
-    unseen = [f"{line.get('command')} at {_clock(line.get('at'))}" for index, line in enumerate(traced)
-              if index not in pairs.values()]
+    unseen = [index for index in range(len(traced)) if index not in used]
+    unseen_words = [f"{traced[i].get('command')} at {_clock(traced[i].get('at'))}" for i in unseen[:_LISTED]]
     notes = []
     if moved:
         notes.append(f"the skill's trace puts calls at times the host did not run them: {_listed(moved)}; the "
@@ -224,9 +245,9 @@ def reconcile(traced: list[dict[str, Any]], seen: list[dict[str, Any]]) -> tuple
         notes.append(f"the skill's trace lacks calls the host saw run: {_listed(missing)}; they are judged from "
                      "the host's record")
     if unseen:
-        notes.append(f"the skill's trace has calls the host never saw run: {_listed(unseen)}; they are not judged "
-                     "(a call the host's record cannot read, such as one from a script of the agent's, is not "
-                     "judged either)")
+        notes.append(f"the skill's trace has calls the host never saw run: {_listed(unseen_words, len(unseen))}; "
+                     "they are not judged (a call the host's record cannot read, such as one from a script of the "
+                     "agent's, is not judged either)")
     return calls, tuple(notes)
 
 
@@ -271,6 +292,7 @@ def _clock(at: object) -> str:
     return f"{moment:%H:%M:%S}.{moment.microsecond // 100_000}"
 
 
-def _listed(items: list[str]) -> str:
-    shown = ", ".join(items[:_LISTED])
-    return shown if len(items) <= _LISTED else f"{shown} and {len(items) - _LISTED} more"
+def _listed(items: list[str], total: int | None = None) -> str:
+    """The first few items, and how many more there are (of `total`, when only the first few were put in words)."""
+    more = (len(items) if total is None else total) - len(items[:_LISTED])
+    return ", ".join(items[:_LISTED]) + (f" and {more} more" if more else "")
