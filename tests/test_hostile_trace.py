@@ -103,6 +103,15 @@ def test_a_forged_call_is_not_judged_and_named() -> None:
     assert any("edit-plan was never called" in failure for failure in judged(forged, EARLY, case).failures)
 
 
+def test_a_flood_of_forged_lines_is_counted_not_listed() -> None:
+    flood = [*HONEST, *(line("start", 205.0 + n) for n in range(1000))]
+    calls, _, notes = choose_calls(flood, EARLY, recorded=True)
+    assert [call["at"] for call in calls] == [110.2, 120.2, 130.2]
+    assert notes == ("the skill's trace has calls the host never saw run: start at 00:03:25.0, start at 00:03:26.0, "
+                     "start at 00:03:27.0, start at 00:03:28.0 and 996 more; they are not judged (a call the host's "
+                     "record cannot read, such as one from a script of the agent's, is not judged either)",)
+
+
 def test_reordered_lines_are_judged_in_the_order_the_host_ran_them() -> None:
     # plan → edit → plan discards the approved revision; swapping the lines would hide it.
     seen = ran((f"{DECK} plan --request r --out plan.md", 110.0, 111.0, DONE),
