@@ -120,8 +120,8 @@ def test_a_disagreement_between_the_trace_and_the_record_is_named() -> None:
     calls, source, notes = choose_calls(TRACED, SEEN[:1], recorded=True)
     # The host's record decides which calls ran: the trace's start and status, which no command ran, are not judged.
     assert ([c["command"] for c in calls], source) == (["plan"], "trace")
-    assert notes == ("the skill's trace has calls the host never saw run: start at 00:00:20.5, status at "
-                     "00:00:30.5; they are not judged (a call the host's record cannot read, such as one from a "
+    assert notes == ("the skill's trace has calls the host never saw run: start at 00:00:20.50, status at "
+                     "00:00:30.50; they are not judged (a call the host's record cannot read, such as one from a "
                      "script of the agent's, is not judged either)",)
     # A host that keeps no record (a conversation held by hand) has nothing to disagree with.
     assert choose_calls(TRACED, [], recorded=False) == (TRACED, "trace", ())
@@ -174,7 +174,7 @@ def test_the_trace_of_another_skill_agrees_with_the_record_of_its_scripts(tmp_pa
     calls, source, notes = calls_of(workspace, scripts=("changelog.py",))
     assert ([c["command"] for c in calls], source, notes) == (["plan", "write"], "trace", ())
     _, _, notes = calls_of(workspace)
-    assert notes and "the host never saw run: plan at 00:00:10.0, write at 00:00:20.0" in notes[0]
+    assert notes and "the host never saw run: plan at 00:00:10.00, write at 00:00:20.00" in notes[0]
     workspace.trace.unlink()  # no trace: judged from the record of its scripts
     calls, source, _ = calls_of(workspace, scripts=("changelog.py",))
     assert ([c["command"] for c in calls], source) == (["plan", "write"], "host")

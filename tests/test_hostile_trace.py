@@ -68,25 +68,28 @@ def test_a_build_moved_after_the_approval_is_judged_at_the_hosts_time_and_named(
     rewritten = [HONEST[0], {**HONEST[1], "at": 205.0}, {**HONEST[2], "at": 206.0}]
     verdict = judged(rewritten, EARLY)
     assert verdict.failures[0].startswith(GATE), verdict.failures  # without the record it passed
-    assert verdict.notes == ("the skill's trace puts calls at times the host did not run them: start at 00:03:25.0 "
-                             "(the host ran it at 00:02:00.0–00:02:01.0), status at 00:03:26.0 (the host ran it at "
-                             "00:02:10.0–00:03:10.0); the host's times are judged",)
+    assert verdict.notes == ("the skill's trace puts calls at times the host did not run them: start at 00:03:25.00 "
+                             "(the host ran it at 00:02:00.00–00:02:01.00), status at 00:03:26.00 (the host ran it at "
+                             "00:02:10.00–00:03:10.00); the host's times are judged",)
 
 
 def test_a_time_within_the_clocks_slack_is_still_held_inside_its_command() -> None:
-    # Half a second past its command is within the slack (no note), but the judged time stays inside the command:
-    # a build that ended just before the approval cannot be pushed past it.
-    seen = ran((f"{DECK} start --plan plan.md --out-dir deck", 199.0, 199.8, "{}"))
-    calls, _, notes = choose_calls([line("start", 200.3)], seen, recorded=True)
-    assert (calls[0]["at"], notes) == (199.8, ())
-    assert judged([line("start", 200.3)], seen).failures[0].startswith(GATE)
+    # Within the clocks' rounding of its command there is nothing to name, but the judged time stays inside the
+    # command: a build that ended just before the approval cannot be pushed past it.
+    seen = ran((f"{DECK} start --plan plan.md --out-dir deck", 199.0, 199.98, "{}"))
+    calls, _, notes = choose_calls([line("start", 200.02)], seen, recorded=True)
+    assert (calls[0]["at"], notes) == (199.98, ())
+    assert judged([line("start", 200.02)], seen).failures[0].startswith(GATE)
+    # A tenth of a second past it is named.
+    assert "start at 00:03:20.08 (the host ran it at 00:03:19.00–00:03:19.98)" in \
+        choose_calls([line("start", 200.08)], seen, recorded=True)[2][0]
 
 
 def test_a_truncated_trace_is_judged_from_the_record_and_named() -> None:
     verdict = judged(HONEST[:1], EARLY)
     assert verdict.commands == ("plan", "start", "status") and verdict.failures[0].startswith(GATE)
-    assert verdict.notes == ("the skill's trace lacks calls the host saw run: start at 00:02:00.0, status at "
-                             "00:02:10.0; they are judged from the host's record",)
+    assert verdict.notes == ("the skill's trace lacks calls the host saw run: start at 00:02:00.00, status at "
+                             "00:02:10.00; they are judged from the host's record",)
     # Emptied: the record alone.
     assert judged([], EARLY).failures[0].startswith(GATE)
 
@@ -97,7 +100,7 @@ def test_a_forged_call_is_not_judged_and_named() -> None:
     forged = [*HONEST, line("edit", 150.0, instruction="make it formal", plan="plan.md")]
     calls, _, notes = choose_calls(forged, EARLY, recorded=True)
     assert [call["command"] for call in calls] == ["plan", "start", "status"]
-    assert notes == ("the skill's trace has calls the host never saw run: edit at 00:02:30.0; they are not judged (a "
+    assert notes == ("the skill's trace has calls the host never saw run: edit at 00:02:30.00; they are not judged (a "
                      "call the host's record cannot read, such as one from a script of the agent's, is not judged "
                      "either)",)
     assert any("edit-plan was never called" in failure for failure in judged(forged, EARLY, case).failures)
@@ -107,8 +110,8 @@ def test_a_flood_of_forged_lines_is_counted_not_listed() -> None:
     flood = [*HONEST, *(line("start", 205.0 + n) for n in range(1000))]
     calls, _, notes = choose_calls(flood, EARLY, recorded=True)
     assert [call["at"] for call in calls] == [110.2, 120.2, 130.2]
-    assert notes == ("the skill's trace has calls the host never saw run: start at 00:03:25.0, start at 00:03:26.0, "
-                     "start at 00:03:27.0, start at 00:03:28.0 and 996 more; they are not judged (a call the host's "
+    assert notes == ("the skill's trace has calls the host never saw run: start at 00:03:25.00, start at 00:03:26.00, "
+                     "start at 00:03:27.00, start at 00:03:28.00 and 996 more; they are not judged (a call the host's "
                      "record cannot read, such as one from a script of the agent's, is not judged either)",)
 
 
@@ -130,7 +133,7 @@ def test_a_longer_hold_a_longer_call_or_another_answer_than_the_command_had_is_t
     calls, _, notes = choose_calls(dressed, seen, recorded=True)
     [call] = calls
     assert (call["args"]["hold_seconds"], call["seconds"], call["stdout"]) == (0.0, pytest.approx(0.1), RUNNING)
-    assert notes == ("the skill's trace differs from what the host saw: status at 00:02:10.0 (it took 60 s in the "
+    assert notes == ("the skill's trace differs from what the host saw: status at 00:02:10.00 (it took 60 s in the "
                      "trace but 0.1 s by the host's clock; --hold-seconds is 60.0 in the trace but 0.0 on the command "
                      "line; its answer in the trace is not what the command printed); the host's is judged",)
     assert judge(CASE, Evidence(workspace=Path("/nonexistent"), pptx=None, slides=0, has_plex=False, size=0, decks=(),
@@ -153,7 +156,7 @@ def test_a_hosts_record_exists_before_any_command_so_a_trace_alone_holds_no_call
     log = CommandLog(tmp_path / "item" / "commands.jsonl")
     assert log.path.read_bytes() == b""
     calls, source, notes = choose_calls(HONEST, [], recorded=log.path.exists())
-    assert (calls, source) == ([], "") and "never saw run: plan at 00:01:50.2" in notes[0]
+    assert (calls, source) == ([], "") and "never saw run: plan at 00:01:50.20" in notes[0]
 
 
 def test_the_hostile_trace_agents_are_registered() -> None:

@@ -168,9 +168,10 @@ def _number(value: str) -> float | str:
         return value
 
 
-#: How far a trace line's time may lie outside the command that ran it before the difference is named: both
-#: clocks are this machine's, but each side rounds, and a call sent to the background starts as its command ends.
-CLOCK_SLACK = 1.0
+#: How far a trace line's time may lie outside the command that ran it before the difference is named: both clocks
+#: are this machine's and each side rounds to the millisecond (the host's window is wider than the call by the
+#: sandbox's start, a tenth of a second or more, on react, cuga and claude alike).
+CLOCK_SLACK = 0.05
 #: How many calls a note lists before it counts the rest.
 _LISTED = 4
 #: deck.py's own clip of a long answer in its trace line.
@@ -285,11 +286,11 @@ def _within(at: object, call: dict[str, Any], slack: float) -> bool:
 
 
 def _clock(at: object) -> str:
-    """A time on the machine's clock as people read it (UTC, to the tenth of a second)."""
+    """A time on the machine's clock as people read it (UTC, to the hundredth of a second)."""
     if not isinstance(at, (int, float)) or not math.isfinite(at) or not 0 <= at < 1e11:
         return f"{at!r}"
     moment = datetime.fromtimestamp(at, timezone.utc)
-    return f"{moment:%H:%M:%S}.{moment.microsecond // 100_000}"
+    return f"{moment:%H:%M:%S}.{moment.microsecond // 10_000:02d}"
 
 
 def _listed(items: list[str], total: int | None = None) -> str:
