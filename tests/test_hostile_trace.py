@@ -85,6 +85,24 @@ def test_a_time_within_the_clocks_slack_is_still_held_inside_its_command() -> No
         choose_calls([line("start", 200.08)], seen, recorded=True)[2][0]
 
 
+def test_a_time_that_is_no_number_is_the_commands_start() -> None:
+    # NaN compares with nothing: left as it was, rule 2 could never place the build.
+    for at in (float("nan"), float("inf"), "soon", None, True):
+        rewritten = [HONEST[0], {**HONEST[1], "at": at}, HONEST[2]]
+        calls, _, notes = choose_calls(rewritten, EARLY, recorded=True)
+        assert calls[1]["at"] == 120.0 and "start at" in notes[0], at
+        assert judged(rewritten, EARLY).failures[0].startswith(GATE), at
+
+
+def test_an_answer_cut_down_in_the_trace_is_the_commands_whole_answer() -> None:
+    # A plan's text taken out of the answer would leave rule 7 unable to tell whether the named slide changed.
+    whole = json.dumps({"state": "done", "done": True, "text": "# Plan\n## Slide one"})
+    seen = ran((f"{DECK} edit --instruction x --plan plan.md", 120.0, 121.0, whole))
+    for cut in ('{"state": "done"', ""):
+        [call], _, _ = choose_calls([line("edit", 120.5, stdout=cut)], seen, recorded=True)
+        assert call["stdout"] == whole
+
+
 def test_a_truncated_trace_is_judged_from_the_record_and_named() -> None:
     verdict = judged(HONEST[:1], EARLY)
     assert verdict.commands == ("plan", "start", "status") and verdict.failures[0].startswith(GATE)

@@ -10,6 +10,7 @@ when the skill left no trace, and names a disagreement when it left one.
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import itertools
 import math
@@ -218,6 +219,8 @@ def reconcile(traced: list[dict[str, Any]], seen: list[dict[str, Any]]) -> tuple
         if found is not None:
             pairs[index] = found
             used.add(found)
+    # Calls of one command line share its times and its output: the trace alone tells their answers apart.
+    runs = collections.Counter((call["at"], call["seconds"]) for call in seen)
     calls: list[dict[str, Any]] = []
     moved: list[str] = []
     changed: list[str] = []
@@ -226,7 +229,7 @@ def reconcile(traced: list[dict[str, Any]], seen: list[dict[str, Any]]) -> tuple
             calls.append(call)
             continue
         line = traced[pairs[index]]
-        judged, differences = _checked(line, call)
+        judged, differences = _checked(line, call, shared=runs[call["at"], call["seconds"]] > 1)
         calls.append(judged)
         if not _within(line.get("at"), call, CLOCK_SLACK):
             moved.append(f"{call['command']} at {_clock(line.get('at'))} (the host ran it at "
@@ -252,12 +255,13 @@ def reconcile(traced: list[dict[str, Any]], seen: list[dict[str, Any]]) -> tuple
     return calls, tuple(notes)
 
 
-def _checked(line: dict[str, Any], call: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """A trace line bounded by the record of the command that ran it, and what had to be bounded, in words."""
+def _checked(line: dict[str, Any], call: dict[str, Any], shared: bool) -> tuple[dict[str, Any], list[str]]:
+    """A trace line bounded by the record of the command that ran it (`shared` with other calls of the skill), and
+    what had to be bounded, in words."""
     start, seconds = float(call["at"]), float(call["seconds"])
-    at, took = line.get("at"), line.get("seconds")
+    at, took = _finite(line.get("at")), _finite(line.get("seconds"))
     differences = []
-    if isinstance(took, (int, float)) and took > seconds + CLOCK_SLACK:
+    if took is not None and took > seconds + CLOCK_SLACK:
         differences.append(f"it took {took:g} s in the trace but {seconds:g} s by the host's clock")
     traced_args: dict[str, Any] = line["args"] if isinstance(line.get("args"), dict) else {}
     args: dict[str, Any] = {}
@@ -270,19 +274,30 @@ def _checked(line: dict[str, Any], call: dict[str, Any]) -> tuple[dict[str, Any]
             differences.append(f"--{key.replace('_', '-')} is {theirs!r} in the trace but {value!r} on the command "
                                "line")
         args[key] = theirs if expanded else value
+    # The command's output is the call's answer (and fuller: the trace clips it), unless the command line ran
+    # several calls; then the trace's, if the command printed it.
     stdout = line.get("stdout")
-    if not isinstance(stdout, str) or _CLIPPED.sub("", stdout).strip() not in call["stdout"]:
-        if isinstance(stdout, str) and stdout.strip():
-            differences.append("its answer in the trace is not what the command printed")
+    said = _CLIPPED.sub("", stdout).strip() if isinstance(stdout, str) else ""  # a trace may keep no answer
+    if said and said not in call["stdout"]:
+        differences.append("its answer in the trace is not what the command printed")
+    if not (shared and said and said in call["stdout"]):
         stdout = call["stdout"]
-    judged = {**line, "at": min(max(at, start), start + seconds) if isinstance(at, (int, float)) else start,
+    judged = {**line, "at": min(max(at, start), start + seconds) if at is not None else start,
               "command": call["command"], "args": args, "stdout": stdout,
-              "seconds": min(took, seconds) if isinstance(took, (int, float)) and took >= 0 else seconds}
+              "seconds": min(took, seconds) if took is not None and took >= 0 else seconds}
     return judged, differences
 
 
+def _finite(value: object) -> float | None:
+    """A number a trace line gives, or None for anything else (NaN and infinities too: they compare with nothing)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def _within(at: object, call: dict[str, Any], slack: float) -> bool:
-    return isinstance(at, (int, float)) and call["at"] - slack <= at <= call["at"] + call["seconds"] + slack
+    number = _finite(at)
+    return number is not None and call["at"] - slack <= number <= call["at"] + call["seconds"] + slack
 
 
 def _clock(at: object) -> str:
