@@ -254,7 +254,5 @@ class BuildsEarlyThenForges(BuildsEarlyThenHidesIt):
     finale = (f"python3 -c {shlex.quote(_TRACE_FORGERY)}",)
 
 
-#: Every hostile agent `--model rehearsal:<name>` can select, by name.
-HOSTILE: dict[str, type[RehearsalPolicy]] = {Hostile.name: Hostile}
 HOSTILE[BuildsEarlyThenHidesIt.name] = BuildsEarlyThenHidesIt
 HOSTILE[BuildsEarlyThenForges.name] = BuildsEarlyThenForges
