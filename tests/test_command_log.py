@@ -124,21 +124,29 @@ def test_the_claude_stream_gives_each_bash_command_its_times_output_and_exit_cod
     assert runs[0].ended_at - runs[0].started_at == pytest.approx(2.25)
 
 
-TRACED = [{"command": "plan"}, {"command": "start"}, {"command": "status"}]
+TRACED = [{"at": 10.5, "command": "plan", "args": {"request": "r", "out": "plan.md"}, "seconds": 0.5, "stdout": "{}"},
+          {"at": 20.5, "command": "start", "args": {"plan": "plan.md", "out_dir": "deck"}, "seconds": 0.5,
+           "stdout": "{}"},
+          {"at": 30.5, "command": "status", "args": {"out_dir": "deck"}, "seconds": 0.5, "stdout": "{}"}]
+SEEN = skill_calls([CommandRun(f"{DECK} plan --request r --out plan.md", 10.0, 11.0, 0, "{}"),
+                    CommandRun(f"{DECK} start --plan plan.md --out-dir deck", 20.0, 21.0, 0, "{}"),
+                    CommandRun(f"{DECK} status --out-dir deck", 30.0, 31.0, 0, "{}")])
 
 
 def test_the_skills_trace_is_judged_when_it_has_calls_and_agrees_quietly() -> None:
-    calls, source, notes = choose_calls(TRACED, [dict(c, **{"from": "host"}) for c in TRACED], recorded=True)
+    calls, source, notes = choose_calls(TRACED, SEEN, recorded=True)
     assert (calls, source, notes) == (TRACED, "trace", ())
 
 
 def test_a_disagreement_between_the_trace_and_the_record_is_named() -> None:
-    _, source, notes = choose_calls(TRACED, [{"command": "plan"}], recorded=True)
-    assert source == "trace"
-    assert notes == ("the skill's trace and the host's record of commands disagree: the trace has plan → start → "
-                     "status; the host saw plan",)
+    calls, source, notes = choose_calls(TRACED, SEEN[:1], recorded=True)
+    # The host's record decides which calls ran: the trace's start and status, which no command ran, are not judged.
+    assert ([c["command"] for c in calls], source) == (["plan"], "trace")
+    assert notes == ("the skill's trace has calls the host never saw run: start at 00:00:20.50, status at "
+                     "00:00:30.50; they are not judged (a call the host's record cannot read, such as one from a "
+                     "script of the agent's, is not judged either)",)
     # A host that keeps no record (a conversation held by hand) has nothing to disagree with.
-    assert choose_calls(TRACED, [], recorded=False)[2] == ()
+    assert choose_calls(TRACED, [], recorded=False) == (TRACED, "trace", ())
 
 
 def test_our_record_is_judged_when_the_skill_wrote_no_trace() -> None:
@@ -188,7 +196,7 @@ def test_the_trace_of_another_skill_agrees_with_the_record_of_its_scripts(tmp_pa
     calls, source, notes = calls_of(workspace, scripts=("changelog.py",))
     assert ([c["command"] for c in calls], source, notes) == (["plan", "write"], "trace", ())
     _, _, notes = calls_of(workspace)
-    assert notes and "the host saw no call of the skill" in notes[0]
+    assert notes and "the host never saw run: plan at 00:00:10.00, write at 00:00:20.00" in notes[0]
     workspace.trace.unlink()  # no trace: judged from the record of its scripts
     calls, source, _ = calls_of(workspace, scripts=("changelog.py",))
     assert ([c["command"] for c in calls], source) == (["plan", "write"], "host")

@@ -9,11 +9,16 @@ when the skill left no trace, and names a disagreement when it left one.
 
 from __future__ import annotations
 
+import bisect
+import collections
 import contextlib
+import itertools
+import math
 import os
 import re
 import shlex
 from collections.abc import Callable, Collection, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +60,16 @@ class CommandLog:
     """An item's record of commands, one JSON line each, appended as they end (a host may give None: no log).
 
     `watch`, when given, hears of each command as it starts (`started`) and returns what to call as it ends:
-    the live progress lines, which cannot wait for the record."""
+    the live progress lines, which cannot wait for the record.
+
+    The file exists from the start, empty until a command ends: an agent that ran no command has a record too (of
+    none), against which a trace it wrote some other way (the CLI's Write tool) holds no call."""
 
     def __init__(self, path: Path, watch: Callable[[str, float], Callable[[], None]] | None = None) -> None:
         self.path = path
         self.watch = watch
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
 
     @contextlib.contextmanager
     def started(self, command: str, at: float) -> Iterator[None]:
@@ -176,3 +186,148 @@ def _number(value: str) -> float | str:
         return float(value)
     except ValueError:
         return value
+
+
+#: How far a trace line's time may lie outside the command that ran it before the difference is named: both clocks
+#: are this machine's and each side rounds to the millisecond (the host's window is wider than the call by the
+#: sandbox's start, a tenth of a second or more, on react, cuga and claude alike).
+CLOCK_SLACK = 0.05
+#: How many calls a note lists before it counts the rest.
+_LISTED = 4
+#: deck.py's own clip of a long answer in its trace line.
+_CLIPPED = re.compile(r"… \[\+\d+ chars\]$")
+
+
+def reconcile(traced: list[dict[str, Any]], seen: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The calls to judge from the skill's trace and the host's record of its calls (`skill_calls`), and what the
+    two disagree on, in words.
+
+    The trace is written inside the sandbox, where the agent can rewrite it; the record is written by the harness,
+    outside, on its clock. So the record decides which calls ran, in which order and when: each of its calls is
+    paired with the trace line of the same name whose time lies within that command (else, in order, with the next
+    line of that name), and that line adds what only the skill knew — its answer, its arguments after the shell
+    expanded them, its own time within the command. A time outside the command, a duration longer than it, an
+    answer the command did not print, a number its command line does not hold: the record's is judged. A call the
+    trace lacks is judged from the record; a line no command of the record ran is not judged. Each is named."""
+    # By name, in the trace's order (for pairing by order) and by time (for pairing by time): a trace of any length
+    # is paired in one pass over it, not one per command.
+    named: dict[str, list[int]] = {}
+    timed: dict[str, list[tuple[float, int]]] = {}
+    for position, line in enumerate(traced):
+        name, at = str(line.get("command")), line.get("at")
+        named.setdefault(name, []).append(position)
+        if isinstance(at, (int, float)) and math.isfinite(at):
+            timed.setdefault(name, []).append((float(at), position))
+    for entries in timed.values():
+        entries.sort()
+    pairs: dict[int, int] = {}
+    used: set[int] = set()
+    for index, call in enumerate(seen):  # the line whose time lies within the command
+        entries = timed.get(call["command"], [])
+        for at, position in itertools.islice(entries, bisect.bisect_left(entries, (call["at"] - CLOCK_SLACK, -1)),
+                                             None):
+            if at > call["at"] + call["seconds"] + CLOCK_SLACK:
+                break
+            if position not in used:
+                pairs[index] = position
+                used.add(position)
+                break
+    for index, call in enumerate(seen):  # else the next line of that name: its time is not the command's
+        found = next((i for i in named.get(call["command"], ()) if i not in used), None) \
+            if index not in pairs else None
+        if found is not None:
+            pairs[index] = found
+            used.add(found)
+    # Calls of one command line share its times and its output: the trace alone tells their answers apart.
+    runs = collections.Counter((call["at"], call["seconds"]) for call in seen)
+    calls: list[dict[str, Any]] = []
+    moved: list[str] = []
+    changed: list[str] = []
+    for index, call in enumerate(seen):
+        if index not in pairs:
+            calls.append(call)
+            continue
+        line = traced[pairs[index]]
+        judged, differences = _checked(line, call, shared=runs[call["at"], call["seconds"]] > 1)
+        calls.append(judged)
+        if not _within(line.get("at"), call, CLOCK_SLACK):
+            moved.append(f"{call['command']} at {_clock(line.get('at'))} (the host ran it at "
+                         f"{_clock(call['at'])}–{_clock(call['at'] + call['seconds'])})")
+        if differences:
+            changed.append(f"{call['command']} at {_clock(call['at'])} ({'; '.join(differences)})")
+    missing = [f"{call['command']} at {_clock(call['at'])}" for index, call in enumerate(seen) if index not in pairs]
+    unseen = [index for index in range(len(traced)) if index not in used]
+    unseen_words = [f"{traced[i].get('command')} at {_clock(traced[i].get('at'))}" for i in unseen[:_LISTED]]
+    notes = []
+    if moved:
+        notes.append(f"the skill's trace puts calls at times the host did not run them: {_listed(moved)}; the "
+                     "host's times are judged")
+    if changed:
+        notes.append(f"the skill's trace differs from what the host saw: {_listed(changed)}; the host's is judged")
+    if missing:
+        notes.append(f"the skill's trace lacks calls the host saw run: {_listed(missing)}; they are judged from "
+                     "the host's record")
+    if unseen:
+        notes.append(f"the skill's trace has calls the host never saw run: {_listed(unseen_words, len(unseen))}; "
+                     "they are not judged (a call the host's record cannot read, such as one from a script of the "
+                     "agent's, is not judged either)")
+    return calls, tuple(notes)
+
+
+def _checked(line: dict[str, Any], call: dict[str, Any], shared: bool) -> tuple[dict[str, Any], list[str]]:
+    """A trace line bounded by the record of the command that ran it (`shared` with other calls of the skill), and
+    what had to be bounded, in words."""
+    start, seconds = float(call["at"]), float(call["seconds"])
+    at, took = _finite(line.get("at")), _finite(line.get("seconds"))
+    differences = []
+    if took is not None and took > seconds + CLOCK_SLACK:
+        differences.append(f"it took {took:g} s in the trace but {seconds:g} s by the host's clock")
+    traced_args: dict[str, Any] = line["args"] if isinstance(line.get("args"), dict) else {}
+    args: dict[str, Any] = {}
+    for key, value in call["args"].items():
+        theirs = traced_args.get(key)
+        # The command line's words, except where the shell expanded them ($VAR, $(…), `…`) and only the skill
+        # saw the result; a number or a flag is read from the command line whatever the trace says.
+        expanded = isinstance(value, str) and isinstance(theirs, str) and ("$" in value or "`" in value)
+        if not isinstance(value, str) and theirs is not None and theirs != value:
+            differences.append(f"--{key.replace('_', '-')} is {theirs!r} in the trace but {value!r} on the command "
+                               "line")
+        args[key] = theirs if expanded else value
+    # The command's output is the call's answer (and fuller: the trace clips it), unless the command line ran
+    # several calls; then the trace's, if the command printed it.
+    stdout = line.get("stdout")
+    said = _CLIPPED.sub("", stdout).strip() if isinstance(stdout, str) else ""  # a trace may keep no answer
+    if said and said not in call["stdout"]:
+        differences.append("its answer in the trace is not what the command printed")
+    if not (shared and said and said in call["stdout"]):
+        stdout = call["stdout"]
+    judged = {**line, "at": min(max(at, start), start + seconds) if at is not None else start,
+              "command": call["command"], "args": args, "stdout": stdout,
+              "seconds": min(took, seconds) if took is not None and took >= 0 else seconds}
+    return judged, differences
+
+
+def _finite(value: object) -> float | None:
+    """A number a trace line gives, or None for anything else (NaN and infinities too: they compare with nothing)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _within(at: object, call: dict[str, Any], slack: float) -> bool:
+    number = _finite(at)
+    return number is not None and call["at"] - slack <= number <= call["at"] + call["seconds"] + slack
+
+
+def _clock(at: object) -> str:
+    """A time on the machine's clock as people read it (UTC, to the hundredth of a second)."""
+    if not isinstance(at, (int, float)) or not math.isfinite(at) or not 0 <= at < 1e11:
+        return f"{at!r}"
+    moment = datetime.fromtimestamp(at, timezone.utc)
+    return f"{moment:%H:%M:%S}.{moment.microsecond // 10_000:02d}"
+
+
+def _listed(items: list[str], total: int | None = None) -> str:
+    """The first few items, and how many more there are (of `total`, when only the first few were put in words)."""
+    more = (len(items) if total is None else total) - len(items[:_LISTED])
+    return ", ".join(items[:_LISTED]) + (f" and {more} more" if more else "")

@@ -101,14 +101,15 @@ def calls_of(workspace: Workspace, traced: list[dict[str, Any]] | None = None,
 
 def choose_calls(traced: list[dict[str, Any]], seen: list[dict[str, Any]],
                  recorded: bool) -> tuple[list[dict[str, Any]], str, tuple[str, ...]]:
-    """The calls to judge, where they come from, and notes: the skill's trace first; our record when the skill
-    wrote none; a disagreement between the two (when the host kept a record) named."""
+    """The calls to judge, where they come from, and notes. The agent can rewrite the skill's trace (it is written
+    inside the sandbox), so when the host kept a record of the commands, the record decides which calls ran and
+    when, and the trace adds what only the skill knew of each (`command_log.reconcile`), every disagreement named;
+    when the skill wrote no trace, the record alone. Without a record (a conversation held by hand), the trace."""
+    if traced and recorded:
+        calls, notes = command_log.reconcile(traced, seen)
+        source = "" if not calls else "host" if all(call.get("from") == "host" for call in calls) else "trace"
+        return calls, source, notes
     if traced:
-        mine, theirs = [str(c.get("command")) for c in traced], [str(c.get("command")) for c in seen]
-        if recorded and mine != theirs:
-            saw = " → ".join(theirs) or "no call of the skill"
-            return traced, "trace", (f"the skill's trace and the host's record of commands disagree: the trace "
-                                     f"has {' → '.join(mine)}; the host saw {saw}",)
         return traced, "trace", ()
     if seen:
         return seen, "host", ("judged from the host's record of the commands the agent ran: the skill wrote "

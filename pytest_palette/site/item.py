@@ -156,9 +156,11 @@ def read(run_folder: Path, record: Record) -> Item:
         transcript = Transcript()
     runs = command_log.read(workspace.commands)
     traced = evidence.read_trace(workspace.trace)
-    # The skill's trace when it wrote one (what the judge read then; its notes are in the record), else the calls
-    # found in our record of the commands, as the judge finds them.
-    calls, item.calls_from, notes = (traced, "trace", ()) if traced else evidence.calls_of(workspace, traced, runs)
+    # The calls as the judge reads them (the host's record decides which ran and when: a failure's blame points into
+    # these); a project's own rules' skill, whose scripts are not known here, by its trace.
+    own = record.judged is not None and (record.judged.rules or PALETTE) != PALETTE
+    calls, item.calls_from, notes = (traced, "trace", ()) if traced and own else \
+        evidence.calls_of(workspace, traced, runs)
     item.notes = record.judged.notes if record.judged else notes
     started = [turn.started_at for turn in transcript.turns if turn.started_at is not None]
     item.turns = _turns(transcript, runs)
