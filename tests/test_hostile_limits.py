@@ -54,7 +54,7 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     env = {**os.environ, **FAKE_KEYS}
     passed = ["--palette-sandbox-env=PYTHONPATH"] if os.environ.get("PYTHONPATH") else []
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--host={host}",
-                           "--model=rehearsal:hostile-limits", "--palette-conversations", "2", *passed],
+                           "--model=rehearsal:hostile_limits", "--palette-conversations", "2", *passed],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False)
     [results] = (folder / "runs").glob("*/results.jsonl")
     records = {record["case"]: record for record in map(json.loads, results.open())}

@@ -298,5 +298,5 @@ class BuildsEarlyThenForges(BuildsEarlyThenHidesIt):
 
 HOSTILE[BuildsEarlyThenHidesIt.name] = BuildsEarlyThenHidesIt
 HOSTILE[BuildsEarlyThenForges.name] = BuildsEarlyThenForges
-HOSTILE["hostile-limits"] = route("hostile-limits", before=HOSTILE_LIMITS, marker=LIMITS_MARKER,
+HOSTILE["hostile_limits"] = route("hostile_limits", before=HOSTILE_LIMITS, marker=LIMITS_MARKER,
                                   doc="Fills /tmp, /dev/shm and work/, reads /proc/*/environ, forks until refused.")
