@@ -122,6 +122,27 @@ def test_the_machine_at_a_limit_is_read_from_what_a_command_printed_on_stderr(st
     assert faults.found([], [run]) == f"a command the agent ran met a limit of this machine: {said}"
 
 
+def test_a_full_disk_while_the_machine_has_room_is_a_bound_of_the_sandbox_noted_not_an_error() -> None:
+    # The sandbox bounds /tmp, /dev/shm and one file: an agent that fills them met its own bound, and printing
+    # the words cannot turn its FAIL into an ERROR while the machine's disk has room.
+    full = CommandRun("fill /tmp", 1.0, 2.0, 1, "", "/tmp/fill stopped at 256 MiB: No space left on device\n")
+    big = CommandRun("fill big.bin", 2.0, 3.0, 1, "", "big.bin stopped at 256 MiB: File too large\n")
+    forks = CommandRun("fork loop", 3.0, 4.0, 0, "", "fork refused after 507 children: Resource temporarily "
+                                                       "unavailable\n")
+    quoted = CommandRun("cat notes.md", 4.0, 5.0, 0, "## No space left on device\nFile too large", "")
+    assert faults.found([], [full], room=False) == ("a command the agent ran met a limit of this machine: "
+                                                    "/tmp/fill stopped at 256 MiB: No space left on device")
+    assert faults.found([], [full, big, forks], room=True) is None
+    notes = faults.bounds_met([full, big, forks, quoted], room=True)
+    assert [note.split(" (")[1].split(")")[0] for note in notes] == [
+        "No space left on device: its /tmp, /dev/shm or one file; the machine had room", "File too large",
+        "fork refused after 507 children: Resource temporarily unavailable"]
+    assert notes[0].endswith(": fill /tmp") and faults.bounds_met([quoted], room=True) == ()
+    assert faults.bounds_met([full], room=False) == ()  # then it is the machine's: an ERROR, above
+    assert faults.has_room(Path("/"), need=0) and not faults.has_room(Path("/"), need=2**62)
+    assert not faults.has_room(Path("/no/such/folder"))
+
+
 def test_the_same_words_in_a_commands_output_or_mid_line_are_no_fault() -> None:
     # A deck about disks may quote the message; only a program's own standard error line counts.
     quoted = CommandRun("cat notes.md", 1.0, 2.0, 0, "## No space left on device\nwhat to do", "")

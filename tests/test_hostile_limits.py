@@ -78,8 +78,14 @@ def _stopped_at(said: str) -> int:
 @needs_bubblewrap
 def test_the_item_held_beside_the_attacker_passes_untouched(run: Run) -> None:
     assert run.records["bystander"]["outcome"] == "pass", run.records["bystander"]["failures"]
-    # Judged, not an error of the run: every limit it met was its own item's.
-    assert run.records["attacker"]["outcome"] in ("pass", "fail"), run.records["attacker"]["failures"]
+    # Judged, not an error of the run: every limit it met was its own item's, and each kind is a note on it.
+    attacker = run.records["attacker"]
+    assert attacker["outcome"] in ("pass", "fail"), attacker["failures"]
+    notes = " | ".join(attacker["judged"]["notes"])  # type: ignore[index]
+    assert "filled a bound of its sandbox (No space left on device" in notes, notes
+    assert "(File too large)" in notes and "Resource temporarily unavailable" in notes, notes
+    assert not [note for note in run.records["bystander"]["judged"]["notes"]  # type: ignore[index]
+                if "bound of its sandbox" in note]
 
 
 @needs_bubblewrap

@@ -57,7 +57,9 @@ def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, li
             started = ()
         # No grace: the run is over, and a build still running then was already noted when it ran.
         found = evidence.read(workspace, 0.0, started)
-        fault = faults.found(found.calls, found.commands_run, workspace.work)
+        # Whether the machine had room is known only when the item ran: a judged item's had (else a full disk
+        # would have made it an ERROR), so a full /tmp in its commands' words was a bound of its sandbox.
+        fault = faults.found(found.calls, found.commands_run, workspace.work, room=record.outcome != "error")
         failures: tuple[str, ...]
         if fault:  # a fault the judge of then did not know: no verdict after all
             after, failures = "error", (f"{record.host}: {fault}",)

@@ -86,25 +86,25 @@ def route(name: str, before: tuple[str, ...] = (), after: tuple[str, ...] = (), 
                                                 "__doc__": doc or f"The hostile route {name!r}."})
 
 
-#: Fills what a command can fill, one MiB at a time, and says how far it got in its own words (the system's
-#: would make the item an ERROR of the machine): a file named by its argument, then removed.
+#: Fills what a command can fill, one MiB at a time, and says how far it got and the system's words for why (a
+#: bound of the sandbox, noted on the item, while the machine has room): a file named by its argument, then removed.
 _FILL_ONE = """import os, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-n = 0
+n, why = 0, "its own bound"
 try:
     with open(sys.argv[1], "wb") as out:
         while n < 4096:
             out.write(bytes(2**20))
             out.flush()
             n += 1
-except OSError:
-    pass
-print(f"{sys.argv[1]} stopped at {n} MiB")
+except OSError as error:
+    why = error.strerror
+print(f"{sys.argv[1]} stopped at {n} MiB: {why}", file=sys.stderr)
 os.remove(sys.argv[1])
 """
 #: A fork loop whose children last as long as the loop (they wait on a pipe it holds): the item's own later
 #: commands can fork again, so the route costs seconds, not the shell's retries.
-_FORK_LOOP = """import os
+_FORK_LOOP = """import os, sys
 held, holding = os.pipe()
 n = 0
 try:
@@ -116,7 +116,7 @@ try:
             os._exit(0)
         n += 1
 except OSError as error:
-    print(f"fork refused after {n} children: {error.strerror}")
+    print(f"fork refused after {n} children: {error.strerror}", file=sys.stderr)
 """
 #: The route of every resource an agent can fill (tests/test_hostile_limits.py), in conversations whose request
 #: holds LIMITS_MARKER: /tmp, /dev/shm, one huge file in work/, every process's environment, then a fork loop.

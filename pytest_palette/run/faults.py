@@ -14,6 +14,10 @@ Three sources, all written by something other than the agent's words:
   line as programs print them, or by the errno's name (ENOSPC, E2BIG …) as a client explaining it does.
   A read-only file system counts only where the agent may write: its sandbox makes everything outside its
   folder, and the skill installed in it, read-only on purpose, and a write refused there is the agent's doing;
+  A full disk or quota counts only when the machine's disk under the agent's folder is short of room when the
+  item ends: otherwise the command met a bound of its own sandbox (its /tmp, /dev/shm, one file's size), which
+  is the agent's doing and becomes a note (`bounds_met`) — and an agent that prints the words cannot turn its
+  FAIL into an ERROR;
 - a skill whose script never started: every call of it ended with exit 127 and its shell's "python: not found"
   (a command the call names, its interpreter). The machine, or the sandbox's view of it, lacks the interpreter
   the skill's instructions name; the skill was never tried.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -115,12 +120,50 @@ def missing_command(calls: Iterable[dict[str, Any]], commands: Iterable[CommandR
     return None
 
 
-def found(calls: Iterable[dict[str, Any]], commands: Iterable[CommandRun], work: Path | None = None) -> str | None:
-    """The first fault of an item's conversation (whose agent worked in `work`), in one line, or None."""
+#: A full disk or quota: the machine's, or (when the machine has room) a bound of the agent's sandbox.
+_FULL = ("No space left on device", "Disk quota exceeded", "ENOSPC", "EDQUOT")
+#: What the sandbox itself says, or the kernel says, when a command meets one of the item's bounds
+#: (docs/sandbox.md, "Limits"): a file over its size, a fork over the process count, work/ over its bound.
+_BOUNDS = re.compile(r"(File size limit exceeded|File too large|EFBIG|fork[^\n]*Resource temporarily unavailable"
+                     r"|palette: work/ holds [^\n]*|palette: the sandbox of this item has ended[^\n]*)")
+
+
+def has_room(work: Path, need: int = 200_000_000) -> bool:
+    """Whether the disk under the agent's folder still has `need` bytes free (the room a run asks for)."""
+    try:
+        return shutil.disk_usage(work).free >= need
+    except OSError:
+        return False
+
+
+def bounds_met(commands: Iterable[CommandRun], room: bool) -> tuple[str, ...]:
+    """Notes for the bounds of its sandbox an agent's commands met — each kind once, with the first command that
+    met it. A full /tmp or /dev/shm counts here only when the machine has `room` (else it is a fault)."""
+    notes: dict[str, str] = {}
+    for run in commands:
+        text = run.stderr  # a program's own words for an error; its output may quote anything
+        said = machine_fault(text) if room else None
+        full = next((word for word in _FULL if said and word in said), None)
+        if full and "full" not in notes:
+            notes["full"] = (f"a command of the agent's filled a bound of its sandbox ({full}: its /tmp, /dev/shm "
+                             f"or one file; the machine had room): {_clip(run.command)}")
+        met = _BOUNDS.search(text)
+        kind = met.group(1)[:12] if met else ""
+        if met and kind not in notes:
+            notes[kind] = f"a command of the agent's met a bound of its sandbox ({_clip(met.group(1))}): " \
+                          f"{_clip(run.command)}"
+    return tuple(notes.values())
+
+
+def found(calls: Iterable[dict[str, Any]], commands: Iterable[CommandRun], work: Path | None = None,
+          room: bool = False) -> str | None:
+    """The first fault of an item's conversation (whose agent worked in `work`), in one line, or None. With
+    `room` (the machine's disk had room when the item ended) a full disk in a command's words is a bound of its
+    sandbox, noted by `bounds_met`, not a fault."""
     calls, commands = list(calls), list(commands)
     for run in commands:
         machine = machine_fault(run.stderr, work)
-        if machine:
+        if machine and not (room and any(word in machine for word in _FULL)):
             return f"a command the agent ran met a limit of this machine: {machine}"
     missing = missing_command(calls, commands)
     if missing:

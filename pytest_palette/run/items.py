@@ -178,9 +178,13 @@ class CaseItem(pytest.Item):
         self._evidence = evidence.read(self.workspace, settings.build_grace, self._transcript.started, scripts)
         if self._sandbox is not None:  # what the agent started and left running ends with its item
             self._sandbox.stop()
-        fault = faults.found(self._evidence.calls, self._evidence.commands_run, self.workspace.work)
+        room = faults.has_room(self.workspace.work)
+        fault = faults.found(self._evidence.calls, self._evidence.commands_run, self.workspace.work, room)
         if fault:
             self._error(fault)
+        met = faults.bounds_met(self._evidence.commands_run, room)
+        if met:  # the agent's own doing: a note on its verdict, not an error of the run
+            self._evidence = dataclasses.replace(self._evidence, call_notes=self._evidence.call_notes + met)
         self._evidence = evidence.save_outputs(self.case, self._evidence, self.workspace.output)
 
     def teardown(self) -> None:
