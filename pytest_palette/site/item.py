@@ -288,8 +288,7 @@ def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[Fai
     if case is not None and record.judged is not None and (record.judged.rules or PALETTE) == PALETTE:
         try:
             found = evidence.read(item.workspace, 0.0, transcript.started)
-            if not faults.found(found.calls, found.commands_run, item.workspace.work,
-                                room=record.outcome != "error"):
+            if not faults.found(found.calls, found.commands_run, item.workspace.work, room=True):  # it was judged
                 verdict = judge(case, found, record.host)
                 blame = dict(zip(verdict.failures, verdict.blame, strict=False))
         except (OSError, ValueError) as error:  # an unreadable folder: the words stand alone
