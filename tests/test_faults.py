@@ -129,7 +129,9 @@ def test_a_full_disk_while_the_machine_has_room_is_a_bound_of_the_sandbox_noted_
     big = CommandRun("fill big.bin", 2.0, 3.0, 1, "", "big.bin stopped at 256 MiB: File too large\n")
     forks = CommandRun("fork loop", 3.0, 4.0, 0, "", "fork refused after 507 children: Resource temporarily "
                                                        "unavailable\n")
-    quoted = CommandRun("cat notes.md", 4.0, 5.0, 0, "## No space left on device\nFile too large", "")
+    # A host that keeps standard error apart: what a command printed as its output is not read.
+    quoted = CommandRun("cat notes.md", 4.0, 5.0, 0, "## No space left on device\nFile too large", "cat: done\n")
+    merged = CommandRun("fill /tmp", 1.0, 2.0, 0, "/tmp/fill stopped at 9 MiB: No space left on device", "")
     assert faults.found([], [full], room=False) == ("a command the agent ran met a limit of this machine: "
                                                     "/tmp/fill stopped at 256 MiB: No space left on device")
     assert faults.found([], [full, big, forks], room=True) is None
@@ -138,6 +140,7 @@ def test_a_full_disk_while_the_machine_has_room_is_a_bound_of_the_sandbox_noted_
         "No space left on device: its /tmp, /dev/shm or one file; the machine had room", "File too large",
         "fork refused after 507 children: Resource temporarily unavailable"]
     assert notes[0].endswith(": fill /tmp") and faults.bounds_met([quoted], room=True) == ()
+    assert len(faults.bounds_met([merged], room=True)) == 1  # a host that gives both as one (claude's Bash tool)
     assert faults.bounds_met([full], room=False) == ()  # then it is the machine's: an ERROR, above
     assert faults.has_room(Path("/"), need=0) and not faults.has_room(Path("/"), need=2**62)
     assert not faults.has_room(Path("/no/such/folder"))

@@ -1,5 +1,6 @@
 """Issue 21 routes 1, 2 and 7 end to end: an agent that leaves links where the harness copies from, and a run
-folder crafted to make `palette-bench view` write outside its --out. One react session, asserted on many times."""
+folder crafted to make `palette-bench view` write outside its --out. One session on the three hosts, asserted on many
+times."""
 
 from __future__ import annotations
 
@@ -48,9 +49,14 @@ def _leaks(path: Path) -> list[str]:
     return [value for value in (*FAKE_KEYS.values(), SECRET) if value in data]
 
 
+#: react runs each command itself, cuga through its run_command, claude through its CLI's shell prefix.
+HOSTS = ("react", "cuga", "claude")
+
+
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
-    """One react session of the two cases with fake keys in its environment; only `attacked` plants links."""
+    """One session of the two cases on the three hosts, fake keys in its environment; only `attacked` plants
+    links."""
     if needs_bubblewrap.args[0]:
         pytest.skip(needs_bubblewrap.kwargs["reason"])
     secret = tmp_path_factory.mktemp("caller") / "root-only.txt"
@@ -62,33 +68,37 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     passed = "HOSTILE_SECRET_FILE" + (",PYTHONPATH" if os.environ.get("PYTHONPATH") else "")
     env = {**os.environ, **FAKE_KEYS, "HOSTILE_SECRET_FILE": str(secret)}
     # A process of its own, as a user runs it: its environment is what /proc/self/environ would give away.
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--host=react",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--host={','.join(HOSTS)}",
                            "--model=rehearsal:hostile_links", f"--palette-sandbox-env={passed}"],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=900)
     [run] = (folder / "runs").iterdir()
-    records = {r["case"]: r for r in map(json.loads, (run / "results.jsonl").open())}
+    records = {f'{r["case"]}[{r["host"]}]': r for r in map(json.loads, (run / "results.jsonl").open())}
     yield Session(folder, run, secret, done.stdout + done.stderr, records)
 
 
-def test_the_attacked_item_is_judged_with_a_note_for_each_link_and_the_next_passes(session: Session) -> None:
-    assert session.records["attacked"]["outcome"] == "pass", session.stdout
-    assert session.records["next_item"]["outcome"] == "pass", session.stdout
-    assert "2 passed" in session.stdout
-    notes = session.records["attacked"]["judged"]["notes"]  # type: ignore[index]
+@pytest.mark.parametrize("host", HOSTS)
+def test_the_attacked_item_is_judged_with_a_note_for_each_link_and_the_next_passes(session: Session,
+                                                                                  host: str) -> None:
+    assert session.records[f"attacked[{host}]"]["outcome"] == "pass", session.stdout
+    assert session.records[f"next_item[{host}]"]["outcome"] == "pass", session.stdout
+    assert f"{2 * len(HOSTS)} passed" in session.stdout
+    notes = session.records[f"attacked[{host}]"]["judged"]["notes"]  # type: ignore[index]
     for expected in ("slide-7.png beside the deck is a link (to /proc/self/environ), not copied",
                      f"slide-8.png beside the deck is a link (to {session.secret}), not copied",
                      "slide-9.png beside the deck is a link (to /dev/zero), not copied",
                      "slide-10.png beside the deck is a FIFO, not a regular file, not copied",
                      "plan-environ.md is a link (to /proc/self/environ), not copied as the plan",
                      f"plan-secret.md is a link (to {session.secret}), not copied as the plan"):
-        assert expected in notes, notes
-    assert not session.records["next_item"]["judged"]["notes"]  # type: ignore[index]
-    ran = [json.loads(line)["command"] for line in (session.run / "react" / "attacked" / "commands.jsonl").open()]
+        # cuga's agent works in a folder of its thread's below work/: the note names the path from work/
+        assert any(note == expected or note.endswith(f"/{expected}") for note in notes), (expected, notes)
+    assert not session.records[f"next_item[{host}]"]["judged"]["notes"]  # type: ignore[index]
+    ran = [json.loads(line)["command"] for line in (session.run / host / "attacked" / "commands.jsonl").open()]
     assert set(HOSTILE_LINKS) <= set(ran)  # the agent did plant them all
 
 
-def test_output_holds_the_deck_its_previews_and_plan_and_no_link(session: Session) -> None:
-    output = session.run / "react" / "attacked" / "output"
+@pytest.mark.parametrize("host", HOSTS)
+def test_output_holds_the_deck_its_previews_and_plan_and_no_link(session: Session, host: str) -> None:
+    output = session.run / host / "attacked" / "output"
     assert sorted(p.name for p in output.iterdir()) == ["attacked.pptx", "plan.md", "slide-1.png", "slide-2.png",
                                                         "slide-3.png"]
     links = [p for p in session.run.rglob("*") if p.is_symlink() and "work" not in p.relative_to(session.run).parts]
@@ -121,7 +131,8 @@ def test_a_crafted_run_folder_is_refused_and_view_writes_nothing_outside_out(
         session: Session, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "a" / "runs" / session.run.name
     shutil.copytree(session.run, run, symlinks=True, ignore=shutil.ignore_patterns("work"))
-    good = json.loads((run / "results.jsonl").read_text().splitlines()[0])
+    kept = (run / "results.jsonl").read_text().splitlines()
+    good, crafted = json.loads(kept[0]), len(kept) + 1  # the line of the first crafted record
     with (run / "results.jsonl").open("a") as ledger:
         for case, host in (("next_item", "../../x"), ("../y", "react")):
             ledger.write(json.dumps({**good, "case": case, "host": host, "workspace": None}) + "\n")
@@ -136,9 +147,10 @@ def test_a_crafted_run_folder_is_refused_and_view_writes_nothing_outside_out(
     with pytest.warns(UserWarning) as caught:
         assert main(["view", str(run), "--out", str(out)]) == 0
     said = [str(warning.message) for warning in caught]
-    assert f"{run / 'results.jsonl'}:3: left out of the site: a record for 'next_item' on '../../x': its host " \
+    ledger = run / "results.jsonl"
+    assert f"{ledger}:{crafted}: left out of the site: a record for 'next_item' on '../../x': its host " \
            "'../../x' is not a host name" in said
-    assert f"{run / 'results.jsonl'}:4: left out of the site: a record for '../y' on 'react': its case '../y' is " \
+    assert f"{ledger}:{crafted + 1}: left out of the site: a record for '../y' on 'react': its case '../y' is " \
            "not a case name" in said
     written = {p for p in tmp_path.rglob("*")} - before
     assert written and all(p == out or out in p.parents or p in out.parents for p in written)  # only in --out
@@ -156,4 +168,5 @@ def test_a_crafted_run_folder_is_refused_and_view_writes_nothing_outside_out(
     rejudged = capsys.readouterr().out
     assert "not re-judged: next_item[react]: pass, nothing on disk to judge" in rejudged  # its case.json: a link
     assert "not re-judged: a record for 'next_item' on '../../x': its host" in rejudged
-    assert rejudged.splitlines()[-1].startswith("1 verdict(s) re-judged")  # attacked: its work/ was not copied
+    # Every item but react's next_item (its case.json is now a link): the attacked ones' work/ was not copied.
+    assert rejudged.splitlines()[-1].startswith(f"{2 * len(HOSTS) - 1} verdict(s) re-judged"), rejudged

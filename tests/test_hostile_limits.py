@@ -41,7 +41,7 @@ class Run:
     output: str
 
 
-@pytest.fixture(scope="module", params=["react", "claude"])
+@pytest.fixture(scope="module", params=["react", "cuga", "claude"])
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Run:
     """One session per host (react runs each command itself; claude's CLI runs them through its shell prefix),
     the two items held at once (--palette-conversations 2), fake keys in the caller's environment."""
@@ -84,6 +84,7 @@ def test_the_item_held_beside_the_attacker_passes_untouched(run: Run) -> None:
     notes = " | ".join(attacker["judged"]["notes"])  # type: ignore[index]
     assert "filled a bound of its sandbox (No space left on device" in notes, notes
     assert "(File too large)" in notes and "Resource temporarily unavailable" in notes, notes
+    assert "the skill's trace is larger than 32 MiB" in notes, notes  # 200 MiB written, read no further
     assert not [note for note in run.records["bystander"]["judged"]["notes"]  # type: ignore[index]
                 if "bound of its sandbox" in note]
 

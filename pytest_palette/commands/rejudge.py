@@ -57,9 +57,11 @@ def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, li
             started = ()
         # No grace: the run is over, and a build still running then was already noted when it ran.
         found = evidence.read(workspace, 0.0, started)
-        # Whether the machine had room is known only when the item ran: a judged item's had (else a full disk
-        # would have made it an ERROR), so a full /tmp in its commands' words was a bound of its sandbox.
-        fault = faults.found(found.calls, found.commands_run, workspace.work, room=record.outcome != "error")
+        # Whether the machine had room is known only when the item ran: its record then noted the bound of its
+        # sandbox that a full disk in its commands' words was. A record without that note (a judge before it)
+        # did not ask: the words are the machine's.
+        room = record.judged is not None and any(faults.SANDBOX_FULL in note for note in record.judged.notes)
+        fault = faults.found(found.calls, found.commands_run, workspace.work, room=room)
         failures: tuple[str, ...]
         if fault:  # a fault the judge of then did not know: no verdict after all
             after, failures = "error", (f"{record.host}: {fault}",)

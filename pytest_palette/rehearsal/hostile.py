@@ -118,6 +118,15 @@ try:
 except OSError as error:
     print(f"fork refused after {n} children: {error.strerror}", file=sys.stderr)
 """
+#: 200 MiB of lines appended to the skill's trace (its only file outside work/ the agent can write): the harness
+#: reads it no further than its bound, and notes it.
+_HUGE_TRACE = """import json, os
+line = (json.dumps({"command": "pad", "pad": "x" * 1000}) + "\\n").encode()
+with open(os.environ["PALETTE_TRACE"], "ab") as out:
+    for _ in range(200 * 2**20 // len(line)):
+        out.write(line)
+print("trace padded")
+"""
 #: The route of every resource an agent can fill (tests/test_hostile_limits.py), in conversations whose request
 #: holds LIMITS_MARKER: /tmp, /dev/shm, one huge file in work/, every process's environment, then a fork loop.
 LIMITS_MARKER = "[hostile: limits]"
@@ -127,6 +136,7 @@ HOSTILE_LIMITS = (
     f"python3 -c {shlex.quote(_FILL_ONE)} big.bin",
     "echo \"processes seen: $(ls -d /proc/[0-9]* | wc -l)\"; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'",
     f"python3 -c {shlex.quote(_FORK_LOOP)}",
+    f"python3 -c {shlex.quote(_HUGE_TRACE)}",
 )
 #: Issue 21 routes 1, 2: links left where the harness copies from, once the deck is ready — previews beside it and
 #: plans — to the harness's environment, to a root-only file (its path in HOSTILE_SECRET_FILE, passed with

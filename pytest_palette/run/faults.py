@@ -128,6 +128,10 @@ _BOUNDS = re.compile(r"(File size limit exceeded|File too large|EFBIG|fork[^\n]*
                      r"|palette: work/ holds [^\n]*|palette: the sandbox of this item has ended[^\n]*)")
 
 
+#: The words of the note a full disk in a command's words becomes while the machine has room (rejudge reads them).
+SANDBOX_FULL = "filled a bound of its sandbox"
+
+
 def has_room(work: Path, need: int = 200_000_000) -> bool:
     """Whether the disk under the agent's folder still has `need` bytes free (the room a run asks for)."""
     try:
@@ -141,11 +145,13 @@ def bounds_met(commands: Iterable[CommandRun], room: bool) -> tuple[str, ...]:
     met it. A full /tmp or /dev/shm counts here only when the machine has `room` (else it is a fault)."""
     notes: dict[str, str] = {}
     for run in commands:
-        text = run.stderr  # a program's own words for an error; its output may quote anything
+        # A program's own words for an error; its output may quote anything. A host that keeps no standard error
+        # apart (the claude CLI's Bash tool) gives both as one: a note, unlike a fault, may read that.
+        text = run.stderr or run.stdout
         said = machine_fault(text) if room else None
         full = next((word for word in _FULL if said and word in said), None)
         if full and "full" not in notes:
-            notes["full"] = (f"a command of the agent's filled a bound of its sandbox ({full}: its /tmp, /dev/shm "
+            notes["full"] = (f"a command of the agent's {SANDBOX_FULL} ({full}: its /tmp, /dev/shm "
                              f"or one file; the machine had room): {_clip(run.command)}")
         met = _BOUNDS.search(text)
         kind = met.group(1)[:12] if met else ""
