@@ -171,6 +171,9 @@ def test_the_harness_unable_to_write_is_an_error_naming_the_file(pytester: pytes
     result.stdout.fnmatch_lines(["*the harness could not write */turns.json: Read-only file system",
                                  "*(an error of the run, not a verdict on the skill)"])
     assert "Traceback" not in result.stdout.str()
+    # Said once per item: not under the OSError it replaces, nor twice in the short summary.
+    assert "During handling of the above exception" not in result.stdout.str()
+    assert len([line for line in result.stdout.lines if line.startswith("ERROR ")]) == 2
 
 
 #: 400 KB: over Linux's limit of 128 KiB for one argument (`claude -p <prompt>`, `sh -c <command>`).

@@ -137,15 +137,17 @@ class CaseItem(pytest.Item):
                     settings.turn_timeout, self._sandbox, on_open=on_open)
 
     def _setup_held(self, host: Host) -> None:
+        unwritable = None
         try:
             self._hold(host)
         except OSError as error:  # the run folder went read-only, or the disk filled, under the harness
-            self._error(f"the harness could not write {error.filename or 'its files'}: "
-                        f"{error.strerror or error}")
+            unwritable = f"the harness could not write {error.filename or 'its files'}: {error.strerror or error}"
         except Exception as error:  # a bug of ours: recorded as an error of the run, traceback kept for us
             with contextlib.suppress(OSError):
                 self._finish("error", [f"{self.host_name}: the harness failed: {type(error).__name__}: {error}"])
             raise
+        if unwritable:  # outside the except: the ERROR says it once, not under the OSError it replaces
+            self._error(unwritable)
 
     def _hold(self, host: Host) -> None:
         """Hold the conversation (or collect the one held ahead) and read what it left; a fault of the host,
