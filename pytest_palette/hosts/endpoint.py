@@ -13,6 +13,7 @@ import json
 import socketserver
 import tempfile
 import threading
+import weakref
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -117,6 +118,8 @@ class KeyForwarder:
         # A folder of its own, readable by any user id: a sandbox binds it (read-only: a socket still connects).
         self._folder = Path(tempfile.mkdtemp(prefix="palette-model-"))
         self._folder.chmod(0o755)
+        # Gone at the latest when this process exits, even if no one stops the forwarder (a session cut short).
+        weakref.finalize(self, _remove_socket_folder, self._folder)
         self._unix = socketserver.ThreadingUnixStreamServer(str(self._folder / "model.sock"), Handler)
         self._unix.daemon_threads = True
         self.socket.chmod(0o666)  # the item's user id connects
@@ -141,8 +144,7 @@ class KeyForwarder:
                 server.server_close()
         self._server = self._unix = None
         if self._folder is not None:  # made by start(): its socket and nothing else
-            self._folder.joinpath("model.sock").unlink(missing_ok=True)
-            self._folder.rmdir()
+            _remove_socket_folder(self._folder)
             self._folder = None
 
     def forward(self, request: BaseHTTPRequestHandler) -> None:
@@ -181,6 +183,14 @@ class KeyForwarder:
                 _refuse(request, 502, f"the model's endpoint did not answer: {type(error).__name__}")
         finally:
             connection.close()
+
+
+def _remove_socket_folder(folder: Path) -> None:
+    """The folder start() made, with its socket: nothing else is in it, and nothing else is removed."""
+    with contextlib.suppress(FileNotFoundError):
+        folder.joinpath("model.sock").unlink()
+    with contextlib.suppress(FileNotFoundError):
+        folder.rmdir()
 
 
 def _refuse(request: BaseHTTPRequestHandler, status: int, message: str) -> None:
