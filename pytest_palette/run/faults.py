@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..backend import MIN_FREE_BYTES
 from ..judge import answer_of
 from .command_log import NOT_FOUND, CommandRun, not_found, without_heredocs
 
@@ -132,7 +133,7 @@ _BOUNDS = re.compile(r"(File size limit exceeded|File too large|EFBIG|fork[^\n]*
 SANDBOX_FULL = "filled a bound of its sandbox"
 
 
-def has_room(work: Path, need: int = 200_000_000) -> bool:
+def has_room(work: Path, need: int = MIN_FREE_BYTES) -> bool:
     """Whether the disk under the agent's folder still has `need` bytes free (the room a run asks for)."""
     try:
         return shutil.disk_usage(work).free >= need
