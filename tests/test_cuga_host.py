@@ -35,8 +35,6 @@ from pytest_palette.hosts.cuga import (
     cuga_model,
     find_uv,
     import_problem,
-    item_environment,
-    process_state,
     unsupported_reason,
 )
 from pytest_palette.models import ModelSpec, parse_model
@@ -232,34 +230,6 @@ def test_drift_names_changed_missing_and_extra_files(tmp_path: Path) -> None:
     found = "\n".join(drift(card.directory, installed))
     assert "SKILL.md differs" in found and "deck.py is missing" in found and "notes.md is not in the skill" in found
     assert drift(card.directory, tmp_path / "nowhere") == [f"{tmp_path / 'nowhere'} does not exist"]
-
-
-# -- the process state an item borrows -------------------------------------------------------------
-
-
-def test_process_state_is_the_items_environment_and_cwd_and_is_restored(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ONLY_OUTSIDE", "1")
-    before_env, before_cwd = dict(os.environ), os.getcwd()
-    inside = {**os.environ, "PALETTE_TRACE": str(tmp_path / TRACE_NAME)}
-    del inside["ONLY_OUTSIDE"]
-    with pytest.raises(RuntimeError), process_state(inside, tmp_path):
-        assert os.environ["PALETTE_TRACE"] == str(tmp_path / TRACE_NAME) and "ONLY_OUTSIDE" not in os.environ
-        assert Path.cwd() == tmp_path
-        raise RuntimeError("a turn failed")
-    assert dict(os.environ) == before_env and os.getcwd() == before_cwd and "PALETTE_TRACE" not in os.environ
-
-
-def test_the_items_environment_carries_the_trace_the_model_and_uv(tmp_path: Path) -> None:
-    env = agent_environment(tmp_path / TRACE_NAME, {"PATH": "/usr/bin:/bin"})
-    mapped = cuga_model(REHEARSAL, env, rehearsal_url=URL)
-    item = item_environment(env, mapped, tmp_path / ".cuga")
-    assert item["PALETTE_TRACE"] == str(tmp_path / TRACE_NAME) and item["PALETTE_PYTHON"] == sys.executable
-    assert item["OPENAI_BASE_URL"] == URL and item["MODEL_NAME"] == "rehearsal"
-    assert item["CUGA_FOLDER"] == str(tmp_path / ".cuga") and item["UV_PYTHON_DOWNLOADS"] == "never"
-    uv = find_uv()
-    assert item["PATH"].startswith("/usr/bin:/bin")
-    assert uv is None or shutil.which("uv", path=item["PATH"]) is not None
 
 
 # -- the rehearsal wire, read against what real CUGA sent ------------------------------------------
@@ -502,21 +472,3 @@ def test_pasted_material_with_code_fences_reaches_the_plan_whole(host: CugaHost,
     assert plan["args"]["context"] == FENCED.strip() and plan["args"]["request"] == "Turn these notes into a deck"
     deck = newest_deck(tmp_path / "work")
     assert deck is not None and inspect_deck(deck).has_plex
-
-
-def test_process_state_leaves_pytests_own_variable_to_pytest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # pytest's main thread sets and removes PYTEST_CURRENT_TEST around every item while a conversation is held in
-    # another thread: the block must neither remove it nor put back a stale value.
-    monkeypatch.setenv("PYTEST_CURRENT_TEST", "first (setup)")
-    inside = {**os.environ, "PYTEST_CURRENT_TEST": "stale"}
-    with process_state(inside, tmp_path):
-        assert os.environ["PYTEST_CURRENT_TEST"] == "first (setup)"
-        os.environ.pop("PYTEST_CURRENT_TEST")  # the main thread ends an item meanwhile
-    assert "PYTEST_CURRENT_TEST" not in os.environ
-
-
-def test_process_state_takes_away_what_was_set_during_the_block(tmp_path: Path) -> None:
-    before = dict(os.environ)
-    with process_state(dict(os.environ), tmp_path):
-        os.environ["OTEL_SERVICE_NAME"] = "cuga"  # what CUGA sets for itself on its first turn
-    assert dict(os.environ) == before
