@@ -325,13 +325,17 @@ CUGA_CODE_LABELS = ("cuga-code-process", "cuga-code-socket", "cuga-code-environ"
 #: the agent keeps there what each block printed (`seen-<label>.txt`), as the model read it.
 PROBE_DIR = "PALETTE_PROBE_DIR"
 
-# Each block passes CUGA 0.4.3's own filter (cuga_lite/executors/common/security.py), so that it is the sandbox
-# that stops it: it imports nothing (`asyncio` is in the executor's globals: no import check); it names no module
-# of FORBIDDEN_MODULES (so the pipes are the literals -1 and -2: `asyncio.subprocess.PIPE` names `subprocess`), no
-# attribute of FORBIDDEN_ATTRS (`env`, `environ`, `modules`) or dunder, and calls nothing of FORBIDDEN_CALLS
-# (`open`, `getattr` …): `create_subprocess_shell`, `open_connection`, `communicate`, `decode` are none of them;
-# the shell's words are a string, which the AST check does not read. And each names one of the tools in its
-# context (`run_command`, never called), without which `validate_context_usage` refuses to run a block.
+# Each block passes CUGA 0.4.3's own filter (cuga_lite/executors/common/security.py, checked by running each
+# through it: all four run), so that it is the sandbox that stops it. Every block:
+# - imports nothing: `asyncio` is in LocalExecutor's globals, so `validate_imports` and its restricted
+#   `__import__` have nothing to refuse;
+# - names a tool of its context (`run_command`, never called): without one `validate_context_usage` refuses it;
+# - keeps its shell's words in a string literal, which the AST check (`validate_wrapped_code`) does not read.
+# The process, environ and write blocks: `asyncio.create_subprocess_shell(...)` and `.communicate()` are no
+#   FORBIDDEN_CALLS; the pipes are the literals -1 and -2, as `asyncio.subprocess.PIPE` names the forbidden
+#   module `subprocess`; no attribute of FORBIDDEN_ATTRS (`env`, `environ`, `modules`) or dunder appears.
+# The socket block: `asyncio.open_connection` is not the forbidden call `open` (calls are matched by name), and
+#   names no `socket`; it catches `Exception`, as `OSError` is not among the safe builtins.
 _SHELL_BLOCK = """tools = [run_command]  # named, not called: the shell below is not the tool's
 shell = await asyncio.create_subprocess_shell({command!r}, stdout=-1, stderr=-2)
 said, _ = await asyncio.wait_for(shell.communicate(), 60)
