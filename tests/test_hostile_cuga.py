@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -140,10 +141,16 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     stale = tmp_marker.exists()  # another process of that id left it: not this session's to judge or remove
     try:
         output, _ = process.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)  # as a user's Ctrl-C: the session ends what it started
+        output, _ = process.communicate(timeout=60)
+        pytest.fail("the cuga session did not end within 600 s")
     finally:
         process.kill()
         listener.close()
-    [results] = (folder / "runs").glob("*/results.jsonl")
+    found = list((folder / "runs").glob("*/results.jsonl"))
+    assert len(found) == 1, f"the session wrote no results (exit code {process.returncode})"
+    [results] = found
     [record] = map(json.loads, results.open())
     [item] = (folder / "runs").glob("*/cuga/attacked")
     seen = {label: (probe / f"seen-{label}.txt").read_text(encoding="utf-8")
@@ -220,10 +227,15 @@ def test_the_harness_environment_was_not_readable(session: Session) -> None:
 
 
 @needs_bubblewrap
-def test_no_socket_reached_the_probe(session: Session) -> None:
+def test_no_socket_reached_the_probe_or_the_harness(session: Session) -> None:
     said = _said(session, "cuga-code-socket")
     assert re.search(r"^== probe port \d+: refused", said, re.M), said
     assert session.knocked == []
+    # The harness's own listening ports (its model server): none but the model's, as the code's host names it.
+    env = _section(_said(session, "cuga-code-process"), "env")
+    model = {int(port) for port in re.findall(r"^OPENAI_BASE_URL=\S*?:(\d+)", env, re.M)}
+    reached = {int(port) for port in re.findall(r"^== harness port (\d+): connected", said, re.M)}
+    assert reached <= model, said
 
 
 @needs_bubblewrap
