@@ -113,9 +113,35 @@ def test_conversations_are_held_together_and_every_item_is_still_judged(pytester
     assert _most_at_once(_windows(run)) > 1
 
 
-def test_a_host_with_process_wide_state_holds_one_conversation_at_a_time(pytester: pytest.Pytester) -> None:
+def test_cuga_holds_its_conversations_side_by_side_each_in_its_own_worker(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(CORE, *_here(pytester), "-m", "core", "--host", "cuga",
                                            "--palette-conversations", "5")
+    outcomes = result.parseoutcomes()
+    if outcomes.get("skipped"):
+        pytest.skip("the cuga host is not installed here")
+    result.assert_outcomes(passed=5)
+    [run] = (pytester.path / "runs").glob("*")
+    assert _most_at_once(_windows(run)) == 5
+
+
+SERIAL_HOST = """
+from pytest_palette.hosts.react import ReactHost
+
+class SerialHost(ReactHost):
+    name = "serial"
+    concurrent = False  # a client whose state is its process's
+
+def pytest_palette_add_hosts(hosts, config):
+    hosts["serial"] = SerialHost()
+"""
+
+
+def test_a_host_with_process_wide_state_holds_one_conversation_at_a_time(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(SERIAL_HOST)
+    cases = pytester.path / "interaction.yaml"  # beside the conftest.py that adds the host
+    cases.write_text(Path(CORE).read_text(encoding="utf-8"), encoding="utf-8")
+    result = pytester.runpytest_subprocess(str(cases), *_here(pytester), "-m", "core", "--host", "serial",
+                                           "--palette-conversations", "5", "--palette-rehearsal-latency", "0.2")
     result.assert_outcomes(passed=5)
     [run] = (pytester.path / "runs").glob("*")
     assert _most_at_once(_windows(run)) == 1
