@@ -11,13 +11,15 @@ Then it runs the slowest of them again, each alone (`--palette-conversations 1`,
 else of the run in flight), and prints:
 
 - wall: the sweep, as the user waits for it (pytest's start to its exit);
-- ideal: the larger of two bounds, and which one bound —
-  the slowest case alone: the wall of a run of that one case, so it pays the same start-up as the sweep and
-  the ratio charges the harness only for what running N at once costs. The case slowest under contention
-  need not be the slowest alone, so up to `--alone` (3) of the slowest are re-run, slowest first, and the
-  largest is taken. Contention only slows a case, so a candidate whose time under contention is below the
-  largest time alone found so far cannot exceed it and is not run (the model's jitter, drawn per call in
-  order, makes that a few seconds' approximation either way);
+- ideal: the sweep's own start-up and wind-down (pytest's start to its first conversation, its last
+  conversation's end to its exit: paid once whatever N is) plus the larger of two bounds, and which one bound —
+  the slowest case alone: its conversation (start to end, from its record) in a run of that one case. The
+  case slowest under contention need not be the slowest alone, so up to `--alone` (3) of the slowest are
+  re-run, slowest first, and the largest is taken. Contention only slows a case, so a candidate whose time
+  under contention is below the largest time alone found so far cannot exceed it and is not run (the model's
+  jitter, drawn per call in order, makes that a few seconds' approximation either way). The run alone's own
+  start-up is printed, not used: on a shared 2-core machine it varied 6-16 s between runs of the same case,
+  noise that would swamp the ratio;
   item time / N: what N slots allow however well the cases are packed. Its item times are measured under
   contention, so it flatters the harness when it is the one that binds (the line then says so).
   Deriving the ideal from the latencies plus a per-call overhead was not chosen: the overhead is what is
@@ -85,7 +87,6 @@ class Item:
 
     case: str
     outcome: str
-    seconds: float
     started_at: float
     ended_at: float
     failures: tuple[str, ...]
@@ -94,8 +95,8 @@ class Item:
     def read(cls, line: str) -> Item:
         record = json.loads(line)
         usage = record["usage"]
-        return cls(record["case"], record["outcome"], float(usage["seconds"] or 0), float(usage["started_at"]),
-                   float(usage["ended_at"]), tuple(record["failures"]))
+        return cls(record["case"], record["outcome"], float(usage["started_at"]), float(usage["ended_at"]),
+                   tuple(record["failures"]))
 
 
 @dataclass
@@ -106,6 +107,9 @@ class Run:
     output: str
     records: list[Item]
     wall: float
+    #: The run's start and end on the records' clock (time.time), for its start-up and wind-down.
+    began: float
+    ended: float
     cpu: float
     peak: int
     peak_processes: int
@@ -114,7 +118,8 @@ class Run:
     left: list[str] = field(default_factory=list)
 
     def seconds(self) -> dict[str, float]:
-        return {r.case: r.seconds for r in self.records}
+        """Each case's conversation, start to end (the span the sweep packs; usage.seconds leaves out a little)."""
+        return {r.case: r.ended_at - r.started_at for r in self.records}
 
     def outcomes(self) -> dict[str, int]:
         return dict(collections.Counter(r.outcome for r in self.records))
@@ -127,6 +132,13 @@ class Run:
             running += step
             most = max(most, running)
         return most
+
+    def fixed(self) -> tuple[float, float]:
+        """Seconds from pytest's start to the first conversation, and from the last one's end to pytest's exit."""
+        if not self.records:
+            return 0.0, 0.0
+        return (min(r.started_at for r in self.records) - self.began,
+                self.ended - max(r.ended_at for r in self.records))
 
     def problem(self) -> str | None:
         """Why this run cannot be measured, in one line; None when every item passed."""
@@ -243,7 +255,7 @@ def run_pytest(host: str, selection: list[str], conversations: int, model_latenc
     log = folder / "output.txt"
     before = psutil.cpu_times()
     with open(log, "w", encoding="utf-8") as out:
-        started = time.monotonic()
+        started, began = time.monotonic(), time.time()
         # A session of its own: Ctrl-C reaches the script alone, which passes it on and waits for the run to close.
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
@@ -255,7 +267,7 @@ def run_pytest(host: str, selection: list[str], conversations: int, model_latenc
         _stop(process, sampler)
         raise
     finally:
-        wall = time.monotonic() - started
+        wall, ended = time.monotonic() - started, time.time()
         sampler.stopped.set()
         sampler.join()
     process.returncode = os.waitstatus_to_exitcode(status)
@@ -270,7 +282,7 @@ def run_pytest(host: str, selection: list[str], conversations: int, model_latenc
             pass
     records = [Item.read(line) for ledger in sorted((folder / "runs").glob("*/results*.jsonl"))
                for line in ledger.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return Run(process.returncode, log.read_text(encoding="utf-8", errors="replace"), records, wall,
+    return Run(process.returncode, log.read_text(encoding="utf-8", errors="replace"), records, wall, began, ended,
                usage.ru_utime + usage.ru_stime + sum(sampler.outside.values()), sampler.peak,
                sampler.peak_processes, 1 - idle / elapsed if elapsed > 0 else 0.0, len(sampler.outside),
                [_named(p) for p in left])
@@ -324,12 +336,19 @@ class Measured:
     alone: dict[str, Run]
     problems: list[str]
 
-    def ideal(self) -> tuple[float, str]:
+    def ideal(self) -> tuple[float, str, str]:
+        """The sweep's own start-up and wind-down plus the larger of the slowest conversation alone and the item
+        time / N; which bound it is; the sum spelled out."""
+        start, end = self.sweep.fixed()
         packed = sum(self.sweep.seconds().values()) / self.conversations
-        slowest = max(self.alone, key=lambda case: self.alone[case].wall, default=None)
-        if slowest is None or packed > self.alone[slowest].wall:
-            return packed, f"item time / {self.conversations}, under contention"
-        return self.alone[slowest].wall, f"slowest case alone: {slowest}"
+        alone = {case: run.seconds()[case] for case, run in self.alone.items() if case in run.seconds()}
+        slowest = max(alone, key=alone.__getitem__, default=None)
+        if slowest is None or packed > alone[slowest]:
+            middle, bound = packed, f"item time / {self.conversations}, under contention"
+        else:
+            middle, bound = alone[slowest], f"slowest case alone: {slowest}"
+        return (start + middle + end, bound,
+                f"start-up {start:.1f} s + {bound} {middle:.1f} s + wind-down {end:.1f} s")
 
     def ratio(self) -> float:
         return self.sweep.wall / self.ideal()[0]
@@ -340,7 +359,7 @@ class Measured:
 
     def line(self) -> str:
         """The summary: one line a user can paste."""
-        ideal, bound = self.ideal()
+        ideal, bound, _ = self.ideal()
         flight = max(1, self.sweep.overlap())
         cores = len(os.sched_getaffinity(0))
         memory = MEMORY_TARGETS.get(self.host)
@@ -373,8 +392,8 @@ def bench(host: str, args: argparse.Namespace, selection: list[str], engine: str
         sweep = run_pytest(host, selection, args.conversations, args.model_latency, engine, Path(scratch))
     skipped = [r for r in sweep.records if r.outcome == "skipped"]
     if sweep.records and len(skipped) == len(sweep.records):
-        return NotMeasured(f"skipped: {'; '.join(skipped[0].failures) or 'every item was skipped'}",
-                           skipped=True)
+        why = "; ".join(skipped[0].failures).removeprefix(f"{host}: ") or "every item was skipped"
+        return NotMeasured(f"skipped: {why}", skipped=True)
     problems = [f"sweep: {said}" for said in [sweep.problem()] if said]
     problems += [f"sweep left {len(sweep.left)} process(es), stopped: {', '.join(sweep.left)}"] if sweep.left else []
     outcomes = ", ".join(f"{n} {o}" for o, n in sweep.outcomes().items())
@@ -398,12 +417,15 @@ def bench(host: str, args: argparse.Namespace, selection: list[str], engine: str
         problems += [f"{case} alone: {said}" for said in [run.problem()] if said]
         problems += [f"{case} alone left {len(run.left)} process(es), stopped: {', '.join(run.left)}"] if run.left \
             else []
-        print(f"{host}: {case} alone: wall {run.wall:.1f} s (its conversation {run.seconds().get(case, 0):.1f} s; "
-              f"{seconds[case]:.1f} s under contention)", flush=True)
+        start, end = run.fixed()
+        print(f"{host}: {case} alone: its conversation {run.seconds().get(case, 0):.1f} s ({seconds[case]:.1f} s "
+              f"under contention); the run alone {run.wall:.1f} s, of which start-up {start:.1f} s and wind-down "
+              f"{end:.1f} s", flush=True)
     target = TARGETS[args.profile].get(host, DEFAULT_TARGET)
     measured = Measured(host, args.conversations, target, sweep, alone, problems)
     for problem in problems:
         print(f"{host}: {problem}")
+    print(f"{host}: ideal {measured.ideal()[0]:.1f} s = {measured.ideal()[2]}")
     print(measured.line(), flush=True)
     return measured
 
