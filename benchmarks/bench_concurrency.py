@@ -38,7 +38,7 @@ else of the run in flight), and prints:
   cores are the bound.
 
 One summary line a host, and a table of them at the end. `--quick` checks the script in about two minutes
-(light profile, 4 cases, 4 in flight, 1 re-run alone). A host whose client is not installed is named and
+(light profile, 4 cases, 4 in flight, 2 re-run alone). A host whose client is not installed is named and
 skipped. Exits 1 when a target is missed, an item does not pass, or a run leaves a process behind (which is
 then stopped); nothing is left in /tmp (each run's folder is a temporary one).
 """
@@ -441,11 +441,11 @@ def main() -> int:
     parser.add_argument("-k", default=None, help="a pytest -k expression choosing cases")
     parser.add_argument("-m", default=None, help=f"a pytest -m expression choosing cases (default {DECK_CASES!r})")
     parser.add_argument("--quick", action="store_true",
-                        help=f"check the script: light profile, -k {QUICK_CASES!r}, 4 in flight, 1 alone")
+                        help=f"check the script: light profile, -k {QUICK_CASES!r}, 4 in flight, 2 alone")
     args = parser.parse_args()
     args.profile = args.profile or ("light" if args.quick else "heavy")
     args.conversations = args.conversations or (4 if args.quick else 33)
-    args.alone = args.alone if args.alone is not None else (1 if args.quick else 3)
+    args.alone = args.alone if args.alone is not None else (2 if args.quick else 3)
     if args.conversations < 1 or args.alone < 1:
         parser.error("--conversations and --alone take a whole number >= 1")
     k = args.k or (QUICK_CASES if args.quick else None)
