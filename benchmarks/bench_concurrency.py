@@ -11,19 +11,21 @@ Then it runs the slowest of them again, each alone (`--palette-conversations 1`,
 else of the run in flight), and prints:
 
 - wall: the sweep, as the user waits for it (pytest's start to its exit);
-- ideal: the sweep's own start-up and wind-down (pytest's start to its first conversation, its last
-  conversation's end to its exit: paid once whatever N is) plus the larger of two bounds, and which one bound —
-  the slowest case alone: its conversation (start to end, from its record) in a run of that one case. The
-  case slowest under contention need not be the slowest alone, so up to `--alone` (3) of the slowest are
-  re-run, slowest first, and the largest is taken. Contention only slows a case, so a candidate whose time
-  under contention is below the largest time alone found so far cannot exceed it and is not run (the model's
-  jitter, drawn per call in order, makes that a few seconds' approximation either way). The run alone's own
-  start-up and wind-down are printed, not used: on the shared 2-core machine they came to 6-26 s between
-  runs of one case (the sweep's, 4-16 s), noise that would swamp the ratio;
-  item time / N: with more cases than N slots, what the slots allow however well the cases are packed (with
-  no more cases than slots it cannot exceed the slowest alone). Its item times are measured under contention,
-  which would flatter the harness (33 at once on react: a mean of 125 s, above the slowest case alone, 123 s),
-  so they are scaled by the least slowdown seen in the cases re-run alone: smaller, never flattering.
+- ideal: what the latencies allow, as three parts spelled out on a line of their own —
+  the sweep's start-up (pytest's start to its first conversation: paid once, whatever N is);
+  the larger of two bounds, and which one bound: the slowest case alone, its conversation's time (the
+  record's usage.seconds: its ended_at is when pytest reached the item, which with conversations held ahead of
+  their items can be long after) in a run of that one case. The case slowest under contention need not be
+  the slowest alone (a 12-slide build slows most), so up to `--alone` (3) of the slowest are re-run, slowest
+  first, and the largest is taken. Contention only slows a case, so a candidate whose time under contention
+  is below the largest time alone found so far cannot exceed it and is not run (the model's jitter, drawn
+  per call in order, makes that a few seconds' approximation either way). Or item time / N: with more cases
+  than N slots, what the slots allow however well the cases are packed (with no more cases than slots it
+  cannot exceed the slowest alone). Its times are measured under contention, which would flatter the
+  harness, so they are scaled by the least slowdown seen in the cases re-run alone: smaller, never flattering;
+  the wind-down of the slowest case's run alone (judging one item, exiting); the sweep's own would hide
+  items judged late under the ideal. The run alone's start-up is printed, not used: on the shared 2-core
+  machine it came to 2-16 s between runs of one case, noise that would swamp the ratio.
   Deriving the ideal from the latencies plus a per-call overhead was not chosen: the overhead is what is
   measured, and a run alone is cheap beside the sweep;
 - wall ÷ ideal, against the host's target (issue 22, heavy profile: react 1.15x, cuga 1.3x, claude 1.3x;
@@ -90,6 +92,9 @@ class Item:
 
     case: str
     outcome: str
+    #: The conversation's own time (usage.seconds): ended_at is when pytest reached the item and recorded it,
+    #: which with conversations held ahead of their items can be long after the conversation ended.
+    seconds: float
     started_at: float
     ended_at: float
     failures: tuple[str, ...]
@@ -98,8 +103,13 @@ class Item:
     def read(cls, line: str) -> Item:
         record = json.loads(line)
         usage = record["usage"]
-        return cls(record["case"], record["outcome"], float(usage["started_at"]), float(usage["ended_at"]),
-                   tuple(record["failures"]))
+        return cls(record["case"], record["outcome"], float(usage["seconds"] or 0), float(usage["started_at"]),
+                   float(usage["ended_at"]), tuple(record["failures"]))
+
+    @property
+    def done(self) -> float:
+        """When its conversation ended."""
+        return self.started_at + self.seconds
 
 
 @dataclass
@@ -121,15 +131,15 @@ class Run:
     left: list[str] = field(default_factory=list)
 
     def seconds(self) -> dict[str, float]:
-        """Each case's conversation, start to end (the span the sweep packs; usage.seconds leaves out a little)."""
-        return {r.case: r.ended_at - r.started_at for r in self.records}
+        """Each case's conversation time."""
+        return {r.case: r.seconds for r in self.records}
 
     def outcomes(self) -> dict[str, int]:
         return dict(collections.Counter(r.outcome for r in self.records))
 
     def overlap(self) -> int:
-        """The most items that were running at one moment, from their records' start and end times."""
-        edges = sorted(e for r in self.records for e in ((r.started_at, 1), (r.ended_at, -1)))
+        """The most conversations that were running at one moment, from their records' times."""
+        edges = sorted(e for r in self.records for e in ((r.started_at, 1), (r.done, -1)))
         most = running = 0
         for _, step in edges:
             running += step
@@ -141,7 +151,7 @@ class Run:
         if not self.records:
             return 0.0, 0.0
         return (min(r.started_at for r in self.records) - self.began,
-                self.ended - max(r.ended_at for r in self.records))
+                self.ended - max(r.done for r in self.records))
 
     def problem(self) -> str | None:
         """Why this run cannot be measured, in one line; None when every item passed."""
@@ -242,7 +252,11 @@ class Sampler(threading.Thread):
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # SIGTERM ends the script as Ctrl-C does: its runs stopped, its folders removed
+    """Ctrl-C or SIGTERM: the run in progress is stopped and the folders removed; a second signal (`timeout`
+    sends one to the whole group) must not cut that clean-up short."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def run_pytest(host: str, selection: list[str], conversations: int, model_latency: str, engine: str,
@@ -298,7 +312,6 @@ def _total(times: Any) -> float:
 
 def _stop(process: subprocess.Popen[bytes], sampler: Sampler) -> None:
     """Ctrl-C to the run, as a user gives it; after INTERRUPT_GRACE, KILL to whatever of it is left."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
     try:
         os.killpg(process.pid, signal.SIGINT)
         process.wait(INTERRUPT_GRACE)
@@ -346,13 +359,15 @@ class Measured:
     problems: list[str]
 
     def ideal(self) -> tuple[float, str, str]:
-        """The sweep's own start-up and wind-down plus the larger of the slowest conversation alone and the item
-        time / N; which bound it is; the sum spelled out."""
-        start, end = self.sweep.fixed()
+        """The sweep's start-up, the larger of the slowest conversation alone and the item time / N, and the wind-down
+        of that case's run alone (judging one item and exiting: in the sweep, the items judged after the last
+        conversation would be charged to the ideal); which bound it is; the sum spelled out."""
+        start = self.sweep.fixed()[0]
         contended = self.sweep.seconds()
         alone = {case: run.seconds()[case] for case, run in self.alone.items() if case in run.seconds()}
         slowest = max(alone, key=alone.__getitem__, default=None)
         middle, bound = (alone[slowest], f"slowest case alone: {slowest}") if slowest else (0.0, "nothing alone")
+        end = self.alone[slowest].fixed()[1] if slowest else self.sweep.fixed()[1]
         if len(contended) > self.conversations:
             # Only with more items than slots can packing bind; the times under contention are scaled by the
             # least slowdown seen in the re-run cases, which can only make this bound smaller, never flatter.
@@ -465,6 +480,7 @@ def main() -> int:
     marks = args.m or (None if k else DECK_CASES)
     selection = [*(["-k", k] if k else []), *(["-m", marks] if marks else [])]
     engine = args.engine_latency or PROFILES[args.profile]
+    signal.signal(signal.SIGINT, _interrupted)
     signal.signal(signal.SIGTERM, _interrupted)
     results: dict[str, Measured | NotMeasured] = {}
     try:
