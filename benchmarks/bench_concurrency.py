@@ -247,8 +247,16 @@ class Sampler(threading.Thread):
                 continue
         alive += [p for p in psutil.process_iter(["uids"]) if p.pid != os.getpid() and self.ours(p)
                   and all(p.pid != a.pid for a in alive)]
-        _, alive = psutil.wait_procs(alive, timeout=EXIT_GRACE)
-        return alive
+        # Not psutil.wait_procs: its pidfd_open raises FileNotFoundError for a process gone meanwhile.
+        deadline, still = time.monotonic() + EXIT_GRACE, []
+        for process in alive:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except psutil.TimeoutExpired:
+                still.append(process)
+            except (psutil.Error, OSError):  # gone between the listing and the wait
+                continue
+        return still
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
