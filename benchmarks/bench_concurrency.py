@@ -256,7 +256,7 @@ class Sampler(threading.Thread):
                 still.append(process)
             except (psutil.Error, OSError):  # gone between the listing and the wait
                 continue
-        return still
+        return [p for p in still if _running(p)]
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
@@ -300,6 +300,7 @@ def run_pytest(host: str, selection: list[str], conversations: int, model_latenc
     idle = (after.idle + getattr(after, "iowait", 0)) - (before.idle + getattr(before, "iowait", 0))
     elapsed = _total(after) - _total(before)
     left = sampler.left()
+    named = [_named(p) for p in left]  # before they are killed: a dead process has no command line
     for stray in left:
         try:
             stray.kill()
@@ -310,7 +311,7 @@ def run_pytest(host: str, selection: list[str], conversations: int, model_latenc
     return Run(process.returncode, log.read_text(encoding="utf-8", errors="replace"), records, wall, began, ended,
                usage.ru_utime + usage.ru_stime + sum(sampler.outside.values()), sampler.peak,
                sampler.peak_processes, 1 - idle / elapsed if elapsed > 0 else 0.0, len(sampler.outside),
-               [_named(p) for p in left])
+               named)
 
 
 def _total(times: Any) -> float:
@@ -335,9 +336,17 @@ def _stop(process: subprocess.Popen[bytes], sampler: Sampler) -> None:
             pass
 
 
+def _running(process: psutil.Process) -> bool:
+    """Alive and not a zombie: a dead process its parent has not reaped yet (a wait on it times out) left nothing."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _named(process: psutil.Process) -> str:
     try:
-        return f"{process.pid} {' '.join(process.cmdline())[:80]}"
+        return f"{process.pid} ({process.name()}, user {process.uids().real}) {' '.join(process.cmdline())[:80]}"
     except psutil.Error:
         return str(process.pid)
 
