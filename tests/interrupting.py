@@ -20,7 +20,7 @@ import psutil
 from pytest_palette.run import leftovers
 
 CASE = """
-- name: slow_plan
+- name: slow_plan{n}
   covers: an interrupt mid-turn leaves nothing running
   request: Build a 3-slide deck on tides
   replies: ["yes"]
@@ -66,14 +66,15 @@ def _of_session(root: Path, session: psutil.Process) -> dict[int, psutil.Process
     return found
 
 
-def _engine_running(processes: dict[int, psutil.Process]) -> bool:
+def _engines_running(processes: dict[int, psutil.Process]) -> int:
+    """How many engines are drafting: one a conversation in flight."""
+    drafting = 0
     for process in processes.values():
         try:
-            if "build-plan" in process.cmdline():
-                return True
+            drafting += "build-plan" in process.cmdline() and process.is_running()
         except psutil.Error:
             continue
-    return False
+    return drafting
 
 
 def _cmdline(process: psutil.Process) -> list[str]:
@@ -92,15 +93,17 @@ def _signal_masks(pid: int) -> str:
     return ", ".join(line.replace("\t", " ") for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
 
 
-def interrupt(folder: Path, host: str) -> Interrupted:
-    """Run the slow case on `host` in `folder`, press Ctrl-C once the backend is drafting, and look."""
+def interrupt(folder: Path, host: str, conversations: int = 1) -> Interrupted:
+    """Run the slow case on `host` in `folder` (`conversations` copies of it, all held at once), press Ctrl-C once
+    the backend is drafting in every one, and look."""
     (folder / "cases").mkdir(parents=True, exist_ok=True)
-    (folder / "cases" / "slow.yaml").write_text(CASE)
+    names = [""] if conversations == 1 else [f"_{n}" for n in range(1, conversations + 1)]
+    (folder / "cases" / "slow.yaml").write_text("".join(CASE.format(n=name) for name in names))
     env = {**os.environ, "PALETTE_ENGINE_LATENCY": LATENCY}
     log = (folder / "session.log").open("w+")
     inherited = signal.getsignal(signal.SIGINT)
     command = [sys.executable, "-m", "pytest", "cases", "--host", host, "-p", "no:cacheprovider", "-p",
-               "no:randomly", "--palette-turn-timeout", "900"]
+               "no:randomly", "--palette-turn-timeout", "900", "--palette-conversations", str(conversations)]
     # A terminal's session takes Ctrl-C. An ignored SIGINT is inherited across exec, and Python then installs no
     # KeyboardInterrupt at all: a launcher restores the default before it becomes the session (a C library's
     # system() in this process ignores SIGINT while it runs).
@@ -115,7 +118,7 @@ def interrupt(folder: Path, host: str) -> Interrupted:
     try:
         while session.poll() is None and time.monotonic() < deadline:
             seen.update(_of_session(folder, watched))
-            if _engine_running(seen):
+            if _engines_running(seen) >= conversations:
                 break
             time.sleep(0.2)
         if session.poll() is not None:

@@ -29,7 +29,6 @@ from pytest_palette.hosts.base import HostError, HostSettings
 from pytest_palette.hosts.claude import (
     REHEARSAL_CLI_MODEL,
     REHEARSAL_KEY,
-    RELAY_PORT,
     ClaudeHost,
     ClaudeSession,
     CliOutput,
@@ -44,7 +43,7 @@ from pytest_palette.hosts.claude import (
     session_folder,
     turn_command,
 )
-from pytest_palette.hosts.endpoint import PLACEHOLDER_KEY, KeyForwarder, credentials
+from pytest_palette.hosts.endpoint import PLACEHOLDER_KEY, RELAY_PORT, KeyForwarder, credentials
 from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal.conversation import Conversation
 from pytest_palette.rehearsal.policy import catalogue

@@ -12,7 +12,7 @@ from ledger_records import as_record, record
 
 from pytest_palette.commands import main as palette_bench
 from pytest_palette.hosts.base import TurnRecord
-from pytest_palette.hosts.cuga import reported_usage
+from pytest_palette.hosts.cuga_worker import reported_usage
 from pytest_palette.models import parse_model
 from pytest_palette.results.ledger import append, load
 from pytest_palette.results.prices import Price, PriceError, load_prices, money, price_of

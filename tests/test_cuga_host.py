@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,19 +23,19 @@ from pytest_palette.hosts import cuga as cuga_module
 from pytest_palette.hosts.base import HostError, HostSettings
 from pytest_palette.hosts.cuga import (
     INSTALL_HINT,
+    PLACEHOLDER_KEY,
     RUN_COMMAND_CEILING,
     CugaHost,
     CugaModel,
     CugaSession,
     agent_path,
+    answer_text,
     block_timeout,
     code_steps,
     credentials_needed,
     cuga_model,
     find_uv,
     import_problem,
-    item_environment,
-    process_state,
     unsupported_reason,
 )
 from pytest_palette.models import ModelSpec, parse_model
@@ -48,7 +47,7 @@ from pytest_palette.run.command_log import skill_calls
 from pytest_palette.run.conversation import open_sandbox
 from pytest_palette.run.evidence import any_deck, collect, deck_by, inspect_deck, newest_deck, read_trace
 from pytest_palette.run.sandbox import problem as sandbox_problem
-from pytest_palette.run.workspace import TRACE_NAME, Workspace
+from pytest_palette.run.workspace import Workspace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, SkillCard, drift, install, load_card, load_skill
 
 REHEARSAL = parse_model("rehearsal")
@@ -209,6 +208,143 @@ def test_a_turns_steps_are_the_tool_calls_in_the_models_code() -> None:
     assert code_steps("Here is the plan. Reply **yes** to build it.") == []
 
 
+def test_an_answer_is_read_whole_or_streamed_and_nothing_else_is_an_answer() -> None:
+    whole = json.dumps({"choices": [{"message": {"content": "```python\nprint(1)\n```"}}]}).encode()
+    assert answer_text(whole) == "```python\nprint(1)\n```"
+    streamed = b"".join(b"data: " + json.dumps({"choices": [{"delta": {"content": part}}]}).encode() + b"\n\n"
+                        for part in ("Here is ", "the plan")) + b"data: [DONE]\n\n"
+    assert answer_text(streamed) == "Here is the plan"
+    assert answer_text(b"not json") == answer_text(b'{"error": "429"}') == answer_text(b"[1, 2]") == ""
+
+
+# -- the worker's channel: a stand-in worker, so no CUGA is needed ---------------------------------------------
+
+#: A worker that says what the test's body makes it say; `say` writes one message, `hear` reads one.
+STAND_IN = """import json, os, sys, urllib.request
+def say(kind, **fields):
+    sys.stdout.write(json.dumps({"kind": kind, **fields}) + "\\n"); sys.stdout.flush()
+def hear():
+    return json.loads(sys.stdin.readline())
+start = hear()
+"""
+
+
+def _stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str,
+              env: dict[str, str] | None = None) -> tuple[CugaHost, Workspace, Any]:
+    script = tmp_path / "stand_in.py"
+    system = json.loads(FIXTURE.read_text(encoding="utf-8"))["system"]  # the script alone is readable in the sandbox
+    script.write_text(STAND_IN + body.replace("SYSTEM", repr(system)), encoding="utf-8")
+    monkeypatch.setattr(cuga_module, "WORKER", script)
+    host = CugaHost()
+    workspace = Workspace(tmp_path, PurePosixPath("item"))
+    workspace.work.mkdir()
+    settings = HostSettings(sandbox=SANDBOX)
+    sandbox = open_sandbox(workspace, settings)
+    sandbox.prepare()
+    return host, workspace, lambda: host.open(workspace, None, {**agent_environment(workspace.trace), **(env or {})},
+                                              REHEARSAL, settings, sandbox)
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ("print('hello')", "it sent a line that is not JSON"),
+    ("say('run', id='one')", "it sent what it may not"),
+    ("sys.stderr.write('CUGA would not import\\n'); sys.exit(3)",
+     "it ended (exit code 3); the last of its log: CUGA would not import"),
+    ("say('failed', error='ImportError: no module named cuga')", "CUGA could not start in its worker: ImportError"),
+])
+def test_a_worker_that_does_not_start_is_a_host_error_naming_what_it_did(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, said: str) -> None:
+    host, workspace, open_session = _stand_in(tmp_path, monkeypatch, body)
+    try:
+        with pytest.raises(HostError) as failed:
+            open_session()
+        assert said in str(failed.value)
+        assert (workspace.folder / "cuga.log").is_file()
+    finally:
+        host.close()
+
+
+def test_a_worker_line_over_the_bound_ends_the_conversation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cuga_module, "MAX_MESSAGE", 1000)
+    host, _, open_session = _stand_in(tmp_path, monkeypatch, "say('ready', skills=['x' * 2000])")
+    try:
+        with pytest.raises(HostError, match="it sent a message over"):
+            open_session()
+    finally:
+        host.close()
+
+
+CHANNEL_TURN = """say("ready", skills=[])
+turn = hear()
+root = os.path.join(os.getcwd(), "cuga_workspace", "t")
+os.makedirs(root)
+say("run", id=1, command="echo outside > escaped.txt", cwd=root + "/../../../..", env={}, timeout=10)
+say("run", id=2, command="echo $HOME; echo inside > made.txt", cwd=root, env={}, timeout=10)
+say("run", id=3, command="echo $UV_NO_CONFIG $HOSTILE_SECRET", cwd=root, env={"UV_NO_CONFIG": "1",
+    "HOSTILE_SECRET": "from the worker"}, timeout=10)
+ran = sorted((hear() for _ in range(3)), key=lambda message: message["id"])
+system = SYSTEM  # what real CUGA said: it offers the skill
+request = {"model": "rehearsal", "stream": False, "messages": [{"role": "system", "content": system},
+                                                              {"role": "user", "content": turn["message"]}]}
+asked = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", json.dumps(request).encode(),
+                               {"Content-Type": "application/json",
+                                "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+model = json.loads(urllib.request.urlopen(asked, timeout=30).read())
+say("done", answer=json.dumps({"ran": ran, "model": model["choices"][0]["message"]["content"],
+                               "env": dict(os.environ)}), usage={"input_tokens": 7})
+hear()
+"""
+
+
+def test_the_harness_runs_the_workers_commands_reads_its_model_and_gives_it_no_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = {"OPENAI_API_KEY": SECRET, "HOSTILE_SECRET": SECRET}
+    host, workspace, open_session = _stand_in(tmp_path, monkeypatch, CHANNEL_TURN, env=secret)
+    try:
+        session = open_session()
+        steps: list[str] = []
+        session.on_step = steps.append
+        turn = session.send("Make a 3-slide deck about tides", 60)
+        session.close()
+    finally:
+        host.close()
+    said = json.loads(turn.answer)
+    refused, inside, variables = said["ran"]
+    # A folder outside work/ is refused before anything runs; inside it, each command runs in the sandbox.
+    assert refused["code"] is None and "not inside the item's work folder" in refused["stderr"]
+    assert not (workspace.folder.parent / "escaped.txt").exists()
+    assert inside["code"] == 0 and inside["stdout"].strip().endswith("cuga_workspace/t")
+    assert (workspace.work / "cuga_workspace" / "t" / "made.txt").read_text() == "inside\n"
+    # A command gets the worker's allow-listed variables (CUGA's own), never one off the list.
+    assert variables["stdout"].split() == ["1"]
+    commands = [run.command for run in read_commands(workspace.command_log().path)]
+    assert commands == ["echo $HOME; echo inside > made.txt", "echo $UV_NO_CONFIG $HOSTILE_SECRET"]
+    # The model is reached through the harness's forwarder, whose record of its answer makes the turn's steps.
+    assert "load_skill" in said["model"] or "run_command" in said["model"]
+    assert turn.steps and turn.steps == steps and turn.steps[0] in code_steps(said["model"])
+    assert turn.usage == {"input_tokens": 7} and turn.retries == 0
+    # No key in the worker: the forwarder holds it (the rehearsal model needs none), and nothing of the caller's.
+    assert SECRET not in turn.answer and said["env"]["OPENAI_API_KEY"] == PLACEHOLDER_KEY
+    assert said["env"]["PALETTE_TRACE"] == str(workspace.trace)
+
+
+def test_a_worker_that_never_answers_is_stopped_at_the_turns_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cuga_module, "TURN_GRACE", 0.5)
+    host, _, open_session = _stand_in(tmp_path, monkeypatch, "say('ready', skills=[])\nhear()\nimport time\n"
+                                                             "time.sleep(600)\n")
+    try:
+        session = open_session()
+        with pytest.raises(HostError, match=r"timed out after 1 s \(the worker did not end it\)"):
+            session.send("hello", 1)
+        assert session._process is not None and session._process.poll() is not None
+        with pytest.raises(HostError, match="cannot continue"):
+            session.send("yes", 1)
+        session.close()
+    finally:
+        host.close()
+
+
 # -- the skill, installed where CUGA looks ---------------------------------------------------------
 
 
@@ -232,34 +368,6 @@ def test_drift_names_changed_missing_and_extra_files(tmp_path: Path) -> None:
     found = "\n".join(drift(card.directory, installed))
     assert "SKILL.md differs" in found and "deck.py is missing" in found and "notes.md is not in the skill" in found
     assert drift(card.directory, tmp_path / "nowhere") == [f"{tmp_path / 'nowhere'} does not exist"]
-
-
-# -- the process state an item borrows -------------------------------------------------------------
-
-
-def test_process_state_is_the_items_environment_and_cwd_and_is_restored(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ONLY_OUTSIDE", "1")
-    before_env, before_cwd = dict(os.environ), os.getcwd()
-    inside = {**os.environ, "PALETTE_TRACE": str(tmp_path / TRACE_NAME)}
-    del inside["ONLY_OUTSIDE"]
-    with pytest.raises(RuntimeError), process_state(inside, tmp_path):
-        assert os.environ["PALETTE_TRACE"] == str(tmp_path / TRACE_NAME) and "ONLY_OUTSIDE" not in os.environ
-        assert Path.cwd() == tmp_path
-        raise RuntimeError("a turn failed")
-    assert dict(os.environ) == before_env and os.getcwd() == before_cwd and "PALETTE_TRACE" not in os.environ
-
-
-def test_the_items_environment_carries_the_trace_the_model_and_uv(tmp_path: Path) -> None:
-    env = agent_environment(tmp_path / TRACE_NAME, {"PATH": "/usr/bin:/bin"})
-    mapped = cuga_model(REHEARSAL, env, rehearsal_url=URL)
-    item = item_environment(env, mapped, tmp_path / ".cuga")
-    assert item["PALETTE_TRACE"] == str(tmp_path / TRACE_NAME) and item["PALETTE_PYTHON"] == sys.executable
-    assert item["OPENAI_BASE_URL"] == URL and item["MODEL_NAME"] == "rehearsal"
-    assert item["CUGA_FOLDER"] == str(tmp_path / ".cuga") and item["UV_PYTHON_DOWNLOADS"] == "never"
-    uv = find_uv()
-    assert item["PATH"].startswith("/usr/bin:/bin")
-    assert uv is None or shutil.which("uv", path=item["PATH"]) is not None
 
 
 # -- the rehearsal wire, read against what real CUGA sent ------------------------------------------
@@ -502,21 +610,3 @@ def test_pasted_material_with_code_fences_reaches_the_plan_whole(host: CugaHost,
     assert plan["args"]["context"] == FENCED.strip() and plan["args"]["request"] == "Turn these notes into a deck"
     deck = newest_deck(tmp_path / "work")
     assert deck is not None and inspect_deck(deck).has_plex
-
-
-def test_process_state_leaves_pytests_own_variable_to_pytest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # pytest's main thread sets and removes PYTEST_CURRENT_TEST around every item while a conversation is held in
-    # another thread: the block must neither remove it nor put back a stale value.
-    monkeypatch.setenv("PYTEST_CURRENT_TEST", "first (setup)")
-    inside = {**os.environ, "PYTEST_CURRENT_TEST": "stale"}
-    with process_state(inside, tmp_path):
-        assert os.environ["PYTEST_CURRENT_TEST"] == "first (setup)"
-        os.environ.pop("PYTEST_CURRENT_TEST")  # the main thread ends an item meanwhile
-    assert "PYTEST_CURRENT_TEST" not in os.environ
-
-
-def test_process_state_takes_away_what_was_set_during_the_block(tmp_path: Path) -> None:
-    before = dict(os.environ)
-    with process_state(dict(os.environ), tmp_path):
-        os.environ["OTEL_SERVICE_NAME"] = "cuga"  # what CUGA sets for itself on its first turn
-    assert dict(os.environ) == before

@@ -180,21 +180,28 @@ def test_a_call_still_failing_after_its_retries_raises_with_the_cause() -> None:
         assert (counter.count, len(server.injected)) == (1, 2)
 
 
-def test_cugas_count_reads_the_openai_sdks_own_retry_lines_for_the_block_only() -> None:
-    import asyncio
+def test_cugas_retries_are_the_failed_answers_its_forwarder_passed_on() -> None:
+    from pytest_palette.hosts.cuga import RETRIED_STATUSES
+    from pytest_palette.hosts.endpoint import OPENAI_FORWARDED, KeyForwarder
 
-    from pytest_palette.hosts.cuga import counting_retries
-
+    statuses: list[int] = []
     with RehearsalServer(faults=FaultSchedule.parse("429:0.3,500:0.2,seed=5")) as server:
-        # A client built without our hook, as CUGA builds its own; CUGA calls it asynchronously.
-        model = build_chat_model(parse_model("openai:rehearsal", server.openai_base_url), {"OPENAI_API_KEY": "x"})
-        with counting_retries() as counted:
+        forwarder = KeyForwarder(server.openai_base_url, {"Authorization": "Bearer sk-held"}, paths=OPENAI_FORWARDED,
+                                 observe=lambda status, body: statuses.append(status)).start()
+        try:
+            # A client built without our hook, as CUGA builds its own, holding only a placeholder.
+            model = build_chat_model(parse_model("openai:rehearsal", forwarder.base_url), {"OPENAI_API_KEY": "x"})
             for n in range(6):
-                asyncio.run(model.ainvoke(f"Build a deck about topic {n}"))
-        during = len(server.injected)
-        model.invoke("Build a deck about one more topic")
-        model.invoke("Build a deck about the last topic")
-    assert counted.count == during > 0  # each retry inside the block, none after it
+                model.invoke(f"Build a deck about topic {n}")
+            connection = http.client.HTTPConnection("127.0.0.1", int(forwarder.base_url.rsplit(":", 1)[1]))
+            connection.request("POST", "/v1/messages", body=b"{}", headers={"Content-Length": "2"})
+            refused = connection.getresponse().status
+            injected = len(server.injected)
+        finally:
+            forwarder.stop()
+    failed = [status for status in statuses if status in RETRIED_STATUSES or status >= 500]
+    assert len(failed) == injected > 0 and statuses.count(200) == 6
+    assert refused == 404  # only the chat-completions wire passes
 
 
 # -- claude: the CLI's own count ---------------------------------------------------------------------

@@ -9,9 +9,11 @@ import pytest
 from interrupting import interrupt
 
 
-@pytest.mark.parametrize("host", ["react", "cuga", "claude"])
-def test_ctrl_c_mid_turn_ends_the_session_and_leaves_no_process(tmp_path: Path, host: str) -> None:
-    ended = interrupt(tmp_path, host)
+@pytest.mark.parametrize(("host", "conversations"), [("react", 1), ("cuga", 8), ("claude", 1)])
+def test_ctrl_c_mid_turn_ends_the_session_and_leaves_no_process(tmp_path: Path, host: str,
+                                                               conversations: int) -> None:
+    # cuga with 8 in flight: 8 workers, each in its own sandbox, each mid-turn.
+    ended = interrupt(tmp_path, host, conversations)
     if ended.skipped:
         pytest.skip(f"the {host} host's client is not installed here")
     assert ended.seconds is not None, f"the session had not ended long after Ctrl-C:\n{ended.output[-8000:]}"
@@ -19,7 +21,8 @@ def test_ctrl_c_mid_turn_ends_the_session_and_leaves_no_process(tmp_path: Path, 
     assert ended.left == [], f"still running after the session ended: {ended.left}"
     # The interrupted item left its evidence as far as it got, and no record claims a verdict. The engine was
     # stopped while drafting: no plan was ever written (a session that merely waited for it would have one).
-    [item] = tmp_path.glob(f"runs/*/{host}/slow_plan")
-    assert (item / "turns.json").is_file() and not list(item.rglob("plan.md"))
+    items = list(tmp_path.glob(f"runs/*/{host}/slow_plan*"))
+    assert len(items) == conversations
+    assert all((item / "turns.json").is_file() and not list(item.rglob("plan.md")) for item in items)
     ledger = next(tmp_path.glob("runs/*/results.jsonl"), None)
     assert ledger is None or '"outcome":"pass"' not in ledger.read_text().replace(" ", "")

@@ -24,7 +24,8 @@ import pytest
 
 from pytest_palette.hosts.base import OUTPUT_LIMIT, HostSettings
 from pytest_palette.hosts.claude import ClaudeHost, cli_environment, turn_command
-from pytest_palette.hosts.cuga import CUGA_OUTPUT_DEFAULT, configure, cuga_output_limit
+from pytest_palette.hosts.cuga import CUGA_OUTPUT_DEFAULT, cuga_output_limit
+from pytest_palette.hosts.cuga_worker import configure
 from pytest_palette.hosts.react import ReactHost
 from pytest_palette.hosts.shell import clip
 from pytest_palette.models import parse_model

@@ -46,7 +46,7 @@ from ..models import ModelSpec
 from ..run.command_log import NOT_FOUND, CommandLog, CommandRun, not_found
 from ..skill import SkillCard, drift, install
 from .base import COMMAND_TIMEOUT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
-from .endpoint import PLACEHOLDER_KEY, KeyForwarder, RehearsalEndpoint, credentials
+from .endpoint import PLACEHOLDER_KEY, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint, credentials
 
 if TYPE_CHECKING:
     from ..run.sandbox import Sandbox
@@ -87,9 +87,6 @@ INHERITED = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_SSE_PORT", "CL
 ROUTING_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_USE_")
 #: Nothing listens here: a discovery probe that unexpectedly calls a model fails fast, on loopback.
 NOWHERE = "http://127.0.0.1:9"
-#: The CLI's loopback port for its model when it has no network: its own namespace's, so any port will do.
-RELAY_PORT = 8787
-RELAY = Path(__file__).with_name("relay.py")
 #: Where a real model is reached when neither `--palette-base-url` nor ANTHROPIC_BASE_URL names a gateway.
 ANTHROPIC_API = "https://api.anthropic.com"
 KILL_GRACE = 5.0

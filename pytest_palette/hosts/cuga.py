@@ -6,26 +6,29 @@ through its `run_command` shell tool (codeact: the model writes Python that awai
 
 Three things about CUGA shape this module:
 
-* Its configuration is process-wide. `cuga.config` reads `AGENT_SETTING_CONFIG` (which models file)
-  once, at import, so the first model a process configures is the only one it can run; the model
-  client reads `OPENAI_BASE_URL`/`MODEL_NAME`/… from `os.environ` when an agent is built.
-* `run_command` runs `cd <cwd>/cuga_workspace/<thread> && <cmd>` with the parent's `os.environ`
-  (plus its own per-thread `.venv`, made with `uv venv`). So, for each item only, the process
-  chdirs into the work folder and `os.environ` becomes the conversation's environment; both are
-  restored afterwards. One conversation at a time per process (xdist workers are processes).
-* Failures come back in `InvokeResult.error`, not raised; the host turns them into HostError.
+* It runs the model's Python in its own process (its codeact executor, behind a filter of imports and builtins
+  that `asyncio` gets through). So each conversation's CUGA runs in a worker process of its own
+  (`cuga_worker.py`), started inside the item's sandbox, with no network but its model's endpoint and no key.
+* Its configuration is process-wide: `cuga.config` reads `AGENT_SETTING_CONFIG` (which models file) once, at
+  import, and the model client reads `OPENAI_BASE_URL`/`MODEL_NAME`/… from `os.environ`. A worker per
+  conversation makes that the conversation's own, so conversations run side by side.
+* Its `run_command` is asked of the harness over the worker's channel: the harness runs each command in the
+  sandbox, as every host's are, and records it on its own clock. What the model answered the harness reads on its
+  own endpoint (a forwarder per conversation), never from the worker, whose every word may be the model's code.
 
 `import pytest_palette.hosts.cuga` never imports cuga: the SDK loads on first use.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
+import collections
 import contextlib
-import logging
+import json
 import os
+import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,12 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ..models import NO_KEY_HINT, ModelSpec, missing_credentials
-from ..run.command_log import CommandLog
 from ..run.sandbox import Sandbox, allowed_environment
 from ..skill import SkillCard, drift, install
-from .base import OUTPUT_LIMIT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
-from .endpoint import RehearsalEndpoint
+from .base import Host, HostError, HostSession, HostSettings, Problem, TurnRecord
+from .endpoint import OPENAI_FORWARDED, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint
 from .shell import Shell
 
 if TYPE_CHECKING:
@@ -254,24 +258,6 @@ def cuga_output_limit(output_limit: int) -> int:
     return max(output_limit, CUGA_OUTPUT_DEFAULT)
 
 
-def configure(settings: Any, block_timeout: int, output_limit: int = OUTPUT_LIMIT) -> None:
-    """The CUGA settings every conversation runs with (process-wide in CUGA; set before each agent)."""
-    settings.skills.enabled = True
-    # run_command returns all a command printed; what the model reads of a code block's output CUGA trims here (a
-    # head and "[Output trimmed to N chars]"): `--palette-output-limit`, never below CUGA's own default, because the
-    # same trim cuts the skill's text that load_skill returns.
-    settings.advanced_features.execution_output_max_length = cuga_output_limit(output_limit)
-    # Without the shell tool CUGA drops the skills block from the prompt, and there is no run_command.
-    settings.advanced_features.enable_shell_tool = True
-    settings.advanced_features.sandbox_execution_timeout = block_timeout
-    # Off: with it on, CUGA asks the model to classify each prose answer as interim or final, an extra
-    # call per turn; the skill itself tells the agent to narrate only alongside the next status call.
-    settings.advanced_features.cuga_lite_nl_auto_continue = False
-    settings.policy.enabled = False
-    # Off: it fetches guidelines from, and saves trajectories to, a service on 127.0.0.1:8201 that is not ours.
-    settings.evolve.enabled = False
-
-
 def discovered_names(cuga_folder: Path) -> list[str]:
     """The skill names CUGA's own discovery finds under `<cuga_folder>/skills`."""
     from cuga.backend.skills.loader import discover_skills  # type: ignore[import-untyped,import-not-found,unused-ignore]
@@ -290,46 +276,7 @@ def configured_model(settings: Any) -> str:
         return f"unknown (could not read CUGA's model settings: {type(error).__name__})"
 
 
-def item_environment(env: Mapping[str, str], cuga: CugaModel, cuga_folder: Path) -> dict[str, str]:
-    """The process environment during an item: the conversation's, plus what CUGA and its shell need."""
-    carried = {name: os.environ[name] for name in CUGA_PROCESS_VARIABLES if name in os.environ}
-    return {**env, **carried, **cuga.env, "CUGA_FOLDER": str(cuga_folder),
-            "PATH": agent_path(env.get("PATH", ""), find_uv(env)),
-            # run_command makes a per-thread venv with `uv venv`: never let uv fetch a Python.
-            "UV_PYTHON_DOWNLOADS": env.get("UV_PYTHON_DOWNLOADS", "never")}
-
-
-#: pytest's own variable: its main thread sets and removes it around every item while a conversation is held in
-#: another thread (--palette-conversations), so the block neither removes, sets nor restores it.
-_PYTESTS = frozenset({"PYTEST_CURRENT_TEST"})
-
-
-@contextlib.contextmanager
-def process_state(env: Mapping[str, str], cwd: Path) -> Iterator[None]:
-    """Make `os.environ` equal `env` (but pytest's own variable) and the cwd `cwd` for the block; restore both
-    afterwards: each name to what it was, and no name set during the block left behind."""
-    wanted = {name: value for name, value in env.items() if name not in _PYTESTS}
-    touched = (set(os.environ) | set(wanted)) - _PYTESTS
-    saved = {name: os.environ.get(name) for name in touched}
-    saved_cwd = os.getcwd()
-    try:
-        for name in touched - set(wanted):
-            os.environ.pop(name, None)
-        os.environ.update(wanted)
-        os.chdir(cwd)
-        yield
-    finally:
-        os.chdir(saved_cwd)
-        for name in set(os.environ) - set(saved) - _PYTESTS:  # what CUGA set meanwhile (its OTEL_* names)
-            os.environ.pop(name, None)
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-# -- the conversation ----------------------------------------------------------------------------
+# -- what the model answered ---------------------------------------------------------------------
 
 
 def code_steps(text: str) -> list[str]:
@@ -349,146 +296,117 @@ def code_steps(text: str) -> list[str]:
     return lines
 
 
-def step_recorder(steps: list[str], usage: dict[str, int] | None = None) -> Any:
-    """A LangChain callback that appends each model answer's tool calls to `steps` (CUGA's
-    `InvokeResult.tool_calls` stays empty for load_skill and run_command), and adds the tokens each model
-    call reported to `usage`."""
-    from langchain_core.callbacks import BaseCallbackHandler
-
-    class StepRecorder(BaseCallbackHandler):
-        def on_llm_end(self, response: Any, **kwargs: Any) -> None:
-            for generations in getattr(response, "generations", []):
-                for generation in generations:
-                    steps.extend(code_steps(str(getattr(generation, "text", "") or "")))
-            if usage is not None:
-                for name, count in reported_usage(response).items():
-                    usage[name] = usage.get(name, 0) + count
-
-    return StepRecorder()
 
 
-def reported_usage(response: Any) -> dict[str, int]:
-    """The tokens one model call reported, as LangChain carries them: each answer's `usage_metadata` (set
-    for streamed and most other responses), else the call's `llm_output["token_usage"]` (OpenAI's names);
-    {} when the client reported none."""
+# -- the conversation: a worker in the item's sandbox ----------------------------------------------------------
+
+#: The worker the harness starts for each conversation (standard library and CUGA only: run by path).
+WORKER = Path(__file__).with_name("cuga_worker.py")
+#: How long a worker may take to import CUGA and build its agent: a busy machine takes many seconds.
+WORKER_START = IMPORT_PROBE_TIMEOUT
+#: Past a turn's own timeout, which the worker keeps, how long the harness waits before it stops the worker itself.
+TURN_GRACE = 15.0
+#: A line from the worker longer than this ends the conversation (a turn's answer is far smaller).
+MAX_MESSAGE = 64 * 2**20
+#: cuga.log holds at most this much of what CUGA logged; the rest is counted, not kept.
+LOG_LIMIT = 32 * 2**20
+#: Commands one worker may have running at once (CUGA runs a block's commands one by one unless it gathers them).
+MAX_RUNNING = 8
+#: What the worker's model client holds instead of a key: the harness's forwarder adds the real one.
+PLACEHOLDER_KEY = "sk-placeholder-the-harness-adds-the-key"
+#: Where an OpenAI model is reached when neither `--palette-base-url` nor OPENAI_BASE_URL names another server.
+OPENAI_API = "https://api.openai.com/v1"
+#: Providers whose client the forwarder can hold the key for (an OpenAI-compatible endpoint, a Bearer key). The
+#: others' clients exchange or send their keys themselves: their worker gets the keys and the network.
+FORWARDED_PROVIDERS = frozenset({"rehearsal", "openai"})
+#: The variables that carry a provider's credentials, for the providers whose worker holds them.
+KEY_PREFIXES = {"watsonx": ("WATSONX_", "WX_"), "rits": ("RITS_",)}
+#: A model answer with one of these statuses is one the client retries (as the openai SDK does).
+RETRIED_STATUSES = frozenset({408, 409, 429})
+
+
+class Ready(msgspec.Struct, tag_field="kind", tag="ready"):
+    skills: list[str] = []
+
+
+class Failed(msgspec.Struct, tag_field="kind", tag="failed"):
+    error: str
+
+
+class Run(msgspec.Struct, tag_field="kind", tag="run"):
+    id: int
+    command: str
+    cwd: str
+    env: dict[str, str]
+    timeout: float = RUN_COMMAND_CEILING
+
+
+class Done(msgspec.Struct, tag_field="kind", tag="done"):
+    answer: str = ""
+    error: str | None = None
     usage: dict[str, int] = {}
-    for generations in getattr(response, "generations", None) or []:
-        for generation in generations:
-            reported = getattr(getattr(generation, "message", None), "usage_metadata", None) or {}
-            for name in ("input_tokens", "output_tokens"):
-                if isinstance(reported.get(name), int):
-                    usage[name] = usage.get(name, 0) + reported[name]
-    if usage:
-        return usage
-    # Both places describe the same call: read the second only when the first is empty, never add them.
-    totals = (getattr(response, "llm_output", None) or {}).get("token_usage") or {}
-    for ours, theirs in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens")):
-        if isinstance(totals.get(theirs), int):
-            usage[ours] = totals[theirs]
-    return usage
 
 
-@contextlib.contextmanager
-def sandboxed_commands(shell: Shell) -> Iterator[None]:
-    """Run each command CUGA's `run_command` runs through `shell` — in the item's sandbox, with an allow-listed
-    environment (CUGA's own runner hands its whole process environment, model key included, to every command),
-    recorded in the item's log — for the block. CUGA offers no hook for it (its code calls the tool's coroutine
-    directly), so its one runner is replaced while this conversation holds the process; CUGA's own steps before
-    a command (its path mapping, its per-thread venv, its shell settings) are kept."""
-    from cuga.backend.cuga_graph.nodes.cuga_lite.executors.local import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
-        local_sandbox_executor as module,
-    )
+#: What a worker may say: anything else ends its conversation.
+WorkerMessage = Ready | Failed | Run | Done
+_decode = msgspec.json.Decoder(WorkerMessage).decode
 
-    executor_class = module.LocalSandboxExecutor
-    original = executor_class._run_command
 
-    async def sandboxed(executor: Any, cmd: str, *, thread_id: str | None = None,
-                        timeout: int = RUN_COMMAND_CEILING) -> tuple[str, str, int]:
-        root = module.local_thread_workspace_root(thread_id)
-        root.mkdir(parents=True, exist_ok=True)
-        venv = await executor._ensure_workspace_venv(root)
-        shell.sandbox.own(root)
-        env = {**shell.sandbox.env, **allowed_environment(executor._command_env(root, venv), root,
-                                                          withheld=shell.sandbox.withheld)}
-        ran = await asyncio.to_thread(shell.execute, module.normalize_shell_command_paths(cmd), root, env,
-                                      float(timeout), cmd)
-        if ran.timed_out:
-            raise TimeoutError(f"Command timed out after {timeout}s")
-        code = -1 if ran.code is None else ran.code
-        stderr = ran.stderr if not code else (ran.stderr + "\n" if ran.stderr else "") + f"(exit code {code})"
-        return ran.stdout, stderr, code
+@dataclass(frozen=True)
+class Ended:
+    """The worker's channel closed, or said what it may not: why."""
 
-    executor_class._run_command = sandboxed
+    why: str
+
+
+def answer_text(body: bytes) -> str:
+    """The assistant text of one chat-completions answer, streamed (server-sent events) or whole; "" if none."""
     try:
-        yield
-    finally:
-        executor_class._run_command = original
-
-
-class _RetryLines(logging.Handler):
-    """Counts the openai SDK's "Retrying request" lines: one per retry of a model call, whatever its cause."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if str(record.msg).startswith("Retrying request"):
-            self.count += 1
-
-
-@contextlib.contextmanager
-def counting_retries() -> Iterator[_RetryLines]:
-    """Count, for the block, the retries of the openai client CUGA builds for itself. CUGA gives no way to hand
-    it a client with our hook, so the SDK's own log line is the counting point; the logger is process-wide, as
-    CUGA's state is: one cuga conversation at a time per process (see _active_lock)."""
-    logger = logging.getLogger("openai._base_client")
-    handler, level = _RetryLines(), logger.level
-    logger.addHandler(handler)
-    if logger.getEffectiveLevel() > logging.INFO:
-        logger.setLevel(logging.INFO)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-
-
-_active_lock = threading.Lock()
+        if body.lstrip().startswith(b"data:"):
+            parts: list[str] = []
+            for line in body.splitlines():
+                data = line.removeprefix(b"data:").strip()
+                if not line.startswith(b"data:") or not data or data == b"[DONE]":
+                    continue
+                for choice in json.loads(data).get("choices") or []:
+                    parts.append(str(((choice or {}).get("delta") or {}).get("content") or ""))
+            return "".join(parts)
+        choices = json.loads(body).get("choices") or []
+        return "".join(str(((c or {}).get("message") or {}).get("content") or "") for c in choices)
+    except (ValueError, AttributeError, TypeError):
+        return ""
 
 
 class CugaSession(HostSession):
-    """One conversation: one CugaAgent, one thread id, one event loop, turns sent in order."""
+    """One conversation: one worker process in the item's sandbox, holding one CugaAgent and one thread.
 
-    def __init__(self, work: Path, skill: SkillCard | None, env: Mapping[str, str], cuga: CugaModel,
-                 block_timeout: int, log_file: Path | None = None, commands: CommandLog | None = None,
-                 sandbox: Sandbox | None = None, output_limit: int = OUTPUT_LIMIT) -> None:
-        if not _active_lock.acquire(blocking=False):
-            raise HostError("another cuga conversation is running in this process (CUGA's state is process-wide)")
-        self.work = work
-        self.cuga_folder = work / ".cuga"
+    The harness keeps the record: what the model answered (each code block's tool calls, from its own forwarder),
+    each command (run by its shell, in the sandbox, on its clock), the retries (failed answers it passed on)."""
+
+    def __init__(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], cuga: CugaModel,
+                 provider: str, settings: HostSettings, sandbox: Sandbox) -> None:
+        self.work = workspace.work
+        self.cuga_folder = self.work / ".cuga"
         self.thread_id = f"palette-{uuid.uuid4().hex[:8]}"
-        self.env = dict(env)
-        self.shell = Shell(work, env, RUN_COMMAND_CEILING, log=commands, sandbox=sandbox)
+        self.sandbox = sandbox
+        self.shell = Shell(self.work, env, RUN_COMMAND_CEILING, log=workspace.command_log(), sandbox=sandbox)
         self.turns: list[TurnRecord] = []
-        self._steps: list[str] = []  # the current turn's, filled by the step recorder
-        self._usage: dict[str, int] = {}  # the current turn's tokens, likewise
+        self.facts: dict[str, str] = {}
+        self._turn: TurnRecord | None = None
+        self._lock = threading.Lock()  # the current turn, written by the forwarder's threads
+        self._inbox: queue.Queue[WorkerMessage | Ended] = queue.Queue()
+        self._running = threading.BoundedSemaphore(MAX_RUNNING)
         self._broken: str | None = None
-        self._loop = asyncio.new_event_loop()
-        self._sink: int | None = None
+        self._log_tail: collections.deque[str] = collections.deque(maxlen=12)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._forwarder: KeyForwarder | None = None
+        self._scratch: Path | None = None
+        self._said = threading.Lock()
         try:
-            self._sink = _add_log_sink(log_file)
-            settings = load_cuga(cuga.settings_file)
-            self.env = item_environment(env, cuga, self.cuga_folder)
-            with process_state(self.env, work):
-                configure(settings, block_timeout, output_limit)
-                # No skill (the baseline): nothing installed, and CUGA's skills off, so it offers no catalogue.
-                self.skill_dir = self._install(skill) if skill is not None else None
-                if skill is not None:
-                    self.shell.sandbox.protect(self.cuga_folder)
-                self.agent = self._make_agent(skills=skill is not None)
+            self.skill_dir = self._install(skill) if skill is not None else None
+            self._start(workspace, skill is not None, env, cuga, provider, settings)
         except BaseException:
-            self._release()
+            self.close()
             raise
 
     def _install(self, skill: SkillCard) -> Path:
@@ -496,99 +414,261 @@ class CugaSession(HostSession):
         differences = drift(skill.directory, installed)
         if differences:
             raise HostError("the skill installed for CUGA is not the skill under test: " + "; ".join(differences[:5]))
-        names = discovered_names(self.cuga_folder)
-        if skill.name not in names:
-            raise HostError(f"CUGA's discover_skills does not find {skill.name!r} in {self.cuga_folder / 'skills'} "
-                            f"(it found: {', '.join(names) or 'nothing'}); the model would never be offered it. "
-                            "Check SKILL.md's frontmatter (name, description)")
+        self.sandbox.protect(self.cuga_folder)
         return installed
 
-    def _make_agent(self, skills: bool = True) -> Any:
-        from cuga.sdk import CugaAgent  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    def _start(self, workspace: Workspace, skills: bool, env: Mapping[str, str], cuga: CugaModel, provider: str,
+               settings: HostSettings) -> None:
+        variables = dict(cuga.env)
+        network = self.sandbox.network
+        relay: list[str] = []
+        if provider in FORWARDED_PROVIDERS:
+            # The model's key stays here: the worker's client gets a placeholder, the forwarder adds the key.
+            upstream = variables.get("OPENAI_BASE_URL") or OPENAI_API
+            key = env.get("OPENAI_API_KEY", "") if provider == "openai" else ""
+            held = {"Authorization": f"Bearer {key}"} if key else {}
+            try:
+                self._forwarder = KeyForwarder(upstream, held, paths=OPENAI_FORWARDED, observe=self._observed).start()
+            except ValueError as error:
+                raise HostError(str(error)) from None
+            base_url = self._forwarder.base_url
+            if self.sandbox.confined and not network:
+                relay = [sys.executable, str(RELAY), str(self._forwarder.socket), str(RELAY_PORT), "--"]
+                self.sandbox.readable(self._forwarder.socket.parent, RELAY)
+                base_url = f"http://127.0.0.1:{RELAY_PORT}"
+            variables.update({"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": PLACEHOLDER_KEY})
+        else:
+            # Its client exchanges the key for a token itself: the worker holds the key and needs the network.
+            prefixes = KEY_PREFIXES.get(provider, ())
+            variables.update({k: v for k, v in env.items() if k.startswith(prefixes)})
+            network = True
+            self.facts["key_in_sandbox"] = (f"yes: {provider}'s client exchanges its key itself, so the worker "
+                                            "(and the model's code) holds it and has the network (docs/sandbox.md)")
+        if self.sandbox.confined:
+            state = "/tmp/cuga"  # the sandbox's own /tmp: bounded, and gone with the worker
+        else:
+            self._scratch = Path(tempfile.mkdtemp(prefix="palette-cuga-"))
+            state = str(self._scratch)
+        worker_env = {**self.sandbox.env, **variables, "AGENT_SETTING_CONFIG": cuga.settings_file,
+                      "CUGA_DBS_DIR": f"{state}/dbs", "CUGA_LOGGING_DIR": f"{state}/logging", "ENV_FILE": os.devnull,
+                      "CUGA_FOLDER": str(self.cuga_folder),
+                      "PATH": agent_path(self.sandbox.env.get("PATH", ""), find_uv(env)),
+                      # run_command makes a per-thread venv with `uv venv`: never let uv fetch a Python.
+                      "UV_PYTHON_DOWNLOADS": env.get("UV_PYTHON_DOWNLOADS", "never")}
+        self.sandbox.readable(WORKER)
+        argv = self.sandbox.program([*relay, sys.executable, str(WORKER)], self.work, network=network)
+        log = workspace.own("cuga.log")
+        try:
+            self._process = subprocess.Popen(argv, cwd=self.work, env=worker_env, stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as error:
+            raise HostError(f"the cuga worker could not start: {error}") from None
+        threading.Thread(target=self._read, name="palette-cuga-worker", daemon=True).start()
+        threading.Thread(target=self._keep_log, args=(log,), name="palette-cuga-log", daemon=True).start()
+        self._say({"kind": "start", "state": state, "skills": skills, "cuga_folder": str(self.cuga_folder),
+                   "thread_id": self.thread_id, "block_timeout": block_timeout(settings),
+                   "output_limit": cuga_output_limit(settings.output_limit)})
+        said = self._next(time.monotonic() + WORKER_START)
+        if isinstance(said, Failed):
+            raise HostError(f"CUGA could not start in its worker: {said.error}")
+        if not isinstance(said, Ready):
+            raise HostError(f"the cuga worker did not start: {self._why(said)}")
+        if self.skill_dir is not None and self.skill_dir.name not in said.skills:
+            raise HostError(f"CUGA's discover_skills does not find {self.skill_dir.name!r} in "
+                            f"{self.cuga_folder / 'skills'} (it found: {', '.join(said.skills) or 'nothing'}); the "
+                            "model would never be offered it. Check SKILL.md's frontmatter (name, description)")
 
-        # No model=: CUGA builds its own client from its settings, the path a real deployment takes.
-        return CugaAgent(cuga_folder=str(self.cuga_folder), auto_load_policies=False, enable_knowledge=False,
-                         enable_skills=skills, skills_folder=str(self.cuga_folder) if skills else None,
-                         callbacks=[step_recorder(self._steps, self._usage)])
+    # -- the channel ---------------------------------------------------------------------------------------------
+
+    def _say(self, message: dict[str, Any]) -> None:
+        process = self._process
+        if process is None or process.stdin is None:
+            return
+        with self._said, contextlib.suppress(OSError, ValueError):
+            process.stdin.write(json.dumps(message).encode("utf-8") + b"\n")
+            process.stdin.flush()
+
+    def _read(self) -> None:
+        """The worker's words, each decoded against the schema; a line it may not say ends the channel."""
+        assert self._process is not None and self._process.stdout is not None
+        stdout = self._process.stdout
+        try:
+            while line := stdout.readline(MAX_MESSAGE + 1):
+                if len(line) > MAX_MESSAGE:
+                    self._inbox.put(Ended(f"it sent a message over {MAX_MESSAGE // 2**20} MiB"))
+                    return
+                try:
+                    self._inbox.put(_decode(line))
+                except msgspec.ValidationError as error:
+                    self._inbox.put(Ended(f"it sent what it may not ({error})"))
+                    return
+                except msgspec.DecodeError:
+                    self._inbox.put(Ended("it sent a line that is not JSON"))
+                    return
+        except (OSError, ValueError):
+            pass
+        self._inbox.put(Ended(self._exit()))
+
+    def _exit(self) -> str:
+        process = self._process
+        code = None
+        if process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = process.wait(5)
+        tail = " | ".join(line for line in self._log_tail if line)[-600:]
+        return (f"it ended (exit code {code})" if code is not None else "it closed its channel") + \
+            (f"; the last of its log: {tail}" if tail else "")
+
+    def _keep_log(self, path: Path) -> None:
+        """CUGA's log, from the worker's stderr, into cuga.log: bounded, and its last lines kept for an error."""
+        assert self._process is not None and self._process.stderr is not None
+        kept = 0
+        with path.open("ab") as out:
+            for line in self._process.stderr:
+                self._log_tail.append(line[:300].decode("utf-8", "replace").strip())
+                if kept < LOG_LIMIT:
+                    out.write(line[:LOG_LIMIT - kept])
+                    kept += len(line)
+                    if kept >= LOG_LIMIT:
+                        out.write(f"\n[cuga.log stops here: over {LOG_LIMIT // 2**20} MiB]\n".encode())
+                    out.flush()
+
+    def _next(self, deadline: float) -> WorkerMessage | Ended | None:
+        """The worker's next message, or None at the deadline."""
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                return self._inbox.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                continue
+        return None
+
+    @staticmethod
+    def _why(said: WorkerMessage | Ended | None) -> str:
+        if said is None:
+            return f"it said nothing within {WORKER_START:g} s"
+        if isinstance(said, Ended):
+            return said.why
+        return f"it said {type(said).__name__.lower()!r} out of turn"
+
+    # -- a turn --------------------------------------------------------------------------------------------------
 
     def send(self, message: str, timeout: float) -> TurnRecord:
         if self._broken:
             raise HostError(f"the session cannot continue: {self._broken}")
-        turn = TurnRecord(sent=message)
-        self.turns.append(turn)
-        self._steps.clear()
-        self._usage.clear()
+        turn = TurnRecord(sent=message, retries=0)
+        with self._lock:
+            self.turns.append(turn)
+            self._turn = turn
         started = time.monotonic()
-        retries = None
         try:
-            with process_state(self.env, self.work), sandboxed_commands(self.shell), \
-                    counting_retries() as retries:
-                result = self._loop.run_until_complete(self._invoke(message, timeout))
-            turn.answer = str(getattr(result, "answer", "") or "")
-            if getattr(result, "error", None):
-                raise HostError(f"CUGA reported an error: {result.error}")
+            self._say({"kind": "send", "message": message, "timeout": timeout})
+            deadline = started + timeout + TURN_GRACE
+            while True:
+                said = self._next(deadline)
+                if isinstance(said, Run):
+                    self._start_command(said)
+                    continue
+                if isinstance(said, Done):
+                    turn.answer, turn.usage = said.answer, dict(said.usage)
+                    if said.error:
+                        self._broken = said.error
+                        raise HostError(said.error)
+                    return turn
+                self._broken = (f"turn timed out after {timeout:g} s (the worker did not end it)" if said is None
+                                else f"the cuga worker: {self._why(said)}")
+                self._stop_worker()
+                raise HostError(self._broken)
         except HostError as error:
             turn.error = str(error)
             error.turn = turn
             raise
         finally:
-            turn.steps = list(self._steps)
-            turn.usage = dict(self._usage)
             turn.seconds = round(time.monotonic() - started, 3)
-            turn.retries = retries.count if retries is not None else None
-        return turn
+            with self._lock:
+                self._turn = None
 
-    async def _invoke(self, message: str, timeout: float) -> Any:
+    def _start_command(self, run: Run) -> None:
+        if not self._running.acquire(blocking=False):
+            self._say(_ran(run.id, "", f"refused: more than {MAX_RUNNING} commands at once", None))
+            return
+        threading.Thread(target=self._command, args=(run,), name="palette-cuga-command", daemon=True).start()
+
+    def _command(self, run: Run) -> None:
+        """Run one command the worker asked for, in the sandbox, recorded; say how it went."""
         try:
-            return await asyncio.wait_for(self.agent.invoke(message, thread_id=self.thread_id), timeout)
-        except asyncio.TimeoutError:
-            self._broken = f"turn timed out after {timeout:g} s"
-            raise HostError(self._broken) from None
-        except Exception as error:  # CUGA raising (rather than reporting) is a host failure too
-            self._broken = f"{type(error).__name__}: {error}"
-            raise HostError(f"CUGA raised {self._broken}") from None
+            cwd = Path(run.cwd)
+            # The worker names its thread's folder; anything outside work/ is not a folder of this item.
+            if not cwd.is_absolute() or ".." in cwd.parts or not cwd.is_relative_to(self.work):
+                self._say(_ran(run.id, "", f"refused: {run.cwd[:200]} is not inside the item's work folder", None))
+                return
+            env = {**self.sandbox.env, **allowed_environment(run.env, cwd, withheld=self.sandbox.withheld)}
+            timeout = float(min(max(run.timeout, 1.0), RUN_COMMAND_CEILING))
+            ran = self.shell.execute(run.command, cwd, env, timeout)
+            message = _ran(run.id, ran.stdout, ran.stderr, ran.code)
+            message["timed_out"] = ran.timed_out
+            self._say(message)
+        finally:
+            self._running.release()
+
+    def _observed(self, status: int, body: bytes) -> None:
+        """One model answer, as the forwarder passed it on: the tool calls of its code, or a retried failure."""
+        with self._lock:
+            turn = self._turn
+            if turn is None:
+                return
+            if status in RETRIED_STATUSES or status >= 500:
+                turn.retries = (turn.retries or 0) + 1
+                return
+            lines = code_steps(answer_text(body)) if status < 300 else []
+            turn.steps.extend(lines)
+        if self.on_step is not None:
+            for line in lines:
+                self.on_step(line)
 
     @property
     def workspace(self) -> Path:
         """CUGA's per-thread folder: the cwd of every command the agent runs."""
         return self.work / "cuga_workspace" / self.thread_id
 
+    # -- the end -------------------------------------------------------------------------------------------------
+
+    def _stop_worker(self) -> None:
+        """Stop the worker and all it started: its process group here, and the item's keeper holds the rest (the
+        harness stops it when a conversation fails)."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(5)
+
     def close(self) -> None:
         self.shell.close()  # a command still running (the turn timed out) stops; none other starts
+        process = self._process
         try:
-            if not self._loop.is_closed():
-                with process_state(self.env, self.work), contextlib.suppress(Exception):
-                    self._loop.run_until_complete(asyncio.wait_for(self.agent.aclose(), 30))
+            if process is not None and process.poll() is None:
+                self._say({"kind": "close"})
+                if process.stdin is not None:
+                    with contextlib.suppress(OSError):
+                        process.stdin.close()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(CLOSE_GRACE)
+            self._stop_worker()
         finally:
-            self._release()
-
-    def _release(self) -> None:
-        if not self._loop.is_closed():
-            self._loop.close()
-        _remove_log_sink(self._sink)
-        self._sink = None
-        with contextlib.suppress(RuntimeError):
-            _active_lock.release()
+            if self._forwarder is not None:
+                self._forwarder.stop()
+                self._forwarder = None
+            if self._scratch is not None:  # made by this session, for CUGA's state unconfined
+                shutil.rmtree(self._scratch, ignore_errors=True)
+                self._scratch = None
 
 
-def _add_log_sink(path: Path | None) -> int | None:
-    if path is None:
-        return None
-    try:
-        from loguru import logger
-    except ImportError:
-        return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return int(logger.add(str(path), level="INFO", enqueue=False))
+#: How long a worker asked to close may take to close its agent before it is stopped.
+CLOSE_GRACE = 5.0
 
 
-def _remove_log_sink(sink: int | None) -> None:
-    if sink is None:
-        return
-    with contextlib.suppress(ImportError, ValueError):
-        from loguru import logger
-
-        logger.remove(sink)
+def _ran(ident: int, stdout: str, stderr: str, code: int | None) -> dict[str, Any]:
+    return {"kind": "ran", "id": ident, "stdout": stdout, "stderr": stderr, "code": code}
 
 
 # -- the host ------------------------------------------------------------------------------------
@@ -629,7 +709,6 @@ class CugaHost(Host):
     """IBM's CUGA agent through its Python SDK; the rehearsal model is served to it over loopback HTTP."""
 
     name = "cuga"
-    concurrent = False  # CUGA's configuration, os.environ and cwd are the process's (see above)
 
     def __init__(self) -> None:
         self._endpoint = RehearsalEndpoint()
@@ -677,6 +756,9 @@ class CugaHost(Host):
 
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
         facts = {"model": model.label, "provider": model.provider,
+                 "worker": "a process of its own per conversation, in the item's sandbox (the model's code runs there)",
+                 "model_key": "held by the harness (a forwarder adds it)" if model.provider in FORWARDED_PROVIDERS
+                              else f"in the sandbox: {model.provider}'s client exchanges it itself (docs/sandbox.md)",
                  "skill_loading": "lazy (CUGA's load_skill; --palette-eager does not apply)",
                  "sandbox_execution_timeout": f"{block_timeout(settings)} s",
                  "run_command_timeout": f"{RUN_COMMAND_CEILING} s (fixed in cuga)",
@@ -705,11 +787,8 @@ class CugaHost(Host):
              settings: HostSettings, sandbox: Sandbox) -> CugaSession:
         url = (self._endpoint.server(model, settings).openai_base_url
                if model.provider == "rehearsal" else None)
-        cuga = cuga_model(model, env, rehearsal_url=url)
-        # CUGA's log stays in the item's folder, beside turns.json, out of the agent's sight.
-        return CugaSession(workspace.work, skill, env, cuga, block_timeout(settings),
-                           log_file=workspace.own("cuga.log"), commands=workspace.command_log(),
-                           sandbox=sandbox, output_limit=settings.output_limit)
+        return CugaSession(workspace, skill, env, cuga_model(model, env, rehearsal_url=url), model.provider, settings,
+                           sandbox)
 
     def fault(self, model: ModelSpec) -> str | None:
         return self._endpoint.fault(model)

@@ -14,7 +14,7 @@ import socketserver
 import tempfile
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -73,26 +73,41 @@ class RehearsalEndpoint:
 PLACEHOLDER_KEY = "sk-ant-placeholder-the-harness-adds-the-key"
 #: Paths the forwarder passes on: the Messages API (and token counts, the model list); nothing else of a host.
 FORWARDED = ("/v1/messages", "/v1/models")
+#: The same for the OpenAI wire (the cuga host): a client's base URL is the forwarder's root, and the upstream's own
+#: path (`/v1`) goes before these.
+OPENAI_FORWARDED = ("/chat/completions", "/models")
+#: What the forwarder keeps of one answer for its observer: a turn's answer is far smaller.
+OBSERVED_BODY = 16 * 1024 * 1024
 #: A request body larger than this is refused (a conversation's whole history is a few MB at most).
 MAX_BODY = 64 * 1024 * 1024
 #: Headers the forwarder sets itself, never passes on: the credentials, and those of one connection.
 _OWN_HEADERS = frozenset({"host", "x-api-key", "authorization", "content-length", "connection", "keep-alive",
                           "transfer-encoding", "proxy-authorization", "proxy-connection", "te", "upgrade"})
 UPSTREAM_TIMEOUT = 600.0
+#: A client with no network of its own reaches the forwarder's socket on this loopback port of its namespace, through
+#: the relay (hosts/relay.py): its own namespace's, so any port will do.
+RELAY_PORT = 8787
+RELAY = Path(__file__).with_name("relay.py")
 
 
 class KeyForwarder:
     """A Messages API endpoint on 127.0.0.1 that holds the model's key: it passes each request to `upstream`
     with the key added, and streams the answer back. The client (the Claude CLI, in the item's sandbox) gets
     only `PLACEHOLDER_KEY`, so no process of the agent's — nor a settings file, a hook, /proc — holds a key.
-    Loopback only; only FORWARDED paths; bounded bodies."""
+    Loopback only; only `paths` (FORWARDED, or OPENAI_FORWARDED); bounded bodies.
 
-    def __init__(self, upstream: str, credentials: Mapping[str, str]) -> None:
+    `observe`, when given, hears of each answer once it has been passed on: its status and its body (the first
+    OBSERVED_BODY bytes) — the harness's own record of what the model said, which no process of the agent's writes."""
+
+    def __init__(self, upstream: str, credentials: Mapping[str, str], paths: tuple[str, ...] = FORWARDED,
+                 observe: Callable[[int, bytes], None] | None = None) -> None:
         parts = urlsplit(upstream.rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"the model's base URL {upstream!r} is not an http(s) URL")
         self.upstream = parts
         self.credentials = dict(credentials)
+        self.paths = paths
+        self.observe = observe
         self._server: ThreadingHTTPServer | None = None
         self._unix: socketserver.ThreadingUnixStreamServer | None = None
         self._folder: Path | None = None
@@ -149,7 +164,7 @@ class KeyForwarder:
 
     def forward(self, request: BaseHTTPRequestHandler) -> None:
         path = request.path
-        if not path.startswith(FORWARDED):
+        if not path.startswith(self.paths):
             _refuse(request, 404, f"not forwarded: {path.split('?')[0][:100]}")
             return
         try:
@@ -174,10 +189,15 @@ class KeyForwarder:
                     request.send_header(name, value)
             request.send_header("Transfer-Encoding", "chunked")  # streamed as it comes (server-sent events)
             request.end_headers()
+            kept = bytearray()
             while chunk := answer.read1(65536):
                 request.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 request.wfile.flush()
+                if self.observe is not None and len(kept) < OBSERVED_BODY:
+                    kept += chunk[:OBSERVED_BODY - len(kept)]
             request.wfile.write(b"0\r\n\r\n")
+            if self.observe is not None:
+                self.observe(answer.status, bytes(kept))
         except (OSError, http.client.HTTPException) as error:
             with contextlib.suppress(OSError):
                 _refuse(request, 502, f"the model's endpoint did not answer: {type(error).__name__}")

@@ -7,6 +7,7 @@ action back into that client's shape. The policy sees only what a language model
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 
@@ -36,6 +37,27 @@ class RunCommand:
     call_id: str = ""
 
 
+#: The first line of a code block `RunCode` sends: the label it is known by on the wire and in the host's steps.
+CODE_LABEL = "# palette-hostile: "
+_LABEL = re.compile(r"[\w.-]+")
+
+
+@dataclass(frozen=True)
+class RunCode:
+    """Run a block of Python in the host's own code executor (CUGA's codeact), through no tool. Only a host whose
+    model answers with code can run it (`Conversation.codeact`); it is sent verbatim after a first line naming its
+    label, by which the policy knows it ran. Written by this package (the hostile agents), never by a user."""
+
+    code: str
+    label: str
+    call_id: str = ""
+
+    def __post_init__(self) -> None:
+        # A fence would end the block early, and a label must survive as one line of a comment.
+        if "```" in self.code or not _LABEL.fullmatch(self.label):
+            raise ValueError(f"a RunCode block holds a ``` fence or its label {self.label!r} is not a name")
+
+
 @dataclass(frozen=True)
 class ToolResult:
     call_id: str
@@ -49,8 +71,8 @@ class Reply:
     text: str
 
 
-Event = UserSaid | AgentSaid | LoadSkill | RunCommand | ToolResult
-Action = LoadSkill | RunCommand | Reply
+Event = UserSaid | AgentSaid | LoadSkill | RunCommand | RunCode | ToolResult
+Action = LoadSkill | RunCommand | RunCode | Reply
 
 
 @dataclass
@@ -59,6 +81,8 @@ class Conversation:
 
     system: str = ""
     events: list[Event] = field(default_factory=list)
+    #: The client runs the code the model answers with (CUGA's codeact), so a `RunCode` is an action it can take.
+    codeact: bool = False
 
     def result_of(self, call_id: str) -> str | None:
         for event in self.events:

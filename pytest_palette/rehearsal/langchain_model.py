@@ -21,7 +21,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
-from .conversation import AgentSaid, Conversation, Event, LoadSkill, Reply, RunCommand, ToolResult, UserSaid
+from .conversation import Action, AgentSaid, Conversation, Event, LoadSkill, Reply, RunCommand, ToolResult, UserSaid
 from .latency import ModelLatency
 from .openai_wire import estimate_tokens, tool_roles
 from .policy import RehearsalPolicy
@@ -108,7 +108,7 @@ def to_conversation(messages: Sequence[BaseMessage], roles: dict[str, str]) -> C
     return conversation
 
 
-def to_message(action: LoadSkill | RunCommand | Reply, roles: dict[str, str], call_number: int) -> AIMessage:
+def to_message(action: Action, roles: dict[str, str], call_number: int) -> AIMessage:
     call_id = f"call_rehearsal_{call_number}"
     if isinstance(action, RunCommand) and "run" in roles:
         return AIMessage(content="", tool_calls=[

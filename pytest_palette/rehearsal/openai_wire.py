@@ -1,8 +1,9 @@
 """OpenAI chat completions ⇄ the rehearsal policy, in the two shapes OpenAI-compatible clients use.
 
 * **codeact** (CUGA's default): the request carries no `tools`. The model acts by answering with
-  a ```python block that awaits `load_skill(...)` or `run_command(...)`; the client runs it and
-  sends back a user message starting with "Execution output:". A plain-text answer ends the turn.
+  a ```python block that awaits `load_skill(...)` or `run_command(...)` — or, a hostile agent's `RunCode`,
+  any Python of its own; the client runs it and sends back a user message starting with "Execution
+  output:". A plain-text answer ends the turn.
 * **function calling**: the request carries `tools`; the model answers with `message.tool_calls`
   and the client sends back `role: tool` messages.
 
@@ -19,12 +20,14 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .conversation import (
+    CODE_LABEL,
     Action,
     AgentSaid,
     Conversation,
     Event,
     LoadSkill,
     Reply,
+    RunCode,
     RunCommand,
     ToolResult,
     UserSaid,
@@ -92,9 +95,17 @@ def tool_roles(tools: Sequence[Json]) -> dict[str, str]:
 
 
 def parse_code(text: str, call_id: str) -> list[Event]:
-    """The tool calls in an assistant's ```python blocks: the policy sees its own past actions."""
+    """The tool calls in an assistant's ```python blocks, and its own code blocks (`RunCode`, told by their first
+    line): the policy sees its own past actions."""
     events: list[Event] = []
     for index, block in enumerate(_CODE_BLOCK.findall(text)):
+        first, _, code = block.partition("\n")
+        if first.startswith(CODE_LABEL):
+            try:
+                events.append(RunCode(code.rstrip("\n"), first[len(CODE_LABEL):].strip(), f"{call_id}.{index}.code"))
+                continue
+            except ValueError:  # not a label of ours: read as any other code
+                pass
         try:
             tree = ast.parse(block)
         except SyntaxError:
@@ -129,7 +140,7 @@ def to_conversation(request: Json) -> Conversation:
     """Turn a chat-completions request, in either shape, into the policy's events."""
     roles = tool_roles(request.get("tools") or [])
     codeact = not request.get("tools")
-    conversation = Conversation()
+    conversation = Conversation(codeact=codeact)
     pending: list[str] = []  # call ids of the last assistant message's code, awaiting its output
     for number, message in enumerate(request.get("messages") or []):
         role = message.get("role")
@@ -181,7 +192,7 @@ def _read_assistant(events: list[Event], message: Json, text: str, roles: dict[s
     if text.strip() and not code:
         events.append(AgentSaid(text))
     events += calls + code
-    pending = [event.call_id for event in code if isinstance(event, (LoadSkill, RunCommand))]
+    pending = [event.call_id for event in code if isinstance(event, (LoadSkill, RunCommand, RunCode))]
     if call_id and not pending and _CODE_BLOCK.search(text):
         pending = [f"{call_id}.code"]  # code the client will run all the same: its answer is no user's word
     return pending
@@ -198,6 +209,8 @@ def codeact_text(action: Action) -> str:
         # repr() is a Python string literal for any command: quotes, newlines and non-ASCII alike. Backticks
         # are written as \x60 escapes, so pasted material with a ``` fence cannot end the code block early.
         return f"```python\nprint(await run_command({_literal(action.command)}))\n```"
+    if isinstance(action, RunCode):
+        return f"```python\n{CODE_LABEL}{action.label}\n{action.code}\n```"  # verbatim: RunCode holds no fence
     # Plain words hand the turn back; a ``` fence in them (a plan that quotes pasted code) would be run as code.
     return _FENCE.sub(lambda run: "\u200b".join(run.group(0)), action.text)
 

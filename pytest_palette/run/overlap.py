@@ -7,10 +7,10 @@ items still run, report and are judged one by one in collection order, but an it
 conversation that started long before it. Threads suffice: a conversation's work is in its subprocesses (the
 agent's commands, deck.py, the engine) and in waiting, and the GIL is free while it waits.
 
-A host whose client keeps process-wide state (`Host.concurrent` False: CUGA) holds its conversations one at a
-time, still ahead of its items. The threads are daemons: a session that ends early (Ctrl-C, -x) closes every
-conversation still running — its host session, its sandbox and every process in it — and does not wait for a
-turn to time out.
+A host whose client keeps process-wide state (`Host.concurrent` False; no built-in host since CUGA runs in a
+worker of its own) holds its conversations one at a time, still ahead of its items. The threads are daemons: a
+session that ends early (Ctrl-C, -x) closes every conversation still running — its host session, its sandbox and
+every process in it — and does not wait for a turn to time out.
 """
 
 from __future__ import annotations

@@ -285,6 +285,17 @@ class Sandbox:
         return ["/bin/sh", "-c", self._keeper.joining(self.work, self.limits, userns=True), "palette-sandbox",
                 self._bwrap, "--userns", "3", "--pidns", "4", *_namespaces(network), *view, *chdir, "--", *bounds]
 
+    def program(self, argv: list[str], cwd: Path | None = None, *, network: bool | None = None) -> list[str]:
+        """`argv` (a program of the agent's own: a host's worker that runs the model's code) confined as a
+        command is — joining the item's keeper, under its limits, as its user id — but for the network, which
+        defaults to the commands' and may be taken away (a worker that reaches its model through a socket)."""
+        if not self.confined:
+            return argv
+        if self._keeper is None:
+            self.prepare()
+        return [*self.wrap(cwd or self.work, network=self.network if network is None else network, uid=self.uid),
+                *argv]
+
     def script(self, path: Path, shell: str = "/bin/bash", hidden: Iterable[Path] = ()) -> Path:
         """A program that runs its one argument (a command line) inside this sandbox with the allow-listed
         environment — for a client that runs commands itself and takes a wrapper for them (the Claude CLI's

@@ -1,0 +1,256 @@
+"""The cuga host's worker: one CUGA conversation, run by the harness inside the item's sandbox.
+
+    python cuga_worker.py        (the harness's channel: JSON lines on its standard input and output)
+
+CUGA's codeact executor runs the model's Python in the process that runs CUGA, behind CUGA's own filter of
+imports and builtins, which `asyncio.create_subprocess_shell` and `asyncio.open_connection` get through. So CUGA
+runs here, in a process of its own started inside the item's sandbox: every line the model writes is under the
+same confinement as its commands (no network but its model endpoint, no keys, no files but its own, bounded).
+
+Whatever runs here is the agent's, so the harness trusts nothing this process says: it reads what the model
+answered on its own endpoint, runs each command itself (in the sandbox, recorded on its clock) when asked here,
+and treats every message as the agent's words. Standard library and CUGA only: this file runs with the harness's
+interpreter, where the harness's package need not be importable.
+
+The channel, one JSON object a line. The harness says `start` (once, first), `send`, `ran` (a command's result)
+and `close`; this process says `ready` (or `failed`), `run` (a command to run), and `done` at the end of a turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+# Run by path, this file's folder leads sys.path, and the host's own cuga.py there would shadow CUGA itself.
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+
+#: `run_command`'s own timeout in cuga 0.4.3 (a default argument, no setting).
+RUN_COMMAND_CEILING = 120
+
+
+class Channel:
+    """The harness's end: lines in from `source`, lines out to `sink` (one writer at a time)."""
+
+    def __init__(self, source: IO[bytes], sink: IO[bytes]) -> None:
+        self.source, self.sink = source, sink
+        self._lock = threading.Lock()
+
+    def say(self, kind: str, **fields: Any) -> None:
+        line = json.dumps({"kind": kind, **fields}, ensure_ascii=False).encode("utf-8") + b"\n"
+        with self._lock:
+            self.sink.write(line)
+            self.sink.flush()
+
+    def read(self) -> dict[str, Any] | None:
+        line = self.source.readline()
+        return json.loads(line) if line else None
+
+
+def _own_channel() -> Channel:
+    """The channel on copies of stdin and stdout; the originals become /dev/null and stderr, so that what CUGA or
+    the model's code prints goes to the log, never into the channel by accident."""
+    source = os.fdopen(os.dup(0), "rb")
+    sink = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return Channel(source, sink)
+
+
+def load_cuga(state: str) -> Any:
+    """Import CUGA (its settings file named by AGENT_SETTING_CONFIG, read once, at import) from a folder with no
+    settings.toml of its own, which CUGA would otherwise prefer."""
+    Path(state).mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(ImportError, ValueError):
+        from loguru import logger
+
+        # CUGA logs through loguru's default sink at DEBUG: the harness keeps INFO and up, in cuga.log.
+        logger.remove()
+        logger.add(sys.stderr, level="INFO")
+    here = os.getcwd()
+    try:
+        os.chdir(state)
+        from cuga.config import settings  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    finally:
+        os.chdir(here)
+    return settings
+
+
+def configure(settings: Any, block_timeout: int, output_limit: int) -> None:
+    """The CUGA settings every conversation runs with (the reasons: docs/hosts.md, "The cuga host")."""
+    settings.skills.enabled = True
+    settings.advanced_features.execution_output_max_length = output_limit
+    # Without the shell tool CUGA drops the skills block from the prompt, and there is no run_command.
+    settings.advanced_features.enable_shell_tool = True
+    settings.advanced_features.sandbox_mode = "local"  # this process is the sandbox
+    settings.advanced_features.sandbox_execution_timeout = block_timeout
+    # Off: with it on, CUGA asks the model to classify each prose answer as interim or final, an extra call a turn.
+    settings.advanced_features.cuga_lite_nl_auto_continue = False
+    settings.policy.enabled = False
+    # Off: it fetches guidelines from, and saves trajectories to, a service on 127.0.0.1:8201 that is not ours.
+    settings.evolve.enabled = False
+
+
+def reported_usage(response: Any) -> dict[str, int]:
+    """The tokens one model call reported: each answer's `usage_metadata`, else `llm_output["token_usage"]`."""
+    usage: dict[str, int] = {}
+    for generations in getattr(response, "generations", None) or []:
+        for generation in generations:
+            reported = getattr(getattr(generation, "message", None), "usage_metadata", None) or {}
+            for name in ("input_tokens", "output_tokens"):
+                if isinstance(reported.get(name), int):
+                    usage[name] = usage.get(name, 0) + reported[name]
+    if usage:
+        return usage
+    # Both places describe the same call: read the second only when the first is empty, never add them.
+    totals = (getattr(response, "llm_output", None) or {}).get("token_usage") or {}
+    for ours, theirs in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens")):
+        if isinstance(totals.get(theirs), int):
+            usage[ours] = totals[theirs]
+    return usage
+
+
+def usage_recorder(usage: dict[str, int]) -> Any:
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class UsageRecorder(BaseCallbackHandler):
+        def on_llm_end(self, response: Any, **kwargs: Any) -> None:
+            for name, count in reported_usage(response).items():
+                usage[name] = usage.get(name, 0) + count
+
+    return UsageRecorder()
+
+
+class Commands:
+    """CUGA's `run_command`, asked of the harness: it runs each command in the item's sandbox and records it."""
+
+    def __init__(self, channel: Channel, loop: asyncio.AbstractEventLoop) -> None:
+        self.channel, self.loop = channel, loop
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.count = 0
+
+    def install(self) -> None:
+        from cuga.backend.cuga_graph.nodes.cuga_lite.executors.local import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
+            local_sandbox_executor as module,
+        )
+
+        commands = self
+
+        async def run_command(executor: Any, cmd: str, *, thread_id: str | None = None,
+                              timeout: int = RUN_COMMAND_CEILING) -> tuple[str, str, int]:
+            # CUGA's own steps before a command are kept: its path mapping, its per-thread venv, its variables.
+            root = module.local_thread_workspace_root(thread_id)
+            root.mkdir(parents=True, exist_ok=True)
+            venv = await executor._ensure_workspace_venv(root)
+            ran = await commands.ask(module.normalize_shell_command_paths(cmd), str(root.resolve()),
+                                     executor._command_env(root, venv), timeout)
+            if ran.get("timed_out"):
+                raise TimeoutError(f"Command timed out after {timeout}s")
+            code = ran.get("code")
+            code = -1 if code is None else int(code)
+            stdout, stderr = str(ran.get("stdout", "")), str(ran.get("stderr", ""))
+            if code:
+                stderr = (stderr + "\n" if stderr else "") + f"(exit code {code})"
+            return stdout, stderr, code
+
+        module.LocalSandboxExecutor._run_command = run_command
+
+    async def ask(self, command: str, cwd: str, env: dict[str, str], timeout: int) -> dict[str, Any]:
+        self.count += 1
+        ident = self.count
+        answer: asyncio.Future[dict[str, Any]] = self.loop.create_future()
+        self.pending[ident] = answer
+        try:
+            self.channel.say("run", id=ident, command=command, cwd=cwd, env=env, timeout=timeout)
+            return await answer
+        finally:
+            self.pending.pop(ident, None)
+
+    def answered(self, message: dict[str, Any]) -> None:
+        """From the reading thread: a command's result."""
+        answer = self.pending.get(int(message.get("id", 0)))
+        if answer is not None and not answer.done():
+            answer.set_result(message)
+
+
+def _reader(channel: Channel, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[dict[str, Any] | None],
+            commands: Commands) -> None:
+    """The channel's reading thread: results go to the command awaiting them, the rest to the inbox."""
+    while True:
+        try:
+            message = channel.read()
+        except (OSError, ValueError):
+            message = None
+        if message is not None and message.get("kind") == "ran":
+            loop.call_soon_threadsafe(commands.answered, message)
+            continue
+        loop.call_soon_threadsafe(inbox.put_nowait, message)
+        if message is None:
+            return
+
+
+async def converse(channel: Channel, start: dict[str, Any]) -> int:
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    commands = Commands(channel, loop)
+    threading.Thread(target=_reader, args=(channel, loop, inbox, commands), daemon=True).start()
+    try:
+        settings = load_cuga(str(start["state"]))
+        configure(settings, int(start["block_timeout"]), int(start["output_limit"]))
+        commands.install()
+        from cuga.backend.skills.loader import discover_skills  # type: ignore[import-untyped,import-not-found,unused-ignore]
+        from cuga.sdk import CugaAgent  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+        skills = bool(start["skills"])
+        folder = str(start["cuga_folder"])
+        names = [entry.name for entry in discover_skills(folder)] if skills else []
+        usage: dict[str, int] = {}
+        # No model=: CUGA builds its own client from its settings, the path a real deployment takes.
+        agent = CugaAgent(cuga_folder=folder, auto_load_policies=False, enable_knowledge=False, enable_skills=skills,
+                          skills_folder=folder if skills else None, callbacks=[usage_recorder(usage)])
+        _ = agent.graph  # built now, so the first turn's time is the turn's
+    except Exception as error:  # the harness names it: an ERROR of the run
+        channel.say("failed", error=f"{type(error).__name__}: {error}")
+        return 1
+    channel.say("ready", skills=names)
+    thread_id = str(start["thread_id"])
+    while (message := await inbox.get()) is not None:
+        if message.get("kind") == "close":
+            break
+        if message.get("kind") != "send":
+            continue
+        usage.clear()
+        timeout = float(message["timeout"])
+        try:
+            result = await asyncio.wait_for(agent.invoke(str(message["message"]), thread_id=thread_id), timeout)
+        except asyncio.TimeoutError:
+            channel.say("done", answer="", error=f"turn timed out after {timeout:g} s", usage=usage)
+            continue
+        except Exception as error:  # CUGA raising (rather than reporting) is a host failure too
+            channel.say("done", answer="", error=f"CUGA raised {type(error).__name__}: {error}", usage=usage)
+            continue
+        reported = getattr(result, "error", None)
+        channel.say("done", answer=str(getattr(result, "answer", "") or ""),
+                    error=f"CUGA reported an error: {reported}" if reported else None, usage=usage)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(agent.aclose(), 30)
+    return 0
+
+
+def main() -> int:
+    channel = _own_channel()
+    start = channel.read()
+    if not start or start.get("kind") != "start":
+        return 2
+    return asyncio.run(converse(channel, start))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
