@@ -198,6 +198,12 @@ def test_describe_reports_the_budgets_even_without_cuga(monkeypatch: pytest.Monk
     facts = host.describe(REHEARSAL, HostSettings())
     assert facts["model"] == REHEARSAL.label and facts["sandbox_execution_timeout"] == "120 s"
     assert facts["skill_loading"].startswith("lazy")
+    # The header says where the model's key is: with the harness, or (a client that exchanges it) in the sandbox.
+    assert facts["model_key"].startswith("held by the harness")
+    assert facts["worker"].startswith("a process of its own per conversation, in the item's sandbox")
+    for provider in ("watsonx:openai/gpt-oss-120b", "rits:openai/gpt-oss-120b"):
+        assert host.describe(parse_model(provider), HostSettings())["model_key"].startswith("in the sandbox")
+    assert host.describe(parse_model("openai:gpt-4o"), HostSettings())["model_key"].startswith("held by")
 
 
 def test_a_turns_steps_are_the_tool_calls_in_the_models_code() -> None:
@@ -326,6 +332,30 @@ def test_the_harness_runs_the_workers_commands_reads_its_model_and_gives_it_no_k
     # No key in the worker: the forwarder holds it (the rehearsal model needs none), and nothing of the caller's.
     assert SECRET not in turn.answer and said["env"]["OPENAI_API_KEY"] == PLACEHOLDER_KEY
     assert said["env"]["PALETTE_TRACE"] == str(workspace.trace)
+
+
+def test_a_provider_whose_client_holds_its_key_gets_it_in_the_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN + "say('ready', skills=[])\nhear()\nsay('done', answer=json.dumps(dict(os.environ)))\n"
+                      "hear()\n", encoding="utf-8")
+    monkeypatch.setattr(cuga_module, "WORKER", script)
+    workspace = Workspace(tmp_path, PurePosixPath("item"))
+    workspace.work.mkdir()
+    settings = HostSettings(sandbox=SANDBOX)
+    sandbox = open_sandbox(workspace, settings)
+    sandbox.prepare()
+    env = {**agent_environment(workspace.trace), "WATSONX_APIKEY": SECRET, "WATSONX_PROJECT_ID": "p",
+           "OPENAI_API_KEY": SECRET}
+    session = CugaHost().open(workspace, None, env, parse_model("watsonx:openai/gpt-oss-120b"), settings, sandbox)
+    try:
+        seen = json.loads(session.send("hello", 30).answer)
+    finally:
+        session.close()
+        sandbox.close()
+    # watsonx's client exchanges its key itself: the worker holds it (and no other provider's); the header says so
+    # (test_describe_reports_the_budgets_even_without_cuga).
+    assert seen["WATSONX_APIKEY"] == SECRET and seen["WATSONX_PROJECT_ID"] == "p" and "OPENAI_API_KEY" not in seen
 
 
 def test_a_worker_that_never_answers_is_stopped_at_the_turns_timeout(

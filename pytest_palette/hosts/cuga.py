@@ -391,7 +391,6 @@ class CugaSession(HostSession):
         self.sandbox = sandbox
         self.shell = Shell(self.work, env, RUN_COMMAND_CEILING, log=workspace.command_log(), sandbox=sandbox)
         self.turns: list[TurnRecord] = []
-        self.facts: dict[str, str] = {}
         self._turn: TurnRecord | None = None
         self._lock = threading.Lock()  # the current turn, written by the forwarder's threads
         self._inbox: queue.Queue[WorkerMessage | Ended] = queue.Queue()
@@ -441,9 +440,8 @@ class CugaSession(HostSession):
             # Its client exchanges the key for a token itself: the worker holds the key and needs the network.
             prefixes = KEY_PREFIXES.get(provider, ())
             variables.update({k: v for k, v in env.items() if k.startswith(prefixes)})
+            # The run's header says so (`model_key`, from describe()), and docs/sandbox.md.
             network = True
-            self.facts["key_in_sandbox"] = (f"yes: {provider}'s client exchanges its key itself, so the worker "
-                                            "(and the model's code) holds it and has the network (docs/sandbox.md)")
         if self.sandbox.confined:
             state = "/tmp/cuga"  # the sandbox's own /tmp: bounded, and gone with the worker
         else:
