@@ -63,9 +63,6 @@ INSTALL_HINT = ("pip install -r requirements-cuga.txt && pip install --no-deps c
 #: The import probe (a subprocess, so this process's CUGA configuration stays unchosen) may take this long.
 IMPORT_PROBE_TIMEOUT = 180.0
 
-#: Set in this process before CUGA is imported; carried into every item's environment as they were.
-CUGA_PROCESS_VARIABLES = ("CUGA_DBS_DIR", "CUGA_LOGGING_DIR", "ENV_FILE")
-
 
 # -- models ----------------------------------------------------------------------------------------
 
@@ -177,7 +174,7 @@ def agent_path(path: str, uv: Path | None) -> str:
     return os.pathsep.join([entry for entry in path.split(os.pathsep) if entry] + [str(uv.parent)])
 
 
-# -- loading CUGA once per process ---------------------------------------------------------------
+# -- CUGA in this process: only to describe it and to check a skill's discovery (--palette-check) ------
 
 @dataclass
 class _ProcessCuga:
