@@ -640,8 +640,12 @@ class CugaSession(HostSession):
     def close(self) -> None:
         self.shell.close()  # a command still running (the turn timed out) stops; none other starts
         process = self._process
+        with self._lock:
+            mid_turn = self._turn is not None
         try:
-            if process is not None and process.poll() is None:
+            # Between turns the worker closes its agent when asked. Mid-turn (Ctrl-C, -x, a timeout) it would only
+            # hear the request once its turn ended: it is stopped at once, as nothing of it is kept but the record.
+            if process is not None and process.poll() is None and not mid_turn and not self._broken:
                 self._say({"kind": "close"})
                 if process.stdin is not None:
                     with contextlib.suppress(OSError):

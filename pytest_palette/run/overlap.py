@@ -96,10 +96,21 @@ class Overlap:
         """The session ends: start nothing more, and close every conversation still held — its host session
         (no further command runs) and what it registered (its sandbox: every process in it stops)."""
         self._closed.set()
+        closing = []
         for conversation in self._all:  # those an item is waiting to collect too
             conversation.future.cancel()
             if conversation.future.running():
-                if conversation.session is not None:
-                    conversation.session.close()
-                for close in conversation.closers:
-                    close()
+                # Side by side: each takes a second or two (its processes stopped, its user's looked for), and
+                # Ctrl-C with many conversations in flight must not wait for them one after another.
+                closing.append(threading.Thread(target=_close, args=(conversation,), name="palette-close"))
+                closing[-1].start()
+        for thread in closing:
+            thread.join()
+
+
+def _close(conversation: Conversation) -> None:
+    """Close one conversation still held: its host session (no further command runs), then what it registered."""
+    if conversation.session is not None:
+        conversation.session.close()
+    for close in conversation.closers:
+        close()
