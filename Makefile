@@ -46,8 +46,11 @@ converse: $(STAMP)
 	$(BIN)/palette-bench converse --host react --model rehearsal --workspace runs/converse-demo \
 		"Build a 3-slide deck on prompt caching" --reply yes
 
+# The venv's bin first on PATH, as an activated venv has it: the tests' sessions run the agent's `python3` hundreds
+# of times, and a version manager's shim (pyenv's is a shell script) costs four times a direct start.
+# tests/test_published_skill.py makes its own shims folder, for the case where that is the point.
 test: $(STAMP)
-	$(BIN)/python -m pytest tests -n 2 --dist worksteal --timeout 600
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests -n 2 --dist worksteal --timeout 600
 
 lint: $(STAMP)
 	$(BIN)/ruff check pytest_palette tests benchmarks

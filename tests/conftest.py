@@ -3,11 +3,13 @@ tests get a browser (tests/browser.py) and real offline runs (tests/sites.py).""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 from browser import Browser, require
 from sites import OfflineRuns, make_offline_runs
+from sweeps import Sweeps
 from unprivileged import Unprivileged
 from unprivileged import problem as unprivileged_problem
 
@@ -35,6 +37,14 @@ def browser() -> Iterator[Browser]:
     require()
     with Browser() as opened:
         yield opened
+
+
+@pytest.fixture(scope="session")
+def sweeps(tmp_path_factory: pytest.TempPathFactory) -> Sweeps:
+    """Real runs of cases, each once per test session across the xdist workers (tests/sweeps.py)."""
+    base = tmp_path_factory.getbasetemp()
+    # Under xdist each worker has its own base folder inside the session's: the common one is its parent.
+    return Sweeps(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
 
 
 @pytest.fixture(scope="session")

@@ -9,16 +9,13 @@ agent where it should fail turns an unnoticed regression into evidence that ther
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from known_bad_cases import expected_failures
+from sweeps import Sweep, Sweeps, run_session
 
 from pytest_palette.cases import Case, load_cases
 
@@ -45,31 +42,12 @@ EXPECTED = expected_failures(CASES)
 
 
 def run_suite(tmp_path: Path, model: str, *args: str, env: dict[str, str] | None = None) -> dict[str, list[str]]:
-    """Run the shipped cases in a subprocess; return each case's failure texts ([] for a pass).
+    """Run the shipped cases in a subprocess of this test's own; return each case's failure texts ([] for a pass).
 
-    The run folder is `tmp_path / "runs"`.
+    The run folder is `tmp_path / "runs"`. A run other tests could share is `sweeps.run(...)` instead.
     """
-    junit = tmp_path / "junit.xml"
-    if {**os.environ, **(env or {})}.get("PYTHONPATH") and not any(a.startswith("--palette-sandbox-env") for a in args):
-        # The sandbox keeps no PYTHONPATH: without it, deck.py's engine would import whatever copy of the package
-        # the venv points at, not the one these tests run (a git worktree beside the venv's checkout).
-        args = (*args, "--palette-sandbox-env=PYTHONPATH")
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", str(REPO / "cases"), "-p", "no:cacheprovider", "-p", "no:randomly",
-         f"--rootdir={REPO}", f"--palette-run-dir={tmp_path / 'runs'}", f"--model={model}",
-         f"--junitxml={junit}", "-q", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=1200, env={**os.environ, **(env or {})},
-    )
-    assert junit.exists(), done.stdout[-3000:] + done.stderr[-3000:]
-    results: dict[str, list[str]] = {}
-    for testcase in ET.parse(junit).getroot().iter("testcase"):
-        assert testcase.find("error") is None, f"{testcase.get('name')} errored: {ET.tostring(testcase)[:800]!r}"
-        failure = testcase.find("failure")
-        case = str(testcase.get("name")).split("[")[0]
-        results[case] = [] if failure is None else [
-            line.strip()[2:] for line in (failure.text or failure.get("message") or "").splitlines()
-            if line.strip().startswith("↳")]
-    return results
+    return run_session(tmp_path, [str(REPO / "cases"), f"--rootdir={REPO}", f"--model={model}", *args],
+                       env=env).by_case()
 
 
 def test_the_shipped_suite_has_the_documented_shape() -> None:
@@ -104,29 +82,33 @@ def test_a_reply_that_asks_for_a_change_expects_an_edit_whatever_the_tags(tmp_pa
                        "overridden": False}
 
 
-@pytest.fixture(scope="module")
-def good_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[str]]]:
-    """The good rehearsal model over all 41 cases, once per module (per xdist worker)."""
-    folder = tmp_path_factory.mktemp("good")
-    return folder / "runs", run_suite(folder, "rehearsal")
+def good(sweeps: Sweeps) -> Sweep:
+    """The good rehearsal model over every shipped case on react: one sweep the whole test session shares."""
+    return sweeps.run("--model=rehearsal")
+
+
+def flawed(sweeps: Sweeps, flaw: str) -> Sweep:
+    """A known-bad agent over every shipped case on react, shared likewise."""
+    return sweeps.run(f"--model=rehearsal:{flaw}")
+
+
+def failed(results: dict[str, list[str]]) -> set[str]:
+    return {case for case, failures in results.items() if failures}
 
 
 @pytest.mark.slow
-def test_the_good_rehearsal_model_passes_every_case(good_run: tuple[Path, dict[str, list[str]]]) -> None:
-    _, results = good_run
+def test_the_good_rehearsal_model_passes_every_case(sweeps: Sweeps) -> None:
+    results = good(sweeps).by_case()
     assert set(results) == ALL
     assert {case: failures for case, failures in results.items() if failures} == {}
 
 
 @pytest.mark.slow
-def test_compare_flags_exactly_the_cases_a_known_bad_agent_fails(
-        tmp_path: Path, good_run: tuple[Path, dict[str, list[str]]]) -> None:
+def test_compare_flags_exactly_the_cases_a_known_bad_agent_fails(sweeps: Sweeps) -> None:
     from pytest_palette.results.compare import compare, to_markdown
     from pytest_palette.results.ledger import load
 
-    good, _ = good_run
-    run_suite(tmp_path, "rehearsal:never_edits")
-    comparison = compare(load(good), load(tmp_path / "runs"))
+    comparison = compare(load(good(sweeps).runs), load(flawed(sweeps, "never_edits").runs))
     assert {change.case for change in comparison.regressions} == EDIT
     assert not comparison.improvements
     [host] = comparison.hosts
@@ -157,15 +139,14 @@ def test_without_the_skill_its_decks_fail_and_report_and_compare_show_the_lift(t
     from pytest_palette.results import stats
 
     # The core cases and the gate: a case whose user never approves passes with no skill at all.
-    # (PYTHONPATH reaches the agent's commands: a checkout run from its own folder starts its own engine.)
-    selection = ("-m", "core or gate", "--palette-sandbox-env=PYTHONPATH")
+    selection = ("-m", "core or gate")
     chosen = names(lambda c: bool({"core", "gate"} & set(c.tags)))
     # Without the skill the agent writes its own decks, which the same judge fails: not rendered by Palette.
     failing, passing = chosen & DECK, chosen - DECK
     assert failing and passing
     without, with_skill = tmp_path / "without", tmp_path / "with"
     results = run_suite(without, "rehearsal", *selection, "--palette-skill", "none")
-    assert set(results) == chosen and {case for case, failures in results.items() if failures} == failing
+    assert set(results) == chosen and failed(results) == failing
     assert all(any("does not carry IBM Plex" in failure for failure in results[case]) for case in failing)
     assert not any(run_suite(with_skill, "rehearsal", *selection).values())
 
@@ -192,32 +173,33 @@ def test_without_the_skill_its_decks_fail_and_report_and_compare_show_the_lift(t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["rehearsal", "rehearsal:always_triggers"])
-def test_the_report_gives_trigger_recall_and_precision_over_near_misses_and_deck_cases(tmp_path: Path,
-                                                                                      model: str) -> None:
+@pytest.mark.parametrize("flaw", ["", "always_triggers"])
+def test_the_report_gives_trigger_recall_and_precision_over_near_misses_and_deck_cases(sweeps: Sweeps,
+                                                                                      flaw: str) -> None:
     from pytest_palette.results.ledger import load
     from pytest_palette.results.report import build_report, to_markdown
     from pytest_palette.results.tally import ratio
 
-    results = run_suite(tmp_path, model, "-m", "trigger or core")
-    core = names(lambda c: "core" in c.tags)
-    assert set(results) == core | NEAR_MISS
-    fires = model.endswith("always_triggers")  # on every request; the good model on the deck cases only
-    assert {case for case, failures in results.items() if failures} == (NEAR_MISS if fires else set())
-    used = len(core) + (len(NEAR_MISS) if fires else 0)
-    markdown = to_markdown(build_report(load(tmp_path / "runs")))
-    assert f"| Trigger recall: the skill used where the request needed it | {ratio(len(core), len(core))} |" in markdown
-    assert f"| Trigger precision: the skill needed where it was used | {ratio(len(core), used)} |" in markdown
+    sweep = flawed(sweeps, flaw) if flaw else good(sweeps)
+    needing = ALL - NEAR_MISS
+    fires = bool(flaw)  # on every request; the good model on the cases that need the skill only
+    assert failed(sweep.by_case()) == (NEAR_MISS if fires else set())
+    used = len(needing) + (len(NEAR_MISS) if fires else 0)
+    markdown = to_markdown(build_report(load(sweep.runs)))
+    assert f"| Trigger recall: the skill used where the request needed it | {ratio(len(needing), len(needing))} |" \
+        in markdown
+    assert f"| Trigger precision: the skill needed where it was used | {ratio(len(needing), used)} |" in markdown
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flaw", sorted(EXPECTED))
-def test_each_known_bad_agent_fails_exactly_its_documented_cases(tmp_path: Path, flaw: str) -> None:
+def test_each_known_bad_agent_fails_exactly_its_documented_cases(sweeps: Sweeps, flaw: str) -> None:
     expected, phrase = EXPECTED[flaw]
-    results = run_suite(tmp_path, f"rehearsal:{flaw}")
-    failed = {case for case, failures in results.items() if failures}
-    assert failed == expected, f"{flaw}: unexpected {sorted(failed - expected)}, missed {sorted(expected - failed)}"
-    for case in failed:
+    results = flawed(sweeps, flaw).by_case()
+    assert set(results) == ALL
+    assert failed(results) == expected, \
+        f"{flaw}: unexpected {sorted(failed(results) - expected)}, missed {sorted(expected - failed(results))}"
+    for case in expected:
         assert any(phrase in failure for failure in results[case]), (flaw, case, results[case])
 
 
@@ -236,25 +218,43 @@ def untraced_skill(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("host", ["react", "cuga", "claude"])
-def test_a_skill_that_writes_no_trace_is_judged_from_our_own_record(tmp_path: Path, untraced_skill: Path,
+def test_a_skill_that_writes_no_trace_is_judged_from_our_own_record(sweeps: Sweeps, untraced_skill: Path,
                                                                       host: str) -> None:
     from pytest_palette.results.ledger import load
 
-    results = run_suite(tmp_path, "rehearsal", "-m", "core", f"--host={host}", f"--palette-skill={untraced_skill}")
-    records = list(load(tmp_path / "runs").latest.values())
+    sweep = sweeps.run("--model=rehearsal", "-m", "core", "--host=react,cuga,claude",
+                       f"--palette-skill={untraced_skill}")
+    results = sweep.by_case(host)
+    records = [r for r in load(sweep.runs).latest.values() if r.host == host]
     assert len(results) == 5 and not any(results.values())
-    assert {r.outcome for r in records} == {"pass"}  # judged, not skipped
+    assert len(records) == 5 and {r.outcome for r in records} == {"pass"}  # judged, not skipped
     assert {r.judged.calls_from for r in records if r.judged} == {"host"}
     assert all(r.judged and "the skill wrote no trace" in r.judged.notes[0] for r in records)
-    assert not any(path.stat().st_size for path in (tmp_path / "runs").rglob("palette-calls.jsonl"))
+    assert not any(path.stat().st_size for path in sweep.runs.glob(f"*/{host}/*/palette-calls.jsonl"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flaw", ["builds_early", "spins", "never_edits", "retypes_context"])
-def test_known_bad_agents_still_fail_their_sets_when_the_skill_writes_no_trace(tmp_path: Path, untraced_skill: Path,
+def test_known_bad_agents_still_fail_their_sets_when_the_skill_writes_no_trace(sweeps: Sweeps, tmp_path: Path,
                                                                                 flaw: str) -> None:
+    # The judge reads what is on disk, so a run whose skill wrote no trace is the same run with its traces empty:
+    # re-judged from our own record of the agent's commands, the known-bad agent must fail the same cases. (The
+    # live path, a skill with its tracer off, is the test above.)
+    from pytest_palette.commands.rejudge import rejudge
+    from pytest_palette.results.ledger import load
+
     expected, phrase = EXPECTED[flaw]
-    results = run_suite(tmp_path, f"rehearsal:{flaw}", f"--palette-skill={untraced_skill}")
-    failed = {case for case, failures in results.items() if failures}
-    assert failed == expected, f"{flaw}: unexpected {sorted(failed - expected)}, missed {sorted(expected - failed)}"
-    assert all(any(phrase in failure for failure in results[case]) for case in failed)
+    sweep = flawed(sweeps, flaw)
+    run = next(sweep.copy(tmp_path / "runs").iterdir())
+    traces = list(run.glob("react/*/palette-calls.jsonl"))
+    assert traces and any(trace.stat().st_size for trace in traces)
+    for trace in traces:
+        trace.write_bytes(b"")
+    records = {record.case: record for record in load(run).latest.values()}
+    judged, changes, unjudgeable = rejudge(run)
+    assert judged == len(ALL) and not unjudgeable
+    after = {case: (record.outcome, record.failures) for case, record in records.items()}
+    after |= {change.label.partition("[")[0]: (change.after, change.failures) for change in changes}
+    assert {case for case, (outcome, _) in after.items() if outcome != "pass"} == expected
+    assert {outcome for outcome, _ in after.values()} <= {"pass", "fail"}
+    assert all(any(phrase in failure for failure in after[case][1]) for case in expected)
