@@ -48,9 +48,9 @@ def sweeps(tmp_path_factory: pytest.TempPathFactory) -> Sweeps:
 
 
 @pytest.fixture(scope="session")
-def offline_runs(tmp_path_factory: pytest.TempPathFactory) -> OfflineRuns:
-    """A good and a bad real offline run of the core cases, once per session (per xdist worker): tests/sites.py."""
-    return make_offline_runs(tmp_path_factory.mktemp("offline-runs"))
+def offline_runs(sweeps: Sweeps) -> OfflineRuns:
+    """A good and a bad real offline run of the core cases, once per test session: tests/sites.py."""
+    return make_offline_runs(sweeps)
 
 
 @pytest.fixture(scope="session")

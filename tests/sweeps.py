@@ -13,16 +13,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
+import pytest
 from filelock import FileLock
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parent.parent
 #: One whole session, far above what the longest takes with both cores busy: it ends a hang, nothing else.
 SWEEP_TIMEOUT = 1500
@@ -119,20 +123,39 @@ class Sweeps:
         """The shipped cases (`cases/`) run with `args`, once per session whoever asks first."""
         return self.session([str(REPO / "cases"), f"--rootdir={REPO}", *args], env=env)
 
-    def session(self, args: Sequence[str], *, cwd: Path = REPO, env: Mapping[str, str] | None = None) -> Sweep:
-        """Any session started with `args` in `cwd`, once per test session."""
-        key = hashlib.sha256(json.dumps([list(args), str(cwd), dict(env or {})]).encode()).hexdigest()[:16]
-        folder = self.root / f"sweep-{key}"
-        with FileLock(str(self.root / f"sweep-{key}.lock")):
-            saved = folder / "sweep.json"
+    def shared(self, name: str, make: Callable[[Path], T]) -> T:
+        """`make(folder)`, once per test session whichever worker asks first; the others get what it returned
+        (pickled beside it). For a module's costly fixture — a whole session run in a process of its own — that
+        xdist would otherwise run again on each worker its tests are spread to."""
+        folder = self.root / name
+        with FileLock(str(folder.with_suffix(".lock"))):
+            saved, failed = folder.with_suffix(".pickle"), folder.with_suffix(".failed")
             if saved.is_file():
-                kept = json.loads(saved.read_text(encoding="utf-8"))
-                return Sweep(folder, {name: ItemResult(outcome, tuple(said))
-                                      for name, (outcome, said) in kept["items"].items()},
-                             kept["returncode"], kept["stdout"], kept["stderr"])
-            sweep = run_session(folder, args, cwd=cwd, env=env)
-            saved.write_text(json.dumps({
-                "args": list(args), "returncode": sweep.returncode, "stdout": sweep.stdout, "stderr": sweep.stderr,
-                "items": {name: [result.outcome, list(result.said)] for name, result in sweep.items.items()}}),
-                encoding="utf-8")
-            return sweep
+                kept: T = pickle.loads(saved.read_bytes())
+                return kept
+            if failed.is_file():  # made once and failed: its first asker's test says why, in full
+                pytest.fail(f"{name}, shared with another test, failed there: {failed.read_text(encoding='utf-8')}",
+                            pytrace=False)
+            folder.mkdir()
+            try:
+                made = make(folder)
+            except BaseException as error:
+                failed.write_text(f"{type(error).__name__}: {str(error)[:2000]}", encoding="utf-8")
+                raise
+            saved.write_bytes(pickle.dumps(made))
+            return made
+
+    def session(self, args: Sequence[str], *, cwd: Path = REPO, env: Mapping[str, str] | None = None,
+                project: Path | None = None) -> Sweep:
+        """Any session started with `args` in `cwd`, once per test session. With `project`, a fresh copy of that
+        folder, as a user's checkout, is made in the sweep's folder and the session runs there."""
+        key = hashlib.sha256(json.dumps([list(args), str(cwd), dict(env or {}), str(project)]).encode()).hexdigest()
+
+        def start(folder: Path) -> Sweep:
+            where = cwd
+            if project is not None:
+                where = folder / project.name
+                shutil.copytree(project, where, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            return run_session(folder, args, cwd=where, env=env)
+
+        return self.shared(f"sweep-{key[:16]}", start)

@@ -10,6 +10,7 @@ import pytest
 from browser import Browser, dead_links
 from PIL import Image
 from sites import OfflineRuns
+from sweeps import Sweeps
 
 from pytest_palette.results.ledger import load
 
@@ -104,8 +105,8 @@ def test_without_chromium_a_test_is_skipped_naming_the_fix_but_fails_in_ci(
 
 @pytest.mark.slow
 def test_the_offline_runs_are_real_and_the_bad_one_fails_exactly_its_derived_cases(
-        offline_runs: OfflineRuns, tmp_path_factory: pytest.TempPathFactory) -> None:
-    base = tmp_path_factory.getbasetemp()
+        offline_runs: OfflineRuns, sweeps: Sweeps) -> None:
+    base = sweeps.root
     assert offline_runs.good.is_relative_to(base) and offline_runs.bad.is_relative_to(base)
     assert (offline_runs.good / "results.jsonl").is_file() and (offline_runs.bad / "results.jsonl").is_file()
     cases = set(offline_runs.cases)

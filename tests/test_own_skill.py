@@ -19,15 +19,15 @@ import re
 import shutil
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 from browser import required
+from sweeps import ItemResult, Sweeps
 
 from pytest_palette.cases import Case, Expect, load_cases
 from pytest_palette.replies import ReplyKind, asks_for_change, classify_reply
@@ -82,33 +82,24 @@ def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], 
 EXPECTED = expected_failures(CASES)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProjectRuns:
-    """The project run as its user runs it, once per model in this process (per xdist worker), each in a fresh
+    """The project run as its user runs it, once per model in the test session (tests/sweeps.py), each in a fresh
     copy of it; the results by (case, host) from JUnit."""
 
-    folder: Path
-    done: dict[str, tuple[Path, dict[tuple[str, str], Result]]] = field(default_factory=dict)
+    sweeps: Sweeps
 
-    def of(self, model: str) -> tuple[Path, dict[tuple[str, str], Result]]:
+    def of(self, model: str) -> tuple[Path, dict[tuple[str, str], ItemResult]]:
         """The run folder of `model` on the three hosts, and each item's result."""
-        if model not in self.done:
-            where = self.folder / model.replace(":", "-")
-            project = copy_project(where)
-            junit = where / "junit.xml"
-            done = run_project(project, where / "runs", "--palette-run-id=run", f"--model={model}",
-                               f"--host={','.join(HOSTS)}", f"--junitxml={junit}")
-            # Exit 1 is a run with failed items (a known-bad agent's); anything else left no verdicts.
-            assert done.returncode in (0, 1) and junit.is_file(), done.stdout[-3000:] + done.stderr[-3000:]
-            self.done[model] = (where / "runs" / "run", junit_results(junit))
-        return self.done[model]
-
-
-@dataclass(frozen=True)
-class Result:
-    outcome: str  # pass, fail, error or skipped
-    #: The judge's words for a fail, the reason for a skip or an error.
-    said: tuple[str, ...]
+        sweep = self.sweeps.session(["--palette-run-id=run", f"--model={model}", f"--host={','.join(HOSTS)}",
+                                     f"--palette-skill=skills/{SKILL}"], project=PROJECT)
+        # Exit 1 is a run with failed items (a known-bad agent's); anything else left no verdicts.
+        assert sweep.returncode in (0, 1), sweep.stdout[-3000:] + sweep.stderr[-3000:]
+        results = {}
+        for name, result in sweep.items.items():
+            case, _, host = name.rstrip("]").partition("[")
+            results[(case, host)] = result
+        return sweep.runs / "run", results
 
 
 def copy_project(where: Path) -> Path:
@@ -128,33 +119,16 @@ def run_project(project: Path, runs: Path, *args: str) -> subprocess.CompletedPr
         cwd=project, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env)
 
 
-def junit_results(junit: Path) -> dict[tuple[str, str], Result]:
-    results = {}
-    for testcase in ET.parse(junit).getroot().iter("testcase"):
-        case, _, host = str(testcase.get("name")).rstrip("]").partition("[")
-        outcome = "pass"
-        said: tuple[str, ...] = ()
-        for kind in ("failure", "error", "skipped"):
-            found = testcase.find(kind)
-            if found is not None:
-                outcome = "fail" if kind == "failure" else kind
-                text = found.text or found.get("message") or ""
-                lines = [line.strip()[2:] for line in text.splitlines() if line.strip().startswith("↳")]
-                said = tuple(lines) if kind == "failure" else (found.get("message") or text,)
-        results[(case, host)] = Result(outcome, said)
-    return results
-
-
 @pytest.fixture(scope="module")
-def project_runs(tmp_path_factory: pytest.TempPathFactory) -> ProjectRuns:
+def project_runs(sweeps: Sweeps) -> ProjectRuns:
     reason = problem("bubblewrap")
     if reason:
         # Like a missing browser: skipped on a developer's machine, a failure where CI must run everything.
         (pytest.fail if required() else pytest.skip)(f"the project's runs need the agent's sandbox: {reason}")
-    return ProjectRuns(tmp_path_factory.mktemp("own-skill"))
+    return ProjectRuns(sweeps)
 
 
-def on_host(results: dict[tuple[str, str], Result], host: str) -> dict[str, Result]:
+def on_host(results: dict[tuple[str, str], ItemResult], host: str) -> dict[str, ItemResult]:
     """One host's results by case; the calling test is skipped when the host's client is not here."""
     mine = {case: result for (case, name), result in results.items() if name == host}
     assert set(mine) == {case.name for case in CASES}, sorted(mine)
