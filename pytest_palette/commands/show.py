@@ -7,7 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..results.ledger import LEDGER_NAME, load
-from ..results.record import MARK, Record
+from ..results.marks import MARK
+from ..results.record import Record
 from ..run import untrusted
 from ..run.conversation import Transcript
 from ..run.evidence import calls_of, format_call

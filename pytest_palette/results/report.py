@@ -14,8 +14,9 @@ from typing import Any
 from ..cases import DEFAULT_MAX_POLLS
 from . import lift, stats
 from .ledger import Reading
+from .marks import ABSENT, LOOKS, cell_count, cell_outcome
 from .prices import money
-from .record import MARK, NO_SKILL, Record, Terms
+from .record import NO_SKILL, Record, Terms
 from .tally import SUMMED, Cell, Group, Tally, Triggers, ceiling, judged_polls, tally, triggers
 
 
@@ -397,14 +398,12 @@ def _apart(errors: int, skipped: int) -> str:
 
 
 def _cell_text(cell: Cell | None) -> str:
+    """The cell's count after its outcome's emoji, then its median slides, worst polls, and errors and skips."""
     if cell is None:
-        return "—"
+        return ABSENT
+    head = " ".join(filter(None, (LOOKS[cell_outcome(cell)].emoji, cell_count(cell))))
     if cell.n == 0:
-        return f"⚠ {MARK['error']} ×{cell.errors}" if cell.errors else MARK["skipped"]
-    if cell.n == 1:
-        head = f"✅ {MARK['pass']}" if cell.passes else f"❌ {MARK['fail']}"
-    else:
-        head = f"{'✅' if cell.passes == cell.n else '❌' if not cell.passes else '◐'} {cell.passes}/{cell.n}"
+        return head
     extra = _apart(cell.errors, cell.skipped)
     slides = stats.weighted_median(dict(cell.slides))
     polls = max(cell.polls) if cell.polls else None

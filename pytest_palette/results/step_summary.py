@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 
-from .record import MARK, Record
+from .marks import MARK, cell_text
+from .record import Record
 from .report import table_lines
-from .table import footer, matrix, outcome
+from .table import footer, matrix
 from .tally import tally
 
 VARIABLE = "GITHUB_STEP_SUMMARY"
@@ -27,8 +28,8 @@ def markdown(records: Sequence[Record], hosts: Sequence[str]) -> str:
     runs = sorted({record.run_id for record in records})
     lines = [f"### pytest-palette: run {', '.join(runs)}", ""]
     lines += table_lines(["case", *shown.columns],
-                         ([_text(case)] + [outcome(cell) if (cell := shown.cells.get((case, host))) else "—"
-                                           for host in shown.columns] for case in shown.cases))
+                         ([_text(case)] + [cell_text(shown.cells.get((case, host))) for host in shown.columns]
+                          for case in shown.cases))
     lines += ["", *(f"- {_text(line)}" for line in footer(counted, shown))]
     failed = [record for record in records if record.outcome in ("fail", "error")]
     if failed:

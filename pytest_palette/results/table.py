@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from .marks import cell_text
 from .prices import money
-from .record import MARK, Record, RecordError, from_json
+from .record import Record, RecordError, from_json
 from .tally import Cell, Group, Tally, tally, triggers
 
 #: The report property that carries an item's record (a JSON line).
@@ -89,7 +90,7 @@ def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
         row = [by_key.get((case, host)) for host in columns]
         lines.append(case.ljust(width) + "".join(_text(c).ljust(column) for c in row).rstrip())
         present = [(host, c) for host, c in zip(columns, row, strict=True) if c is not None]
-        if len({outcome(c) for _, c in present}) > 1 or len(columns) == 1:
+        if len({cell_text(c) for _, c in present}) > 1 or len(columns) == 1:
             for host, cell in present:
                 failures = [*cell.failures, *cell.host_errors]
                 if not (cell.fails or cell.errors):
@@ -124,31 +125,24 @@ def footer(counted: Tally, shown: Matrix) -> list[str]:
     if len(columns) > 1:
         rows = [[by_key.get((case, host)) for host in columns] for case in shown.cases]
         everywhere = sum(all(c is not None for c in row) for row in rows)
-        disagreements = sum(len({outcome(c) for c in row if c is not None}) > 1 for row in rows)
+        disagreements = sum(len({cell_text(c) for c in row if c is not None}) > 1 for row in rows)
         tail = (f"{disagreements} discriminate between hosts" if disagreements
                 else "the hosts agreed everywhere they overlapped — nothing here distinguishes them")
         lines.append(f"{len(shown.cases)} case(s) · {everywhere} run on every host · {tail}")
     return lines
 
 
-def outcome(cell: Cell) -> str:
-    """One run's mark; several runs' `passes/judged`, with `+nE` for errors."""
-    if cell.total == 1:
-        [(only, _, _)] = cell.runs
-        return MARK[only]
-    return f"{cell.passes}/{cell.n}" + (f"+{cell.errors}E" if cell.errors else "")
-
-
 def _text(cell: Cell | None) -> str:
+    """The cell's text, then its median slides and seconds and its worst polls."""
     if cell is None:
-        return "—"
+        return cell_text(cell)
     slides = sorted(s for s, count in cell.slides.items() for _ in range(count) if s)
     seconds = sorted(cell.seconds)
     polls = max(cell.polls) if cell.polls else None
     shown_slides = f"{slides[len(slides) // 2]}sl" if slides else "-"
     shown_seconds = f"{seconds[len(seconds) // 2]:.1f}s" if seconds else "—"
     shown_polls = f"{polls}p" if polls is not None else ""
-    return f"{outcome(cell):<5} {shown_slides:>4} {shown_seconds:>7} {shown_polls:>3}"
+    return f"{cell_text(cell):<5} {shown_slides:>4} {shown_seconds:>7} {shown_polls:>3}"
 
 
 #: Where a host's cost came from, in a few words.

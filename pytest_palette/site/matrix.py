@@ -10,6 +10,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..results.marks import LOOKS, CellOutcome, Look, cell_outcome, cell_text
 from ..results.record import Record, Terms
 from ..results.report import Column, Report, build_report
 from ..results.tally import Cell
@@ -43,14 +44,13 @@ class MatrixCell:
     thumb: str | None = None  # the site's path to a small image of the first slide of the cell's first deck
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> CellOutcome:
         """The cell's colour: pass (every judged run), fail (none), mixed, error (no verdict), skipped, none."""
-        cell = self.cell
-        if cell is None:
-            return "none"
-        if cell.n == 0:
-            return "error" if cell.errors else "skipped"
-        return "pass" if cell.passes == cell.n else "fail" if cell.passes == 0 else "mixed"
+        return cell_outcome(self.cell)
+
+    @property
+    def look(self) -> Look:
+        return LOOKS[self.outcome]
 
     @property
     def link(self) -> Item | None:
@@ -59,15 +59,7 @@ class MatrixCell:
 
     @property
     def text(self) -> str:
-        cell = self.cell
-        if cell is None:
-            return "—"
-        if cell.n == 0:
-            return f"ERROR ×{cell.errors}" if cell.errors else "skip"
-        if cell.n == 1 and not (cell.errors or cell.skipped):
-            return "pass" if cell.passes else "FAIL"
-        extra = f" +{cell.errors}E" if cell.errors else ""
-        return f"{cell.passes}/{cell.n}{extra}"
+        return cell_text(self.cell)
 
 
 @dataclass
