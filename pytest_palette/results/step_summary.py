@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 
+from ..cases import item_name
 from .marks import MARK, cell_text
 from .record import Record
 from .report import table_lines
@@ -36,8 +37,7 @@ def markdown(records: Sequence[Record], hosts: Sequence[str]) -> str:
         repeated = any(record.run_index > 1 for record in records)
         lines += ["", "Failures, in the judge's words:", ""]
         for record in failed:
-            label = f"{record.case}[{record.host}-{record.run_index}]" if repeated else \
-                f"{record.case}[{record.host}]"
+            label = item_name(record.case, record.host, record.run_index if repeated else None)
             lines.append(f"- `{label}` {MARK[record.outcome]}: {_text('; '.join(record.failures))}")
     return "\n".join(lines) + "\n\n"
 

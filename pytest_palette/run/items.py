@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from ..cases import Case, CaseFileError, load_cases
+from ..cases import Case, CaseFileError, item_name, load_cases
 from ..hosts.base import HandedOver, Host
 from ..judge import PALETTE, Verdict, explain, judge
 from ..options import Settings
@@ -65,8 +65,8 @@ class CaseFile(pytest.File):
         for case in cases:
             for host in settings.hosts:
                 for index in range(1, settings.runs + 1):
-                    label = host if settings.runs == 1 else f"{host}-{index}"
-                    yield CaseItem.from_parent(self, name=f"{case.name}[{label}]", case=case, host=host,
+                    name = item_name(case.name, host, None if settings.runs == 1 else index)
+                    yield CaseItem.from_parent(self, name=name, case=case, host=host,
                                                run_index=index)
 
 

@@ -19,7 +19,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..cases import MAX_NAME, NAME, Case
+from ..cases import MAX_NAME, NAME, Case, item_name
 from ..results.record import Record
 from . import untrusted
 from .command_log import CommandLog
@@ -184,4 +184,4 @@ class Workspace:
 def item_label(record: Record, workspace: Workspace) -> str:
     """The item's id as pytest printed it: `case[host]`, or `case[host-k]` when cases ran several times."""
     repeated = workspace.relative.name != record.case
-    return f"{record.case}[{record.host}-{record.run_index}]" if repeated else f"{record.case}[{record.host}]"
+    return item_name(record.case, record.host, record.run_index if repeated else None)
