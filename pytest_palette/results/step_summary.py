@@ -14,7 +14,7 @@ from ..cases import item_name
 from .marks import MARK, cell_text
 from .record import Record
 from .report import table_lines
-from .table import footer, matrix
+from .table import footer, session_matrix
 from .tally import tally
 
 VARIABLE = "GITHUB_STEP_SUMMARY"
@@ -25,7 +25,7 @@ def markdown(records: Sequence[Record], hosts: Sequence[str]) -> str:
     counted = tally(records)
     if not counted.cells:
         return ""
-    shown = matrix(counted, hosts)
+    shown = session_matrix(counted, hosts)
     runs = sorted({record.run_id for record in records})
     lines = [f"### pytest-palette: run {', '.join(runs)}", ""]
     lines += table_lines(["case", *shown.columns],

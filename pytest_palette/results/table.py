@@ -53,8 +53,9 @@ class TableReporter:
 
 
 @dataclass
-class Matrix:
-    """Cases × hosts: each (case, host)'s cell merged across terms, with each host's model and sandboxes."""
+class SessionMatrix:
+    """A session's cases × hosts, for the terminal table and the step summary (the site's is `site.matrix.Matrix`):
+    each (case, host)'s cell merged across terms, with each host's model and sandboxes."""
 
     cells: dict[tuple[str, str], Cell]
     cases: list[str]
@@ -64,7 +65,7 @@ class Matrix:
     sandboxes: dict[str, set[str]]
 
 
-def matrix(counted: Tally, hosts: Sequence[str]) -> Matrix:
+def session_matrix(counted: Tally, hosts: Sequence[str]) -> SessionMatrix:
     by_key: dict[tuple[str, str], Cell] = {}
     models: dict[str, str] = {}
     sandboxes: dict[str, set[str]] = {}
@@ -74,14 +75,14 @@ def matrix(counted: Tally, hosts: Sequence[str]) -> Matrix:
         sandboxes.setdefault(host, set()).add(terms.sandbox)
     cases = list(dict.fromkeys(case for case, _ in by_key))
     columns = list(hosts) + sorted({host for _, host in by_key} - set(hosts))
-    return Matrix(by_key, cases, columns, models, sandboxes)
+    return SessionMatrix(by_key, cases, columns, models, sandboxes)
 
 
 def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
     """The table's lines: header, rows (with failures under disagreeing rows), warnings, footer."""
     if not counted.cells:
         return []
-    shown = matrix(counted, hosts)
+    shown = session_matrix(counted, hosts)
     by_key, cases, columns = shown.cells, shown.cases, shown.columns
     width = max(len("case"), *(len(name) for name in cases)) + 2
     column = max(24, *(len(h) + 2 for h in columns))
@@ -100,7 +101,7 @@ def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
     return lines + footer(counted, shown)
 
 
-def footer(counted: Tally, shown: Matrix) -> list[str]:
+def footer(counted: Tally, shown: SessionMatrix) -> list[str]:
     """Below the rows: a warning when the hosts ran different models, a line per host (its runs counted one by
     one, its model, spending and sandbox), its trigger recall and precision when near misses ran, and with several
     hosts how many cases tell them apart."""
