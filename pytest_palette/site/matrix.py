@@ -63,7 +63,9 @@ class MatrixCell:
 
 
 @dataclass
-class Row:
+class MatrixRow:
+    """One case across the matrix's columns (a comparison page's row is `comparison.Row`: a change)."""
+
     case: str
     tags: tuple[str, ...]
     cells: list[MatrixCell]
@@ -73,7 +75,7 @@ class Row:
 class Matrix:
     runs: list[RunView]
     columns: list[MatrixColumn]
-    rows: list[Row]
+    rows: list[MatrixRow]
 
     @property
     def hosts(self) -> list[str]:
@@ -126,7 +128,7 @@ def build(runs: list[RunView], items: Items) -> Matrix:
             cell = column.run.report.cell(case, column.column.label)
             own = sorted(by_cell.get((column.key, case, column.column.host), []), key=lambda i: i.record.run_index)
             cells.append(MatrixCell(column, cell, own))
-        rows.append(Row(case, tuple(sorted(tags.get(case, ()))), cells))
+        rows.append(MatrixRow(case, tuple(sorted(tags.get(case, ()))), cells))
     return Matrix(runs, columns, rows)
 
 
