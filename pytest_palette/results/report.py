@@ -128,6 +128,8 @@ class Report:
     caveats: list[str]
     #: Per host, with the skill against without it, when the records hold one run of each (`lift`).
     lifts: list[lift.HostLift] = field(default_factory=list)
+    #: The label of the column each (host, terms) of the records landed in.
+    labels: dict[tuple[str, Terms], str] = field(default_factory=dict)
 
     def cell(self, case: str, label: str) -> Cell | None:
         return self.cells.get((case, label))
@@ -238,7 +240,8 @@ def build_report(records: Tally | Reading | Iterable[Record], *, allow_mixed: bo
     report = Report(columns=columns, cases=cases, cells=cells, ks=ks, records=counted.records,
                     duplicates_dropped=counted.superseded, skipped_lines=counted.skipped, ledgers=list(counted.files),
                     groups=groups, pairs=pairs, disagreements=disagreements, caveats=[],
-                    lifts=_lifts(cases, columns, cells))
+                    lifts=_lifts(cases, columns, cells),
+                    labels={pair: columns[index].label for pair, index in where.items()})
     report.caveats = _caveats(report, counted)
     return report
 

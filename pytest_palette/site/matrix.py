@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..results.marks import LOOKS, CellOutcome, Look, cell_outcome, cell_text
-from ..results.record import Record, Terms
+from ..results.record import Record
 from ..results.report import Column, Report, build_report
 from ..results.tally import Cell
 from .item import Item
@@ -114,11 +114,10 @@ def build(runs: list[RunView], items: Items) -> Matrix:
     tags: dict[str, set[str]] = {}
     by_cell: dict[tuple[str, str, str], list[Item]] = {}
     for run in runs:
-        label_of = {(terms_host, terms): label for label, terms_host, terms in _labels(run)}
         for record in run.records:
             found = items.get((str(run.folder), record.case, record.host, record.run_index))
             tags.setdefault(record.case, set()).update(record.tags)
-            label = label_of.get((record.host, record.terms))
+            label = run.report.labels.get((record.host, record.terms))
             if found is not None and label is not None:
                 by_cell.setdefault((f"{run.run_id}/{label}", record.case, record.host), []).append(found)
     rows = []
@@ -131,14 +130,3 @@ def build(runs: list[RunView], items: Items) -> Matrix:
         rows.append(MatrixRow(case, tuple(sorted(tags.get(case, ()))), cells))
     return Matrix(runs, columns, rows)
 
-
-def _labels(run: RunView) -> list[tuple[str, str, Terms]]:
-    """(column label, host, terms) for every terms a record of the run carries: a column is a host, or a host
-    under one skill hash and fingerprint when the run mixes them (its label then carries the group's letter)."""
-    letter = {key: name for name, key in run.report.groups.items()}
-    found = []
-    for terms in {(r.host, r.terms) for r in run.records}:
-        host, t = terms
-        group = letter.get((t.skill_hash, t.fingerprint), "")
-        found.append((f"{host} [{group}]" if group else host, host, t))
-    return found
