@@ -51,7 +51,7 @@ _UNDER_SKILLS = re.compile(r"^(?:\./)?skills/[^/\s]+/")
 _COUNT = counting.NUMBER
 #: A word that names what Palette makes; "slide 3" names a slide of a deck that exists, not one to build.
 _DECK_NOUN = re.compile(r"(?:decks?|slides?|presentations?|slideshows?|pptx|powerpoint|talk|readout|briefing|"
-                        r"\d+-slides?|[a-z]+-slides?)$")
+                        r"[a-z\d]+-slides?)$")
 #: Things made to be shown that are a deck only when the sentence names who will see them: "a pitch for investors",
 #: "a walk-through for the sales kickoff" — not "a walkthrough of this function".
 _SHOWN_NOUN = re.compile(r"(?:pitch|pitches|walk-?throughs?)$")
@@ -210,9 +210,9 @@ def _object_is_deck(text: str, shown: bool = False, reach: int = 5) -> bool:
             # "slide 3" names a slide that exists.
             return not (word.startswith("slide") and index + 1 < len(words) and words[index + 1].isdigit())
         # "a couple of slides" is a count of them; "a couple of the slides" names slides that exist.
-        quantity = word == "of" and index and words[index - 1] in _QUANTITY
-        if word in _BLOCKS and not (quantity and words[index + 1:index + 2] != [] and
-                                    words[index + 1] not in _DETERMINERS):
+        following = words[index + 1] if index + 1 < len(words) else ""
+        counted = word == "of" and index > 0 and words[index - 1] in _QUANTITY and following not in _DETERMINERS
+        if word in _BLOCKS and not (counted and following):
             return False
     return False
 
