@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_palette.arena.workspace import TRACE_NAME
 from pytest_palette.hosts.claude import find_cli
 from pytest_palette.hosts.cuga import CugaHost
 from pytest_palette.run.evidence import inspect_deck, newest_deck, read_trace
-from pytest_palette.run.workspace import TRACE_NAME
 
 REQUEST = "Build a 3-slide deck on prompt caching"
 

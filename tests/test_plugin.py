@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_palette.run import leftovers
+from pytest_palette.arena import leftovers
 
 TWO_CASES = """
 - name: three_slides

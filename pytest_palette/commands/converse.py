@@ -9,14 +9,14 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ..arena.sandbox import problem as sandbox_problem
+from ..arena.workspace import Workspace
 from ..backend import describe_backend
 from ..hosts import builtin
 from ..hosts.base import COMMAND_TIMEOUT, RECURSION_LIMIT, TURN_TIMEOUT, HostError, HostSettings, Problem, TurnRecord
 from ..models import ModelUnavailable, parse_model
 from ..run.conversation import Transcript, conversation_environment, open_sandbox
 from ..run.evidence import format_call, inspect_deck, newest_deck, read_trace
-from ..run.sandbox import problem as sandbox_problem
-from ..run.workspace import Workspace
 from ..skill import PACKAGED_SKILLS, InstallError, SkillNotFound, load_skill, skill_hash
 
 

@@ -15,8 +15,8 @@ from ..models import ModelSpec
 from ..skill import SkillCard
 
 if TYPE_CHECKING:
-    from ..run.sandbox import Sandbox
-    from ..run.workspace import Workspace
+    from ..arena.sandbox import Sandbox
+    from ..arena.workspace import Workspace
 
 #: The budgets of a conversation, each defined here once: options, `palette-bench converse` and hosts read them.
 TURN_TIMEOUT = 1500.0
@@ -141,7 +141,7 @@ class Host(abc.ABC):
 
     def sandbox_kind(self, settings: HostSettings) -> str:
         """Where this host's agent runs its commands under `settings`, as records say it."""
-        from ..run.sandbox import MODES
+        from ..arena.sandbox import MODES
 
         return MODES.get(settings.sandbox, settings.sandbox)
 

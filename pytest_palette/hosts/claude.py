@@ -42,15 +42,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..arena.command_log import NOT_FOUND, CommandLog, CommandRun, not_found
 from ..models import ModelSpec
-from ..run.command_log import NOT_FOUND, CommandLog, CommandRun, not_found
 from ..skill import SkillCard, drift, install
 from .base import COMMAND_TIMEOUT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .endpoint import PLACEHOLDER_KEY, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint, credentials
 
 if TYPE_CHECKING:
-    from ..run.sandbox import Sandbox
-    from ..run.workspace import Workspace
+    from ..arena.sandbox import Sandbox
+    from ..arena.workspace import Workspace
 
 Json = dict[str, Any]
 

@@ -22,15 +22,15 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 from langgraph.prebuilt import create_react_agent
 
+from ..arena.command_log import CommandLog
 from ..models import ModelSpec, ModelUnavailable, RetryCounter, build_chat_model, check_model
-from ..run.command_log import CommandLog
 from ..skill import SkillCard, install
 from .base import COMMAND_TIMEOUT, RECURSION_LIMIT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .shell import DEFAULT_OUTPUT_LIMIT, Shell
 
 if TYPE_CHECKING:
-    from ..run.sandbox import Sandbox
-    from ..run.workspace import Workspace
+    from ..arena.sandbox import Sandbox
+    from ..arena.workspace import Workspace
 
 
 def system_prompt(cards: list[SkillCard], skills_root: Path, eager: bool = False) -> str:

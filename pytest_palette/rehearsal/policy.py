@@ -22,8 +22,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from ..arena.command_log import without_heredocs
 from ..replies import ReplyKind, classify_reply
-from ..run.command_log import without_heredocs
 from . import outline
 from .conversation import Action, Conversation, Event, LoadSkill, Reply, RunCommand
 

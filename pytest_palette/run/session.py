@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 from .. import __version__
+from ..arena import sandbox
+from ..arena.workspace import Workspace
 from ..backend import describe_backend, round_trip, run_folder_problem, setting_problems
 from ..cases import EXPECT_KEYS, ExpectCheck
 from ..hosts.base import OUTPUT_LIMIT, Host
@@ -27,10 +29,9 @@ from ..results.prices import Price, money, price_of
 from ..results.record import NO_SKILL, RecordError, Terms, from_json
 from ..rules import RulesMissing, SkillRules, rules_for
 from ..skill import SkillCard, load_card, skill_hash
-from . import credentials, sandbox
+from . import credentials
 from .overlap import Overlap
 from .progress import Board, Sink
-from .workspace import Workspace
 
 SESSION = pytest.StashKey["Session"]()
 #: case name → where it was first defined, to refuse a duplicate in another file.

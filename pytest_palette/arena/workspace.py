@@ -21,9 +21,9 @@ from pathlib import Path, PurePosixPath
 
 from ..cases import MAX_NAME, NAME, Case
 from ..results.record import Record
+from ..run.progress import ItemWatch
 from . import untrusted
 from .command_log import CommandLog
-from .progress import ItemWatch
 
 TRACE_NAME = "palette-calls.jsonl"
 TURNS_NAME = "turns.json"
