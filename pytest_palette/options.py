@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from .cases import MAX_CONTEXT
-from .hosts.base import COMMAND_TIMEOUT, MODEL_RETRIES, OUTPUT_LIMIT, RECURSION_LIMIT, TURN_TIMEOUT, HostSettings
+from .hosts import builtin_classes
+from .hosts.base import COMMAND_TIMEOUT, MODEL_RETRIES, OUTPUT_LIMIT, TURN_TIMEOUT, Host, HostSettings, OptionRefused
 from .models import ModelSpec, ModelUnavailable, parse_model
 from .rehearsal.injection import FaultSchedule
 from .rehearsal.latency import ModelLatency
@@ -74,10 +75,6 @@ def add_options(parser: pytest.Parser) -> None:
                     help="characters of one command's output the agent reads back, on every host; past it a "
                          f"marker says what was cut (default {OUTPUT_LIMIT:,}, no tighter than any "
                          "host's own client; ini palette_output_limit)")
-    group.addoption("--palette-recursion-limit", type=int, default=None, dest="palette_recursion_limit",
-                    metavar="N", help=f"step budget of the react host (default {RECURSION_LIMIT})")
-    group.addoption("--palette-eager", action="store_true", default=False, dest="palette_eager",
-                    help="inline the skill in the system prompt instead of offering it by name")
     group.addoption("--palette-build-grace", type=float, default=None, dest="palette_build_grace",
                     metavar="SECONDS", help="after the last turn, how long to wait for a build still running "
                                             f"before reading the deck (default {DEFAULT_BUILD_GRACE:g})")
@@ -118,9 +115,8 @@ def add_options(parser: pytest.Parser) -> None:
                     metavar="SECONDS", help="with -v, a line for a command of the agent's still running after this "
                                             f"long, then every 30 s (default {PROGRESS_AFTER:g}; ini "
                                             "palette_progress_after)")
-    group.addoption("--palette-claude-cli", default=None, dest="palette_claude_cli", metavar="PATH",
-                    help="the Claude Code CLI the claude host runs (default: the one bundled in claude-agent-sdk, "
-                         "else `claude` on PATH)")
+    for host in builtin_classes():  # each host declares its own (`Host.options`)
+        host.add_options(parser)
     parser.addini("palette_cases", "folders whose *.yaml files are case files", type="paths", default=[])
     parser.addini("palette_hosts", "default hosts, comma-separated", default="react")
     parser.addini("palette_model", "default model", default="rehearsal")
@@ -253,23 +249,13 @@ def resolve(config: pytest.Config) -> Settings:
     skill_dir = None if skill == NO_SKILL else Path(skill).resolve() if skill else PACKAGED_SKILLS / "palette"
     if skill_dir is not None and not (skill_dir / "SKILL.md").is_file():
         raise pytest.UsageError(f"--palette-skill {skill_dir}: no SKILL.md there (or {NO_SKILL!r} for no skill)")
-    if skill_dir is None and config.getoption("palette_eager"):
-        raise pytest.UsageError(f"--palette-eager inlines the skill, and --palette-skill {NO_SKILL} has none")
     run_root = Path(config.getoption("palette_run_dir") or root / str(config.getini("palette_run_dir")))
-    recursion = config.getoption("palette_recursion_limit")
-    if recursion is not None and recursion < 1:
-        raise pytest.UsageError(f"--palette-recursion-limit must be at least 1 (got {recursion})")
     runs = config.getoption("palette_runs")
     if runs is not None and runs < 1:
         raise pytest.UsageError(f"--palette-runs must be at least 1 (got {runs})")
     max_context = config.getoption("palette_max_context")
     if max_context is not None and max_context < 1:
         raise pytest.UsageError(f"--palette-max-context must be at least 1 byte (got {max_context})")
-    if faults is not None and (model.provider != "rehearsal" or not set(hosts) - {"react", "manual"}):
-        # Only the rehearsal server the cuga and claude hosts start injects them; react's rehearsal is in-process.
-        raise pytest.UsageError("--palette-rehearsal-faults applies to --model rehearsal on the cuga and claude hosts "
-                                "(for react, serve it: python -m pytest_palette.rehearsal.server --faults SPEC, then "
-                                "--model openai:rehearsal --palette-base-url URL)")
     shard = _shard(config.getoption("palette_shard"))
     resume = config.getoption("palette_resume")
     resume_dir = (config.invocation_params.dir / resume).resolve() if resume else None
@@ -336,8 +322,6 @@ def resolve(config: pytest.Config) -> Settings:
         build_grace=_number(config, "palette_build_grace", None, DEFAULT_BUILD_GRACE),
         host=HostSettings(
             command_timeout=_number(config, "palette_command_timeout", None, COMMAND_TIMEOUT),
-            recursion_limit=recursion or RECURSION_LIMIT,
-            eager=bool(config.getoption("palette_eager")),
             sandbox=str(config.getoption("palette_sandbox") or "bubblewrap"),
             sandbox_env=sandbox_env,
             withheld=credentials.withheld(sandbox_env) if credentials is not None else (),
@@ -347,3 +331,22 @@ def resolve(config: pytest.Config) -> Settings:
             rehearsal_latency=latency,
         ),
     )
+
+
+def configure_hosts(config: pytest.Config, hosts: Mapping[str, Host], settings: Settings) -> None:
+    """Every host takes its own options (a refused value is one line naming its flag); then what depends on which
+    hosts run. Every host, not the selected only: each one's terms are in the run's fingerprint."""
+    for host in hosts.values():
+        given = {option.name: config.getoption(option.dest(), None) for option in host.options}
+        try:
+            host.configure(given, skill=settings.skill_dir is not None)
+        except OptionRefused as refused:
+            raise pytest.UsageError(f"--palette-{refused.option} {refused}") from None
+    faults = settings.host.rehearsal_faults
+    if faults is not None and (settings.model.provider != "rehearsal" or
+                               not any(hosts[name].serves_rehearsal for name in settings.hosts)):
+        # Only a rehearsal server a host starts injects them; an in-process rehearsal model has no wire.
+        served = " and ".join(sorted(name for name, host in hosts.items() if host.serves_rehearsal)) or "no"
+        raise pytest.UsageError(f"--palette-rehearsal-faults applies to --model rehearsal on the {served} hosts "
+                                "(for another, serve it: python -m pytest_palette.rehearsal.server --faults SPEC, "
+                                "then --model openai:rehearsal --palette-base-url URL)")

@@ -29,14 +29,13 @@ TWO_CASES = """
 
 # A second column for tables: the same scaffold with the skill inlined, registered the way a project would.
 TWIN_HOST = """
-from pytest_palette.hosts.base import HostSettings
 from pytest_palette.hosts.react import ReactHost
 
 class Twin(ReactHost):
     name = "twin"
-    def open(self, workspace, skill, env, model, settings, sandbox):
-        return super().open(workspace, skill, env, model, HostSettings(settings.command_timeout,
-                                                                       settings.recursion_limit, eager=True), sandbox)
+    def configure(self, given, *, skill=True):
+        super().configure(given, skill=skill)
+        self.eager = True
 
 def pytest_palette_add_hosts(hosts, config):
     hosts["twin"] = Twin()

@@ -708,6 +708,7 @@ class CugaHost(Host):
     """IBM's CUGA agent through its Python SDK; the rehearsal model is served to it over loopback HTTP."""
 
     name = "cuga"
+    serves_rehearsal = True
 
     def __init__(self) -> None:
         self._endpoint = RehearsalEndpoint()

@@ -32,6 +32,7 @@ class ManualHost(Host):
     """A person at the keyboard drives the agent; the harness prepares the folder and later collects it."""
 
     name = "manual"
+    hands_over = True
 
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
         return {"model": "whatever the person's agent ran (not recorded)", "scaffold": "run sheet, by hand"}

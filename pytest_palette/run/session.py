@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from ..backend import describe_backend, round_trip, run_folder_problem, setting_
 from ..cases import EXPECT_KEYS, ExpectCheck
 from ..hosts.base import OUTPUT_LIMIT, Host
 from ..judge import PALETTE, PALETTE_RULES
-from ..options import Settings, resolve
+from ..options import Settings, configure_hosts, resolve
 from ..results.ledger import find, ledger_name, load, read
 from ..results.prices import Price, money, price_of
 from ..results.record import NO_SKILL, RecordError, Terms, from_json
@@ -185,6 +186,7 @@ def _start(config: pytest.Config, settings: Settings) -> Session:
     unknown = [name for name in settings.hosts if name not in hosts]
     if unknown:
         raise pytest.UsageError(f"--host {', '.join(unknown)}: no such host; known: {', '.join(sorted(hosts))}")
+    configure_hosts(config, hosts, settings)
     skill = load_card(settings.skill_dir) if settings.skill_dir is not None else None
     # No skill (the baseline) is judged by Palette's rules: the lift is measured by one judge.
     judged_as = skill.name if skill is not None else PALETTE
@@ -195,7 +197,11 @@ def _start(config: pytest.Config, settings: Settings) -> Session:
                        dict(given["unavailable"]), began=float(given["began"]), rules=rules, rule_sets=rule_sets)
     digest = skill_hash(settings.skill_dir) if settings.skill_dir is not None else NO_SKILL
     run_id = settings.run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-    session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest, judged_as),
+    host_terms: dict[str, object] = {}
+    for name in sorted(hosts):  # a term two hosts name (a subclass's) is the first's
+        for term, value in hosts[name].terms().items():
+            host_terms.setdefault(term, value)
+    session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest, judged_as, host_terms),
                       rules=rules, rule_sets=rule_sets)
     if not config.option.collectonly and not config.getoption("palette_check"):
         problems = setting_problems()
@@ -269,14 +275,16 @@ def for_workers(session: Session) -> dict[str, Any]:
             "progress": str(session.progress.folder) if isinstance(session.progress, Board) else None}
 
 
-def fingerprint(settings: Settings, skill_hash: str, skill: str = PALETTE) -> str:
-    """The configuration a result depends on: two runs with one fingerprint asked under the same terms."""
-    terms = {
+def fingerprint(settings: Settings, skill_hash: str, skill: str = PALETTE,
+                host_terms: Mapping[str, object] | None = None) -> str:
+    """The configuration a result depends on: two runs with one fingerprint asked under the same terms.
+    `host_terms`: those of the hosts' own options (react's recursion limit and eager loading), of every host
+    the session knows, selected or not, as when they were shared settings: earlier runs keep their fingerprints."""
+    terms: dict[str, object] = {
         "model": settings.model.text, "skill_hash": skill_hash, "backend": describe_backend(),
         "plugin": __version__, "turn_timeout": settings.turn_timeout, "build_grace": settings.build_grace,
-        "command_timeout": settings.host.command_timeout, "recursion_limit": settings.host.recursion_limit,
-        "eager": settings.host.eager, "sandbox": settings.host.sandbox,
-        "sandbox_env": sorted(settings.host.sandbox_env),
+        "command_timeout": settings.host.command_timeout, "sandbox": settings.host.sandbox,
+        "sandbox_env": sorted(settings.host.sandbox_env), **(host_terms or {}),
     }
     if settings.model.base_url:  # only when given, so the fingerprints of earlier runs still match
         terms["base_url"] = settings.model.base_url
