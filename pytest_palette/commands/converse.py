@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..arena.sandbox import problem as sandbox_problem
 from ..arena.workspace import Workspace
 from ..backend import describe_backend
 from ..hosts import builtin, builtin_classes
-from ..hosts.base import COMMAND_TIMEOUT, TURN_TIMEOUT, HostError, HostSettings, OptionRefused, Problem, TurnRecord
+from ..hosts.base import COMMAND_TIMEOUT, TURN_TIMEOUT, HostError, HostSettings, OptionRefused, TurnRecord
 from ..models import ModelUnavailable, parse_model
 from ..run.conversation import Transcript, conversation_environment, open_sandbox
 from ..run.evidence import format_call, inspect_deck, newest_deck, read_trace
+from ..run.readiness import readiness
 from ..skill import PACKAGED_SKILLS, InstallError, SkillNotFound, load_skill, skill_hash
 
 
@@ -79,10 +78,9 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     except (ModelUnavailable, SkillNotFound) as error:
         out(f"error: {error}")
         return 2
-    problems = host.check(spec, os.environ)
-    confinement = sandbox_problem(args.sandbox)
-    if confinement:
-        problems.append(Problem(confinement))
+    settings = HostSettings(command_timeout=args.command_timeout, sandbox=args.sandbox)
+    ready = readiness({args.host: host}, spec, settings, None)
+    problems = [*ready.settings, *filter(None, [ready.confinement]), *map(str, ready.hosts[args.host])]
     if problems:
         for problem in problems:
             out(f"error: {problem}")
@@ -99,7 +97,6 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     if args.context_file is not None:
         opening = f"{opening}\n\n{args.context_file.read_text(encoding='utf-8')}"
 
-    settings = HostSettings(command_timeout=args.command_timeout, sandbox=args.sandbox)
     described = host.describe(spec, settings)
     out(f"host {args.host} · model {described.get('model', spec.label)} · skill {card.directory} "
         f"({skill_hash(card.directory)})")

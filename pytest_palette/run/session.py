@@ -20,7 +20,7 @@ import pytest
 from .. import __version__
 from ..arena import sandbox
 from ..arena.workspace import Workspace
-from ..backend import describe_backend, round_trip, run_folder_problem, setting_problems
+from ..backend import describe_backend, round_trip
 from ..cases import EXPECT_KEYS, ExpectCheck
 from ..hosts.base import OUTPUT_LIMIT, Host
 from ..judge import PALETTE, PALETTE_RULES
@@ -33,6 +33,7 @@ from ..skill import SkillCard, load_card, skill_hash
 from . import credentials
 from .overlap import Overlap
 from .progress import Board, Sink
+from .readiness import readiness
 
 SESSION = pytest.StashKey["Session"]()
 #: case name → where it was first defined, to refuse a duplicate in another file.
@@ -204,19 +205,10 @@ def _start(config: pytest.Config, settings: Settings) -> Session:
     session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest, judged_as, host_terms),
                       rules=rules, rule_sets=rule_sets)
     if not config.option.collectonly and not config.getoption("palette_check"):
-        problems = setting_problems()
-        confinement = sandbox.problem(settings.host.sandbox) if any(
-            hosts[name].sandbox_kind(settings.host) == sandbox.BUBBLEWRAP for name in settings.hosts) else None
-        if confinement:
-            problems.append(confinement)
-        if settings.collect_dir is None:
-            problems += [p for p in [run_folder_problem(settings.run_root)] if p]
-        for name in settings.hosts:
-            for problem in hosts[name].check(settings.model, os.environ):
-                if problem.skip:
-                    session.unavailable.setdefault(name, problem.message)
-                else:
-                    problems.append(f"{name}: {problem}")
+        ready = readiness({name: hosts[name] for name in settings.hosts}, settings.model, settings.host,
+                          settings.run_root if settings.collect_dir is None else None)
+        session.unavailable.update(ready.unavailable())
+        problems = ready.blocking()
         if problems:
             raise pytest.UsageError("not ready to run:\n  " + "\n  ".join(problems))
         if settings.collect_dir is None:
@@ -319,11 +311,13 @@ def check(session: Session, write: Any) -> int:
         write(credentials.describe(settings.credentials, session.supplied).removeprefix("palette: "))
     # "Ready" means what a case needs: well-formed settings, a run folder with room, and a plan back from the
     # backend the skill will actually use.
-    found = setting_problems() + [p for p in [run_folder_problem(settings.run_root)] if p]
+    asked = readiness({name: session.hosts[name] for name in settings.hosts}, settings.model, settings.host,
+                      settings.run_root, session.skill)
+    found = [*asked.settings, *filter(None, [asked.run_folder])]
     write(f"settings and run folder: {'ready' if not found else 'NOT ready'}", green=not found, red=bool(found))
     for said_wrong in found:
         write(f"  ✗ {said_wrong}")
-    confinement = sandbox.problem(settings.host.sandbox)
+    confinement = asked.confinement
     kind = sandbox.MODES.get(settings.host.sandbox, settings.host.sandbox)
     write(f"agent's commands: {kind}: {'ready' if not confinement else 'NOT ready'}", green=not confinement,
           red=bool(confinement))
@@ -335,8 +329,7 @@ def check(session: Session, write: Any) -> int:
     write(f"backend: {describe_backend()}: {'ready' if ready else 'NOT ready'} ({said})", green=ready, red=not ready)
     if missing:
         write(f"  ✗ {missing}")
-    for name in settings.hosts:
-        problems = session.hosts[name].check(settings.model, os.environ, session.skill)
+    for name, problems in asked.hosts.items():
         ready = ready and not problems
         write(f"{name}: {'ready' if not problems else 'NOT ready'}", green=not problems, red=bool(problems))
         for problem in problems:
