@@ -22,9 +22,10 @@ import pytest
 from test_backend import real_style_skill
 from test_benchmark_suite import ALL, DECK
 
+from pytest_palette.arena import sandbox
+from pytest_palette.arena.command_log import NOT_FOUND, CommandRun, read, skill_calls
 from pytest_palette.backend import REFERENCE_HOME
-from pytest_palette.run import faults, sandbox
-from pytest_palette.run.command_log import NOT_FOUND, CommandRun, read, skill_calls
+from pytest_palette.run import faults
 
 pytest_plugins = ["pytester"]
 #: A whole session of 50 items: more than the suite's 600 s hang guard allows when the machine is busy.

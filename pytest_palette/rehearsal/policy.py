@@ -22,9 +22,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from ..arena.command_log import without_heredocs
 from ..engine import counting
 from ..replies import ReplyKind, classify_reply
-from ..run.command_log import without_heredocs
 from . import outline
 from .conversation import Action, Conversation, Event, LoadSkill, Reply, RunCommand
 

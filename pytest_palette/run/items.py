@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from ..arena.sandbox import Sandbox
 from ..cases import Case, CaseFileError, item_name, load_cases
 from ..hosts.base import HandedOver, Host
 from ..judge import PALETTE, Verdict, explain, judge
@@ -31,7 +32,6 @@ from ._private import TerminalRepr, fill_fixtures, init_fixtures
 from .conversation import HostFailure, Transcript, as_left, hold, open_sandbox
 from .overlap import Conversation, Overlap
 from .progress import ItemWatch
-from .sandbox import Sandbox
 from .session import CASE_NAMES, SESSION, Session, arguments, finished
 
 

@@ -30,13 +30,13 @@ from urllib.parse import quote
 import jinja2
 import markupsafe
 
+from ..arena import untrusted
+from ..arena.workspace import UnsafeRecord, Workspace
 from ..results.ledger import find, load
 from ..results.marks import LOOKS
 from ..results.prices import money
 from ..results.record import Record
 from ..results.report import tables
-from ..run import untrusted
-from ..run.workspace import UnsafeRecord, Workspace
 from . import comparison, item, matrix, render
 from .folder import MARKER, refusal
 
