@@ -32,7 +32,7 @@ else of the run in flight), and prints:
   light profile: 1.3x on every host, as issue 12 set);
 - peak memory: the largest sum, sampled every second, of the proportional set size (PSS) of the run's
   processes — pytest and its descendants, and any process of the run outside that tree (found by its trace
-  or its sandbox's mounts under the run's folder, as pytest_palette.run.leftovers does) — and that over the
+  or its sandbox's mounts under the run's folder, as pytest_palette.arena.leftovers does) — and that over the
   most conversations that were in flight at once (from the records' start and end times). react's target:
   <= 2 GB (issue 12); the others' are reported;
 - CPU: the CPU seconds of the run — pytest's and every descendant's it reaped, from wait4's rusage (a
@@ -70,7 +70,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_palette.run.sandbox import FIRST_ID, IDS  # noqa: E402
+from pytest_palette.arena.sandbox import FIRST_ID, IDS  # noqa: E402
 
 PROFILES = {"heavy": "plan=20,edit=10,build=60", "light": "plan=3,edit=2,build=8"}
 TARGETS = {"heavy": {"react": 1.15, "cuga": 1.30, "claude": 1.30}, "light": {}}

@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from pytest_palette.arena.sandbox import Sandbox, problem
 from pytest_palette.backend import agent_environment
 from pytest_palette.hosts.shell import Shell
-from pytest_palette.run.sandbox import Sandbox, problem
 
 TARGET = 0.050
 

@@ -27,8 +27,8 @@ import msgspec
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from pytest_palette.arena.workspace import Workspace  # noqa: E402
 from pytest_palette.results.ledger import append, load  # noqa: E402
-from pytest_palette.run.workspace import Workspace  # noqa: E402
 from pytest_palette.site.build import write  # noqa: E402
 
 HOSTS, RUNS = ("react", "cuga", "claude"), 10

@@ -210,6 +210,13 @@ class Case:
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
+
+def item_name(case: str, host: str, run_index: int | None = None) -> str:
+    """A case's item on a host as pytest names it: `case[host]`, or `case[host-k]` for its run k when the cases
+    run several times. Here, below everything that prints one: the run side, the judge and the results alike."""
+    return f"{case}[{host}]" if run_index is None else f"{case}[{host}-{run_index}]"
+
+
 def expand(text: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
     """Expand `${VAR}`; return the text and the names of variables that are unset or empty."""
     missing: list[str] = []

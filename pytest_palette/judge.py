@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cases import DEFAULT_MAX_POLLS, Case
+from .cases import DEFAULT_MAX_POLLS, Case, item_name
 from .replies import ReplyKind, classify_reply, named_slide, named_topic
 from .rules import Failure, Finding, Note, SkillRules
 from .run.content import coverage, deck_text, figures, headings, not_mentioned, topic_words
@@ -443,7 +443,7 @@ def call_args(call: dict[str, Any]) -> dict[str, Any]:
 
 def explain(verdict: Verdict) -> list[str]:
     """A failed verdict in lines: what failed, then the call chain that shows why."""
-    lines = [f"palette case {verdict.case}[{verdict.host}] failed:"] if verdict.host else \
+    lines = [f"palette case {item_name(verdict.case, verdict.host)} failed:"] if verdict.host else \
         [f"palette case {verdict.case} failed:"]
     lines += [f"  ↳ {failure}" for failure in verdict.failures]
     deck = f"{verdict.slides} slides, IBM Plex={verdict.has_plex}, {verdict.pptx}" if verdict.pptx else "none"

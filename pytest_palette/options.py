@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from .cases import MAX_CONTEXT
-from .hosts.base import COMMAND_TIMEOUT, MODEL_RETRIES, OUTPUT_LIMIT, RECURSION_LIMIT, TURN_TIMEOUT, HostSettings
+from .hosts import builtin_classes
+from .hosts.base import COMMAND_TIMEOUT, MODEL_RETRIES, OUTPUT_LIMIT, TURN_TIMEOUT, Host, HostSettings, OptionRefused
 from .models import ModelSpec, ModelUnavailable, parse_model
 from .rehearsal.injection import FaultSchedule
 from .rehearsal.latency import ModelLatency
@@ -74,10 +75,6 @@ def add_options(parser: pytest.Parser) -> None:
                     help="characters of one command's output the agent reads back, on every host; past it a "
                          f"marker says what was cut (default {OUTPUT_LIMIT:,}, no tighter than any "
                          "host's own client; ini palette_output_limit)")
-    group.addoption("--palette-recursion-limit", type=int, default=None, dest="palette_recursion_limit",
-                    metavar="N", help=f"step budget of the react host (default {RECURSION_LIMIT})")
-    group.addoption("--palette-eager", action="store_true", default=False, dest="palette_eager",
-                    help="inline the skill in the system prompt instead of offering it by name")
     group.addoption("--palette-build-grace", type=float, default=None, dest="palette_build_grace",
                     metavar="SECONDS", help="after the last turn, how long to wait for a build still running "
                                             f"before reading the deck (default {DEFAULT_BUILD_GRACE:g})")
@@ -118,9 +115,8 @@ def add_options(parser: pytest.Parser) -> None:
                     metavar="SECONDS", help="with -v, a line for a command of the agent's still running after this "
                                             f"long, then every 30 s (default {PROGRESS_AFTER:g}; ini "
                                             "palette_progress_after)")
-    group.addoption("--palette-claude-cli", default=None, dest="palette_claude_cli", metavar="PATH",
-                    help="the Claude Code CLI the claude host runs (default: the one bundled in claude-agent-sdk, "
-                         "else `claude` on PATH)")
+    for host in builtin_classes():  # each host declares its own (`Host.options`)
+        host.add_options(parser)
     parser.addini("palette_cases", "folders whose *.yaml files are case files", type="paths", default=[])
     parser.addini("palette_hosts", "default hosts, comma-separated", default="react")
     parser.addini("palette_model", "default model", default="rehearsal")
@@ -208,6 +204,71 @@ def _spec(config: pytest.Config, option: str, parse: Callable[[str], object]) ->
     return None if given is None else str(given)
 
 
+def _at_least(config: pytest.Config, option: str, least: int, unit: str = "") -> int | None:
+    """A whole-number option, None when not given; below `least` is a one-line usage error."""
+    given: int | None = config.getoption(option)
+    if given is not None and given < least:
+        raise pytest.UsageError(f"--{option.replace('_', '-')} must be at least {least}{unit} (got {given})")
+    return given
+
+
+def _path(config: pytest.Config, option: str) -> Path | None:
+    """A path option, resolved from where pytest was invoked; None when not given."""
+    given = config.getoption(option)
+    return (config.invocation_params.dir / given).resolve() if given else None
+
+
+def _names(config: pytest.Config, option: str) -> list[str]:
+    """A repeatable option whose values may each be comma-separated, as a list of names."""
+    return [name.strip() for given in config.getoption(option) for name in given.split(",") if name.strip()]
+
+
+def _hosts(config: pytest.Config) -> tuple[str, ...]:
+    hosts = _names(config, "palette_hosts") or \
+        [h.strip() for h in str(config.getini("palette_hosts")).split(",") if h.strip()]
+    duplicates = {h for h in hosts if hosts.count(h) > 1}
+    if duplicates:
+        raise pytest.UsageError(f"--host names {', '.join(sorted(duplicates))} more than once")
+    return tuple(hosts)
+
+
+def _model(config: pytest.Config) -> ModelSpec:
+    """`--model` as a spec; the scripted agents `rehearsal:<name>` selects are the hook's."""
+    try:
+        agents: dict[str, Callable[[], RehearsalPolicy]] = {}
+        config.hook.pytest_palette_add_rehearsals(agents=agents, config=config)
+        return parse_model(config.getoption("palette_model") or str(config.getini("palette_model")),
+                           config.getoption("palette_base_url"), agents)
+    except ModelUnavailable as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+def _model_retries(config: pytest.Config) -> int:
+    retries = config.getoption("palette_model_retries")
+    if retries is not None and not 0 <= retries <= MAX_MODEL_RETRIES:
+        raise pytest.UsageError(f"--palette-model-retries must be from 0 to {MAX_MODEL_RETRIES} (got {retries}): "
+                                "each retry waits longer than the last")
+    return MODEL_RETRIES if retries is None else int(retries)
+
+
+def _case_dirs(config: pytest.Config) -> tuple[Path, ...]:
+    root = config.rootpath
+    case_dirs = [root / d for d in config.getoption("palette_cases")] or list(config.getini("palette_cases"))
+    return tuple(Path(os.path.abspath(d)) for d in case_dirs or [root / "cases"])
+
+
+def _skill_dir(config: pytest.Config) -> Path | None:
+    """The skill under test: a folder with a SKILL.md, the packaged Palette skill, or None (`none`: the baseline)."""
+    skill = config.getoption("palette_skill")
+    if skill is not None and not skill.strip():  # an unset CI variable must not quietly mean the reference skill
+        raise pytest.UsageError(f"--palette-skill is empty (an unset variable?): name a skill folder, or "
+                                f"{NO_SKILL!r} for no skill; leave the option out for the reference skill")
+    skill_dir = None if skill == NO_SKILL else Path(skill).resolve() if skill else PACKAGED_SKILLS / "palette"
+    if skill_dir is not None and not (skill_dir / "SKILL.md").is_file():
+        raise pytest.UsageError(f"--palette-skill {skill_dir}: no SKILL.md there (or {NO_SKILL!r} for no skill)")
+    return skill_dir
+
+
 def _shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -221,129 +282,142 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def resolve(config: pytest.Config) -> Settings:
-    """Every setting from the command line, else ini, else the default; a bad value names its source."""
-    hosts = [h.strip() for given in config.getoption("palette_hosts") for h in given.split(",") if h.strip()]
-    if not hosts:
-        hosts = [h.strip() for h in str(config.getini("palette_hosts")).split(",") if h.strip()]
-    duplicates = {h for h in hosts if hosts.count(h) > 1}
-    if duplicates:
-        raise pytest.UsageError(f"--host names {', '.join(sorted(duplicates))} more than once")
-    try:
-        agents: dict[str, Callable[[], RehearsalPolicy]] = {}
-        config.hook.pytest_palette_add_rehearsals(agents=agents, config=config)
-        model = parse_model(config.getoption("palette_model") or str(config.getini("palette_model")),
-                            config.getoption("palette_base_url"), agents)
-    except ModelUnavailable as error:
-        raise pytest.UsageError(str(error)) from None
-    retries = config.getoption("palette_model_retries")
-    if retries is not None and not 0 <= retries <= MAX_MODEL_RETRIES:
-        raise pytest.UsageError(f"--palette-model-retries must be from 0 to {MAX_MODEL_RETRIES} (got {retries}): "
-                                "each retry waits longer than the last")
-    faults = _spec(config, "palette_rehearsal_faults", FaultSchedule.parse)
-    latency = _spec(config, "palette_rehearsal_latency", ModelLatency.parse)
-    root = config.rootpath
-    case_dirs = [root / d for d in config.getoption("palette_cases")] or list(config.getini("palette_cases"))
-    if not case_dirs:
-        case_dirs = [root / "cases"]
-    skill = config.getoption("palette_skill")
-    if skill is not None and not skill.strip():  # an unset CI variable must not quietly mean the reference skill
-        raise pytest.UsageError(f"--palette-skill is empty (an unset variable?): name a skill folder, or "
-                                f"{NO_SKILL!r} for no skill; leave the option out for the reference skill")
-    skill_dir = None if skill == NO_SKILL else Path(skill).resolve() if skill else PACKAGED_SKILLS / "palette"
-    if skill_dir is not None and not (skill_dir / "SKILL.md").is_file():
-        raise pytest.UsageError(f"--palette-skill {skill_dir}: no SKILL.md there (or {NO_SKILL!r} for no skill)")
-    if skill_dir is None and config.getoption("palette_eager"):
-        raise pytest.UsageError(f"--palette-eager inlines the skill, and --palette-skill {NO_SKILL} has none")
-    run_root = Path(config.getoption("palette_run_dir") or root / str(config.getini("palette_run_dir")))
-    recursion = config.getoption("palette_recursion_limit")
-    if recursion is not None and recursion < 1:
-        raise pytest.UsageError(f"--palette-recursion-limit must be at least 1 (got {recursion})")
-    runs = config.getoption("palette_runs")
-    if runs is not None and runs < 1:
-        raise pytest.UsageError(f"--palette-runs must be at least 1 (got {runs})")
-    max_context = config.getoption("palette_max_context")
-    if max_context is not None and max_context < 1:
-        raise pytest.UsageError(f"--palette-max-context must be at least 1 byte (got {max_context})")
-    if faults is not None and (model.provider != "rehearsal" or not set(hosts) - {"react", "manual"}):
-        # Only the rehearsal server the cuga and claude hosts start injects them; react's rehearsal is in-process.
-        raise pytest.UsageError("--palette-rehearsal-faults applies to --model rehearsal on the cuga and claude hosts "
-                                "(for react, serve it: python -m pytest_palette.rehearsal.server --faults SPEC, then "
-                                "--model openai:rehearsal --palette-base-url URL)")
-    shard = _shard(config.getoption("palette_shard"))
-    resume = config.getoption("palette_resume")
-    resume_dir = (config.invocation_params.dir / resume).resolve() if resume else None
+def _resume_dir(config: pytest.Config) -> Path | None:
+    resume_dir = _path(config, "palette_resume")
     if resume_dir is not None and not run_ledgers(resume_dir):
-        raise pytest.UsageError(f"--palette-resume {resume}: no results.jsonl in {resume_dir}")
-    run_id = config.getoption("palette_run_id")
+        raise pytest.UsageError(f"--palette-resume {config.getoption('palette_resume')}: no results.jsonl in "
+                                f"{resume_dir}")
+    return resume_dir
+
+
+def _run_id(config: pytest.Config, resume_dir: Path | None) -> str | None:
+    """`--palette-run-id`, a plain folder name; a resumed run's is its folder's."""
+    run_id: str | None = config.getoption("palette_run_id")
     if run_id is not None and (not run_id or "/" in run_id or run_id.startswith(".")):
         raise pytest.UsageError(f"--palette-run-id {run_id!r}: use a plain folder name")
     if resume_dir is not None and run_id is not None and run_id != resume_dir.name:
         raise pytest.UsageError("--palette-resume names the run folder; drop --palette-run-id")
-    collect = config.getoption("palette_collect")
-    collect_dir = (config.invocation_params.dir / collect).resolve() if collect else None
+    return resume_dir.name if resume_dir else run_id
+
+
+def _run_root(config: pytest.Config, resume_dir: Path | None) -> Path:
+    """Where run folders are made: a resumed run's parent, `--palette-run-dir`, else ini, under the rootdir."""
+    if resume_dir is not None:
+        return resume_dir.parent
+    root = config.rootpath
+    run_root = Path(config.getoption("palette_run_dir") or root / str(config.getini("palette_run_dir")))
+    return run_root if run_root.is_absolute() else root / run_root
+
+
+def _collect_dir(config: pytest.Config) -> Path | None:
+    collect_dir = _path(config, "palette_collect")
     if collect_dir is not None and not collect_dir.is_dir():
-        raise pytest.UsageError(f"--palette-collect {collect}: no run folder at {collect_dir}")
-    prices_given = config.getoption("palette_prices")
-    prices_file = (config.invocation_params.dir / prices_given).resolve() if prices_given else None
+        raise pytest.UsageError(f"--palette-collect {config.getoption('palette_collect')}: no run folder at "
+                                f"{collect_dir}")
+    return collect_dir
+
+
+def _prices(prices_file: Path | None) -> PriceTable | None:
     try:
-        prices = load_prices(prices_file) if prices_file is not None else None
+        return load_prices(prices_file) if prices_file is not None else None
     except PriceError as error:
         raise pytest.UsageError(f"--palette-prices {error}") from None
-    max_cost = config.getoption("palette_max_cost")
+
+
+def _max_cost(config: pytest.Config) -> float | None:
+    max_cost: float | None = config.getoption("palette_max_cost")
     if max_cost is not None and not (math.isfinite(max_cost) and max_cost > 0):
         raise pytest.UsageError(f"--palette-max-cost must be a number of USD more than 0 (got {max_cost:g})")
-    for name in (n.strip() for given in config.getoption("palette_sandbox_env") for n in given.split(",")):
-        if name and not name.isidentifier():
+    return max_cost
+
+
+def _sandbox_env(config: pytest.Config) -> tuple[str, ...]:
+    names = _names(config, "palette_sandbox_env")
+    for name in names:
+        if not name.isidentifier():
             raise pytest.UsageError(f"--palette-sandbox-env {name!r} is not the name of an environment variable")
-    conversations = config.getoption("palette_conversations")
-    if conversations is not None and conversations < 1:
-        raise pytest.UsageError(f"--palette-conversations must be 1 or more (got {conversations})")
-    if (conversations or 1) > 1 and config.getoption("numprocesses", None):
+    return tuple(names)
+
+
+def _conversations(config: pytest.Config) -> int:
+    given = config.getoption("palette_conversations")
+    if given is not None and given < 1:
+        raise pytest.UsageError(f"--palette-conversations must be 1 or more (got {given})")
+    conversations = int(given or 1)
+    if conversations > 1 and config.getoption("numprocesses", None):
         raise pytest.UsageError("--palette-conversations and -n (xdist) both spread conversations: choose one "
                                 "(--palette-conversations holds them in one process, which costs far less memory)")
+    return conversations
+
+
+def _credentials() -> Credentials | None:
     try:
-        credentials = load_credentials()
+        return load_credentials()
     except CredentialsError as error:
         raise pytest.UsageError(str(error)) from None
-    sandbox_env = tuple(name.strip() for given in config.getoption("palette_sandbox_env")
-                        for name in given.split(",") if name.strip())
-    html_given = config.getoption("palette_html")
-    html = (config.invocation_params.dir / html_given).resolve() if html_given else None
+
+
+def _html(config: pytest.Config) -> Path | None:
+    html = _path(config, "palette_html")
     refused = site_refusal(html) if html is not None else None
     if refused:
         raise pytest.UsageError(f"--palette-html {refused}")
+    return html
+
+
+def resolve(config: pytest.Config) -> Settings:
+    """Every setting from the command line, else ini, else the default: each read by a small check of its own
+    that names its source when it refuses a value, in the order the first refusal is told."""
+    hosts, model, retries = _hosts(config), _model(config), _model_retries(config)
+    faults = _spec(config, "palette_rehearsal_faults", FaultSchedule.parse)
+    latency = _spec(config, "palette_rehearsal_latency", ModelLatency.parse)
+    skill_dir = _skill_dir(config)
+    runs = _at_least(config, "palette_runs", 1) or 1
+    max_context = _at_least(config, "palette_max_context", 1, " byte") or MAX_CONTEXT
+    shard = _shard(config.getoption("palette_shard"))
+    resume_dir = _resume_dir(config)
+    run_id = _run_id(config, resume_dir)
+    collect_dir = _collect_dir(config)
+    prices_file = _path(config, "palette_prices")
+    prices, max_cost = _prices(prices_file), _max_cost(config)
+    sandbox_env = _sandbox_env(config)
+    conversations = _conversations(config)
+    credentials = _credentials()
     return Settings(
-        html=html,
-        conversations=conversations or 1,
+        hosts=hosts, model=model, case_dirs=_case_dirs(config), skill_dir=skill_dir, runs=runs,
+        max_context=max_context, shard=shard, run_id=run_id, resume_dir=resume_dir, collect_dir=collect_dir,
+        prices=prices, prices_file=prices_file, max_cost=max_cost, conversations=conversations,
+        credentials=credentials, html=_html(config), run_root=_run_root(config, resume_dir),
         progress_after=_number(config, "palette_progress_after", "palette_progress_after", PROGRESS_AFTER),
-        credentials=credentials,
-        prices=prices,
-        prices_file=prices_file,
-        max_cost=max_cost,
-        runs=runs or 1,
-        max_context=max_context or MAX_CONTEXT,
-        shard=shard,
-        run_id=resume_dir.name if resume_dir else run_id,
-        resume_dir=resume_dir,
-        collect_dir=collect_dir,
-        hosts=tuple(hosts),
-        model=model,
-        case_dirs=tuple(Path(os.path.abspath(d)) for d in case_dirs),
-        skill_dir=skill_dir,
-        run_root=resume_dir.parent if resume_dir else (run_root if run_root.is_absolute() else root / run_root),
         turn_timeout=_number(config, "palette_turn_timeout", "palette_turn_timeout", TURN_TIMEOUT),
         build_grace=_number(config, "palette_build_grace", None, DEFAULT_BUILD_GRACE),
         host=HostSettings(
             command_timeout=_number(config, "palette_command_timeout", None, COMMAND_TIMEOUT),
-            recursion_limit=recursion or RECURSION_LIMIT,
-            eager=bool(config.getoption("palette_eager")),
             sandbox=str(config.getoption("palette_sandbox") or "bubblewrap"),
             sandbox_env=sandbox_env,
             withheld=credentials.withheld(sandbox_env) if credentials is not None else (),
-            model_retries=MODEL_RETRIES if retries is None else retries,
+            model_retries=retries,
             output_limit=_output_limit(config),
             rehearsal_faults=faults,
             rehearsal_latency=latency,
         ),
     )
+
+
+def configure_hosts(config: pytest.Config, hosts: Mapping[str, Host], settings: Settings) -> None:
+    """Every host takes its own options (a refused value is one line naming its flag); then what depends on which
+    hosts run. Every host, not the selected only: each one's terms are in the run's fingerprint."""
+    for host in hosts.values():
+        given = {option.name: config.getoption(option.dest(), None) for option in host.options}
+        try:
+            host.configure(given, skill=settings.skill_dir is not None)
+        except OptionRefused as refused:
+            raise pytest.UsageError(f"--palette-{refused.option} {refused}") from None
+    faults = settings.host.rehearsal_faults
+    if faults is not None and (settings.model.provider != "rehearsal" or
+                               not any(hosts[name].serves_rehearsal for name in settings.hosts)):
+        # Only a rehearsal server a host starts injects them; an in-process rehearsal model has no wire.
+        served = " and ".join(sorted(name for name, host in hosts.items() if host.serves_rehearsal)) or "no"
+        raise pytest.UsageError(f"--palette-rehearsal-faults applies to --model rehearsal on the {served} hosts "
+                                "(for another, serve it: python -m pytest_palette.rehearsal.server --faults SPEC, "
+                                "then --model openai:rehearsal --palette-base-url URL)")

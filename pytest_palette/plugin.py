@@ -42,8 +42,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_palette_add_hosts(hosts: dict[str, Host], config: pytest.Config) -> None:
-    """The built-in hosts; tryfirst so that a project's hosts of the same name replace them."""
-    hosts.update(builtin(config.getoption("palette_claude_cli", None)))
+    """The built-in hosts (each reads its own options once added); tryfirst so that a project's hosts of the same
+    name replace them."""
+    hosts.update(builtin())
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from pytest_palette.run import leftovers
+from pytest_palette.arena import leftovers
 
 CASE = """
 - name: slow_plan{n}

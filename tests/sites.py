@@ -17,9 +17,9 @@ from browser import required
 from known_bad_cases import expected_failures
 from sweeps import Sweeps
 
+from pytest_palette.arena.sandbox import problem
 from pytest_palette.cases import Case, load_cases
 from pytest_palette.results.ledger import load
-from pytest_palette.run.sandbox import problem
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTS = ("react", "cuga", "claude")

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from ledger_records import record, records
 
+from pytest_palette.arena.sandbox import problem as sandbox_problem
+from pytest_palette.arena.workspace import Workspace
 from pytest_palette.backend import agent_environment
 from pytest_palette.commands import main as palette_bench
 from pytest_palette.hosts.base import HandedOver, HostSettings
@@ -31,8 +33,6 @@ from pytest_palette.results.report import to_markdown as report_markdown
 from pytest_palette.results.tally import tally
 from pytest_palette.run.conversation import open_sandbox
 from pytest_palette.run.evidence import BUILD_STATE, collect, deck_by, inspect_deck
-from pytest_palette.run.sandbox import problem as sandbox_problem
-from pytest_palette.run.workspace import Workspace
 
 SANDBOX = "none" if sandbox_problem("bubblewrap") else "bubblewrap"
 

@@ -24,6 +24,11 @@ from typing import Any, ClassVar
 
 import pytest
 
+from pytest_palette.arena.command_log import read as read_commands
+from pytest_palette.arena.command_log import skill_calls
+from pytest_palette.arena.sandbox import Sandbox
+from pytest_palette.arena.sandbox import problem as sandbox_problem
+from pytest_palette.arena.workspace import Workspace
 from pytest_palette.backend import agent_environment
 from pytest_palette.hosts.base import HostError, HostSettings
 from pytest_palette.hosts.claude import (
@@ -47,13 +52,8 @@ from pytest_palette.hosts.endpoint import PLACEHOLDER_KEY, RELAY_PORT, KeyForwar
 from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal.conversation import Conversation
 from pytest_palette.rehearsal.policy import catalogue
-from pytest_palette.run.command_log import read as read_commands
-from pytest_palette.run.command_log import skill_calls
 from pytest_palette.run.conversation import open_sandbox
 from pytest_palette.run.evidence import collect, deck_by, inspect_deck, newest_deck, read_trace
-from pytest_palette.run.sandbox import Sandbox
-from pytest_palette.run.sandbox import problem as sandbox_problem
-from pytest_palette.run.workspace import Workspace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, drift, load_card, load_skill, skill_hash
 
 REHEARSAL = parse_model("rehearsal")

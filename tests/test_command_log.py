@@ -8,11 +8,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from pytest_palette.cases import Case, Expect
-from pytest_palette.hosts.claude import parse_stream
-from pytest_palette.hosts.shell import run_shell
-from pytest_palette.judge import explain, judge
-from pytest_palette.run.command_log import (
+from pytest_palette.arena.command_log import (
     NOT_FOUND,
     CommandLog,
     CommandRun,
@@ -21,8 +17,12 @@ from pytest_palette.run.command_log import (
     read,
     skill_calls,
 )
+from pytest_palette.arena.workspace import Workspace
+from pytest_palette.cases import Case, Expect
+from pytest_palette.hosts.claude import parse_stream
+from pytest_palette.hosts.shell import run_shell
+from pytest_palette.judge import explain, judge
 from pytest_palette.run.evidence import Evidence, calls_of, choose_calls
-from pytest_palette.run.workspace import Workspace
 from pytest_palette.skill import PACKAGED_SKILLS, load_card
 
 DECK = "python3 skills/palette/scripts/deck.py"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -10,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from pytest_palette.arena.workspace import TRACE_NAME
+from pytest_palette.commands.converse import add_arguments, run
 from pytest_palette.hosts.claude import find_cli
 from pytest_palette.hosts.cuga import CugaHost
 from pytest_palette.run.evidence import inspect_deck, newest_deck, read_trace
-from pytest_palette.run.workspace import TRACE_NAME
 
 REQUEST = "Build a 3-slide deck on prompt caching"
 
@@ -81,6 +83,20 @@ def test_an_unknown_host_is_a_usage_error(tmp_path: Path) -> None:
     other = subprocess.run([sys.executable, "-m", "pytest_palette.commands", "converse", "--host", "nope", REQUEST],
                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert other.returncode == 2 and "--host 'nope'" in other.stdout and "react" in other.stdout
+
+
+def test_each_hosts_own_options_reach_converse_spelled_without_palette(tmp_path: Path) -> None:
+    # In process: no conversation starts, each answer comes before any host is opened.
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args([REQUEST, "--eager", "--recursion-limit", "5", "--claude-cli", "/x"])
+    assert (args.eager, args.recursion_limit, args.claude_cli) == (True, 5, "/x")
+    said: list[str] = []
+    assert run(parser.parse_args([REQUEST, "--recursion-limit", "0"]), said.append) == 2
+    assert said == ["error: --recursion-limit must be at least 1 (got 0)"]
+    assert run(parser.parse_args([REQUEST, "--host", "manual"]), said.append) == 2
+    assert said[-1].endswith("known: claude, cuga, react")
+    assert "the agent host: react, claude, cuga" in " ".join(parser.format_help().split())
 
 
 CUGA_MISSING = CugaHost().unavailable()

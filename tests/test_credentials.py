@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_palette.arena.sandbox import Sandbox, allowed_environment, problem
 from pytest_palette.hosts.claude import ClaudeSession
 from pytest_palette.run.credentials import Credentials, CredentialsError, describe, load, location, parse
-from pytest_palette.run.sandbox import Sandbox, allowed_environment, problem
 
 FILE_KEY = "fake-file-key-5b6d3ae8"
 FAKE_FLAG = "fake-no-color-secret-4ed0"

@@ -18,6 +18,10 @@ from typing import Any
 
 import pytest
 
+from pytest_palette.arena.command_log import read as read_commands
+from pytest_palette.arena.command_log import skill_calls
+from pytest_palette.arena.sandbox import problem as sandbox_problem
+from pytest_palette.arena.workspace import Workspace
 from pytest_palette.backend import agent_environment
 from pytest_palette.hosts import cuga as cuga_module
 from pytest_palette.hosts.base import HostError, HostSettings
@@ -42,12 +46,8 @@ from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal import openai_wire
 from pytest_palette.rehearsal.conversation import Conversation, ToolResult, UserSaid
 from pytest_palette.rehearsal.policy import RehearsalPolicy, catalogue
-from pytest_palette.run.command_log import read as read_commands
-from pytest_palette.run.command_log import skill_calls
 from pytest_palette.run.conversation import open_sandbox
 from pytest_palette.run.evidence import any_deck, collect, deck_by, inspect_deck, newest_deck, read_trace
-from pytest_palette.run.sandbox import problem as sandbox_problem
-from pytest_palette.run.workspace import Workspace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, SkillCard, drift, install, load_card, load_skill
 
 REHEARSAL = parse_model("rehearsal")

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from pytest_palette.arena import leftovers
+from pytest_palette.arena.command_log import CommandLog, CommandRun
 from pytest_palette.commands import main as palette_bench
 from pytest_palette.results.ledger import load
-from pytest_palette.run import faults, leftovers
-from pytest_palette.run.command_log import CommandLog, CommandRun
+from pytest_palette.run import faults
 
 CASES = """
 - name: three_slides

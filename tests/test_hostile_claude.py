@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from test_sandbox import FAKE_KEYS, needs_bubblewrap
 
+from pytest_palette.arena.sandbox import Limits
 from pytest_palette.hosts.claude import find_cli
 from pytest_palette.models import parse_model, rehearsal_policy
 from pytest_palette.rehearsal.hostile import CLAUDE_MARKER, CLAUDE_SETTINGS_ATTACK, CLAUDE_SETTINGS_CHECK
 from pytest_palette.rehearsal.server import RehearsalServer
-from pytest_palette.run.sandbox import Limits
 
 CASES = f"""
 - name: hostile_settings

@@ -14,8 +14,8 @@ import psutil
 import pytest
 from test_sandbox import FAKE_KEYS, needs_bubblewrap
 
+from pytest_palette.arena.sandbox import Limits, problem
 from pytest_palette.rehearsal.hostile import HOSTILE_LIMITS, LIMITS_MARKER
-from pytest_palette.run.sandbox import Limits, problem
 
 CASES = f"""
 - name: attacker

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from pytest_palette.arena.workspace import TRACE_NAME
 from pytest_palette.cases import DEFAULT_MAX_POLLS, Case, Expect
 from pytest_palette.judge import PASSED, explain, judge
 from pytest_palette.replies import named_slide
@@ -40,7 +41,6 @@ from pytest_palette.run.evidence import (
     save_outputs,
     wait_for_builds,
 )
-from pytest_palette.run.workspace import TRACE_NAME
 
 WORK = Path("/nonexistent/work")
 DECK = WORK / "deck" / "deck.pptx"
@@ -957,9 +957,9 @@ def test_without_the_turns_times_the_build_order_is_not_judged() -> None:
 
 
 def test_the_turns_times_come_from_turns_json(tmp_path: Path) -> None:
+    from pytest_palette.arena.workspace import Workspace
     from pytest_palette.run.conversation import Transcript
     from pytest_palette.run.evidence import read
-    from pytest_palette.run.workspace import Workspace
 
     def read_back(workspace: Workspace) -> Evidence:
         return read(workspace, 0.0, Transcript.saved(workspace).started)

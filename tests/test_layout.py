@@ -63,6 +63,29 @@ def test_the_results_side_knows_nothing_of_the_run_side_or_the_hosts() -> None:
             assert not outside, f"{name} imports {sorted(outside)}"
 
 
+def reached_from(name: str, edges: dict[str, set[str]]) -> set[str]:
+    """Every module of the package that importing `name` imports, directly or through others."""
+    reached, todo = set(), [name]
+    while todo:
+        for imported in edges[todo.pop()] - reached:
+            reached.add(imported)
+            todo.append(imported)
+    return reached
+
+
+def test_hosts_build_on_where_the_agent_acts_and_the_run_on_both() -> None:
+    # One way: run → hosts → arena. A host that reached run/ (even through another module) would tie every host
+    # to how a pytest session runs items; arena is the floor both stand on.
+    edges = graph()
+    assert "pytest_palette.arena.sandbox" in edges["pytest_palette.hosts.shell"]  # the graph sees the floor
+    for name in edges:
+        if name.startswith(("pytest_palette.hosts", "pytest_palette.arena")):
+            above = ("pytest_palette.run", "pytest_palette.hosts") if name.startswith("pytest_palette.arena") \
+                else ("pytest_palette.run",)
+            reached = {m for m in reached_from(name, edges) if m.startswith(above)}
+            assert not reached, f"{name} reaches {sorted(reached)}"
+
+
 def test_only_the_commands_the_plugin_and_its_options_reach_the_site() -> None:
     # The site reads runs; nothing that makes a run may need it (or Jinja2).
     for name, imported in graph().items():
@@ -88,7 +111,7 @@ def test_the_plugin_module_holds_hooks_and_the_fixture_only() -> None:
 
 def test_the_package_reads_as_its_parts() -> None:
     top = sorted(p.name for p in PACKAGE.iterdir() if not p.name.startswith("__pycache__"))
-    groups = {"run", "results", "hosts", "rehearsal", "engine", "commands", "skills", "site"}
+    groups = {"run", "arena", "results", "hosts", "rehearsal", "engine", "commands", "skills", "site"}
     assert groups <= set(top)
     loose = [name for name in top if name.endswith(".py") and name != "__init__.py"]
     assert len(loose) <= 10, loose

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pytest_palette.run import leftovers
+from pytest_palette.arena import leftovers
 
 # Ignores SIGTERM, as a tool's child may; says it is ready so the test does not race its start.
 STUBBORN = "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); " \

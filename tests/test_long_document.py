@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_palette.arena.sandbox import problem as sandbox_problem
 from pytest_palette.hosts.base import OUTPUT_LIMIT, HostSettings
 from pytest_palette.hosts.claude import ClaudeHost, cli_environment, turn_command
 from pytest_palette.hosts.cuga import CUGA_OUTPUT_DEFAULT, cuga_output_limit
@@ -40,7 +41,6 @@ from pytest_palette.rehearsal.conversation import (
     UserSaid,
 )
 from pytest_palette.rehearsal.policy import RehearsalPolicy, clipped_plan
-from pytest_palette.run.sandbox import problem as sandbox_problem
 from pytest_palette.run.session import fingerprint
 from pytest_palette.skill import load_skill
 

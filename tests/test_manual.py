@@ -75,11 +75,11 @@ def test_a_missing_collect_folder_is_a_usage_error(pytester: pytest.Pytester) ->
 
 
 def test_the_manual_host_never_pretends_to_drive_an_agent(tmp_path: Path) -> None:
+    from pytest_palette.arena.sandbox import Sandbox
+    from pytest_palette.arena.workspace import Workspace
     from pytest_palette.hosts.base import HostError, HostSettings
     from pytest_palette.hosts.manual import ManualHost
     from pytest_palette.models import parse_model
-    from pytest_palette.run.sandbox import Sandbox
-    from pytest_palette.run.workspace import Workspace
     from pytest_palette.skill import load_skill
 
     workspace = Workspace.of(tmp_path, "manual", "three_slides", 1, repeated=False)

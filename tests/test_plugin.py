@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_palette.run import leftovers
+from pytest_palette.arena import leftovers
 
 TWO_CASES = """
 - name: three_slides
@@ -29,14 +29,13 @@ TWO_CASES = """
 
 # A second column for tables: the same scaffold with the skill inlined, registered the way a project would.
 TWIN_HOST = """
-from pytest_palette.hosts.base import HostSettings
 from pytest_palette.hosts.react import ReactHost
 
 class Twin(ReactHost):
     name = "twin"
-    def open(self, workspace, skill, env, model, settings, sandbox):
-        return super().open(workspace, skill, env, model, HostSettings(settings.command_timeout,
-                                                                       settings.recursion_limit, eager=True), sandbox)
+    def configure(self, given, *, skill=True):
+        super().configure(given, skill=skill)
+        self.eager = True
 
 def pytest_palette_add_hosts(hosts, config):
     hosts["twin"] = Twin()
@@ -314,6 +313,48 @@ def test_a_project_replaces_a_host_of_the_same_name(pytester: pytest.Pytester, c
     result = pytester.runpytest("-k", "held_off", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["palette: react: scaffold my own react"])
+
+
+# docs/hosts.md's "A host's own options", as a project writes it: no host is named in the plugin for it.
+OWN_OPTIONS = """
+from pytest_palette.hosts.base import HostOption, OptionRefused
+from pytest_palette.hosts.react import ReactHost
+
+class Mine(ReactHost):
+    name = "mine"
+    options = (*ReactHost.options, HostOption("mine-steps", "steps my agent may take (default 40)", type=int,
+                                              metavar="N"))
+    def configure(self, given, *, skill=True):
+        super().configure(given, skill=skill)  # react's options, which it keeps
+        steps = given.get("mine-steps")
+        if steps is not None and steps < 1:
+            raise OptionRefused("mine-steps", f"must be at least 1 (got {steps})")
+        self.steps = 40 if steps is None else steps
+    def describe(self, model, settings):
+        return {"model": model.label, "steps": str(self.steps), "eager": str(self.eager)}
+
+def pytest_addoption(parser):
+    Mine.add_options(parser)
+
+def pytest_palette_add_hosts(hosts, config):
+    hosts["mine"] = Mine()
+"""
+
+
+def test_a_projects_host_adds_and_reads_options_of_its_own(pytester: pytest.Pytester, cases: Path) -> None:
+    pytester.makeconftest(OWN_OPTIONS)
+    helped = pytester.runpytest("--help")
+    helped.stdout.fnmatch_lines(["*--palette-recursion-limit=N*", "*--palette-claude-cli=PATH*",
+                                 "*--palette-mine-steps=N", "*steps my agent may take (default 40)"])
+    refused = pytester.runpytest("--host", "mine", "--palette-mine-steps", "0", "--co")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["ERROR: --palette-mine-steps must be at least 1 (got 0)"])
+    listed = pytester.runpytest("--host", "mine,react", "--palette-mine-steps", "7", "--palette-eager",
+                                "--palette-recursion-limit", "9", "--co")
+    listed.stdout.fnmatch_lines(["palette: mine: steps 7, eager True",
+                                 "palette: react: *skill_loading eager, recursion_limit 9*"])
+    default = pytester.runpytest("--host", "mine", "--co")
+    default.stdout.fnmatch_lines(["palette: mine: steps 40, eager False"])
 
 
 def test_path_options_work_with_a_space_as_with_an_equals_sign_wherever_the_path_is(

@@ -139,6 +139,18 @@ def test_without_a_skill_each_reply_is_read_as_the_skill_has_it_read() -> None:
     assert isinstance(actions[1], RunCommand)
 
 
+@pytest.mark.parametrize(("opening", "count"), [
+    ("Half a dozen slides for the new hires on our security rules", 6),
+    ("Put together some slides on our hiring plan for the new office, 6 of them", 6),
+    ("Build a deck on tides, keep it to a couple", 2),
+])
+def test_without_a_skill_the_outline_has_the_count_asked_for_in_words_or_after_the_subject(opening: str,
+                                                                                          count: int) -> None:
+    actions, _ = unskilled(opening, "yes")
+    assert actions[0].text.count("\n## ") == count
+    assert isinstance(actions[1], RunCommand) and len(written_titles(actions[1].command)) == count
+
+
 def test_without_a_skill_nothing_is_written_unless_the_user_approves() -> None:
     actions, _ = unskilled("Build a 3-slide deck on our holiday schedule", "hmm, let me think about it",
                            "actually, hold off for now")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_palette.arena.command_log import CommandLog
 from pytest_palette.cases import load_cases
 from pytest_palette.hosts.claude import LiveCommands
-from pytest_palette.run.command_log import CommandLog
 from pytest_palette.run.progress import Board, ItemWatch, shown
 
 # Two, two and three turns: the counts come from the cases, never from this test.

@@ -22,12 +22,13 @@ import pytest
 from test_backend import real_style_skill
 from test_benchmark_suite import ALL, DECK
 
+from pytest_palette.arena import sandbox
+from pytest_palette.arena.command_log import NOT_FOUND, CommandRun, read, skill_calls
 from pytest_palette.backend import REFERENCE_HOME
-from pytest_palette.run import faults, sandbox
-from pytest_palette.run.command_log import NOT_FOUND, CommandRun, read, skill_calls
+from pytest_palette.run import faults
 
 pytest_plugins = ["pytester"]
-#: A whole session of 41 items: more than the suite's 600 s hang guard allows when the machine is busy.
+#: A whole session of 50 items: more than the suite's 600 s hang guard allows when the machine is busy.
 pytestmark = [pytest.mark.timeout(1800),
               pytest.mark.skipif(sandbox.problem("bubblewrap") is not None,
                                  reason=f"no sandbox here: {sandbox.problem('bubblewrap')}")]
@@ -77,7 +78,7 @@ def sandbox_env_args() -> list[str]:
 
 @pytest.fixture(scope="module")
 def published_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tuple[str, str]], str]:
-    """The 41 shipped cases on react with IBM's skill, sandboxed, run as the README says: the run folder, each
+    """The 50 shipped cases on react with IBM's skill, sandboxed, run as the README says: the run folder, each
     case's outcome and text (JUnit), and the terminal output."""
     folder = tmp_path_factory.mktemp("published")
     path, _ = shims_path(folder)
@@ -102,7 +103,7 @@ def published_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[
 def test_ibms_published_skill_passes_every_shipped_case_sandboxed_with_python_from_shims(
         published_run: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
     runs, outcomes, stdout = published_run
-    assert set(outcomes) == ALL and len(ALL) == 41
+    assert set(outcomes) == ALL and len(ALL) == 50
     assert {case: said for case, said in outcomes.items() if said[0] != "pass"} == {}
     assert "commands bubblewrap" in stdout and "reference engine through its palette.py" in stdout
     # The rehearsal agent ran the skill as its SKILL.md says — `python`, which only the shims folder has — and each

@@ -165,10 +165,10 @@ def test_a_case_with_its_own_ceiling_is_reported_against_it() -> None:
                              "judged": Judged(**{**{f: getattr(within.judged, f) for f in Judged.__struct_fields__},
                                                  "max_polls": 20})})
     metrics = build_report([within]).columns[0].metrics
-    assert (metrics["polls_worst"], metrics["polls_worst_ceiling"]) == (15, 20)
-    assert (metrics["at_poll_ceiling"], metrics["over_poll_ceiling"]) == (0, 0)
+    assert (metrics.polls_worst, metrics.polls_worst_ceiling) == (15, 20)
+    assert (metrics.at_poll_ceiling, metrics.over_poll_ceiling) == (0, 0)
     assert "| Worst case polls that did not wait | 15 / 20 |" in to_markdown(build_report([within]))
     # The same 15 polls, from a first-format record (which did not carry its ceiling), are over the default.
     old = build_report([as_record(record(polls=15))]).columns[0].metrics
-    assert (old["polls_worst_ceiling"], old["over_poll_ceiling"]) == (12, 1)
+    assert (old.polls_worst_ceiling, old.over_poll_ceiling) == (12, 1)
     assert to_json(build_report([within]))["hosts"][0]["metrics"]["over_poll_ceiling"] == 0

@@ -17,10 +17,10 @@ import pytest
 from PIL import Image
 from pptx import Presentation
 
+from pytest_palette.arena.leftovers import running
 from pytest_palette.engine.build import build_deck
 from pytest_palette.engine.plan_format import serialize_plan
 from pytest_palette.engine.planner import build_plan
-from pytest_palette.run.leftovers import running
 from pytest_palette.site import render
 from pytest_palette.site.render import Rendering, renderer, slides_of
 

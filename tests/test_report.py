@@ -127,15 +127,15 @@ def test_the_seed_metrics_table() -> None:
     ]
     report = build_report(records)
     metrics = report.columns[0].metrics
-    assert metrics["decks_built"] == 2 and metrics["decks_with_plex"] == 1
-    assert metrics["median_case_seconds"] == 20.0  # the error's 999 s is not a case time
-    assert metrics["wall_clock_seconds"] == 110.0  # first start (the error's 90) to last end (200)
-    assert metrics["median_calls"] == 3
-    assert (metrics["polls_total"], metrics["polls_worst"]) == (25, 13)
-    assert (metrics["at_poll_ceiling"], metrics["over_poll_ceiling"]) == (1, 1)
-    assert (metrics["context_reached"], metrics["context_expected"]) == (1, 3)
-    assert (metrics["edit_called"], metrics["edit_expected"]) == (2, 3)
-    assert metrics["replanned_after_edit"] == 1
+    assert metrics.decks_built == 2 and metrics.decks_with_plex == 1
+    assert metrics.median_case_seconds == 20.0  # the error's 999 s is not a case time
+    assert metrics.wall_clock_seconds == 110.0  # first start (the error's 90) to last end (200)
+    assert metrics.median_calls == 3
+    assert (metrics.polls_total, metrics.polls_worst) == (25, 13)
+    assert (metrics.at_poll_ceiling, metrics.over_poll_ceiling) == (1, 1)
+    assert (metrics.context_reached, metrics.context_expected) == (1, 3)
+    assert (metrics.edit_called, metrics.edit_expected) == (2, 3)
+    assert metrics.replanned_after_edit == 1
     markdown = to_markdown(report)
     assert "| Worst case polls that did not wait | 13 / 12 |" in markdown
     assert "| Pasted material reached `--context` (or `--source`) | 1/3 |" in markdown
@@ -195,6 +195,14 @@ def test_json_carries_the_same_numbers() -> None:
     beta = next(c for c in data["cases"] if c["case"] == "beta")["cells"]["react"]
     assert beta["pass_hat_k"]["2"] == 0.0 and beta["pass_at_k"]["2"] == pytest.approx(2 / 3)
     assert beta["failures"] == {"asked for 3 slides, got 2": 2}
+    # The metrics' keys, in order, as readers of the JSON know them.
+    assert list(host["metrics"]) == [
+        "runs_judged", "runs_passed", "cases_passed", "cases_judged", "decks_built", "decks_with_plex",
+        "median_case_seconds", "wall_clock_seconds", "median_calls", "polls_total", "polls_worst",
+        "polls_worst_ceiling", "at_poll_ceiling", "over_poll_ceiling", "context_expected", "context_reached",
+        "edit_expected", "edit_called", "replanned_after_edit", "triggers"]
+    assert (host["metrics"]["runs_passed"], host["metrics"]["triggers"]) == (
+        13, {"needed": 15, "needed_and_used": 15, "used": 15, "near_misses": 0})
     json.dumps(data)  # serialisable as is
 
 

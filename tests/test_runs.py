@@ -333,8 +333,8 @@ def test_a_case_with_its_own_poll_ceiling_is_judged_and_reported_against_it(pyte
     # one that collects it (if the build ended before them) — so 14 or 15 did not wait, on any machine.
     assert patient.judged.spins in (14, 15)
     [column] = build_report(reading).columns
-    polls, ceiling = column.metrics["polls_worst"], column.metrics["polls_worst_ceiling"]
-    assert column.metrics["over_poll_ceiling"] == 1  # strict: over its 12
+    polls, ceiling = column.metrics.polls_worst, column.metrics.polls_worst_ceiling
+    assert column.metrics.over_poll_ceiling == 1  # strict: over its 12
     assert (polls, ceiling) in {(14, 12), (15, 12)}  # the worst run is strict's, against 12
     within = build_report([patient]).columns[0].metrics
-    assert (within["over_poll_ceiling"], within["polls_worst_ceiling"]) == (0, 20)
+    assert (within.over_poll_ceiling, within.polls_worst_ceiling) == (0, 20)

@@ -14,10 +14,18 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pytest_palette.arena.sandbox import (
+    ENDED,
+    KeeperFailed,
+    Limits,
+    Sandbox,
+    allowed_environment,
+    problem,
+    userns_policy,
+)
 from pytest_palette.backend import agent_environment
 from pytest_palette.hosts.shell import Shell
 from pytest_palette.rehearsal.hostile import HOSTILE_FINALE, HOSTILE_PROBES
-from pytest_palette.run.sandbox import ENDED, KeeperFailed, Limits, Sandbox, allowed_environment, problem, userns_policy
 
 #: What a caller may have in its environment; none of it may reach a command, a file of the run, or a report.
 FAKE_KEYS = {"WATSONX_APIKEY": "fake-watsonx-key-0d9f", "ANTHROPIC_API_KEY": "sk-ant-fake-key-71c2",
@@ -64,8 +72,8 @@ def test_a_variable_the_user_names_is_passed_and_no_other(tmp_path: Path) -> Non
 
 
 def test_only_a_backend_elsewhere_keeps_the_network(tmp_path: Path) -> None:
+    from pytest_palette.arena.sandbox import backend_needs_network
     from pytest_palette.backend import REFERENCE_HOME
-    from pytest_palette.run.sandbox import backend_needs_network
 
     assert not backend_needs_network({}) and not backend_needs_network({"PALETTE_HOME": str(REFERENCE_HOME)})
     assert backend_needs_network({"PALETTE_URL": "http://palette.example"})

@@ -16,9 +16,9 @@ import msgspec
 import pytest
 from sites import REPO, OfflineRuns
 
+from pytest_palette.arena.workspace import Workspace
 from pytest_palette.commands import main
 from pytest_palette.results.ledger import append, load
-from pytest_palette.run.workspace import Workspace
 from pytest_palette.site import render
 from pytest_palette.site.build import SiteError, write
 from pytest_palette.site.folder import MARKER

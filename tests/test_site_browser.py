@@ -14,8 +14,8 @@ import pytest
 from browser import Browser, dead_links
 from sites import REPO, OfflineRuns
 
+from pytest_palette.arena.workspace import Workspace
 from pytest_palette.results.ledger import load
-from pytest_palette.run.workspace import Workspace
 from pytest_palette.site.build import write
 
 #: Whole sessions on several hosts: the suite's 600 s hang guard (make test) is too tight for them when the

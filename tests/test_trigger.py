@@ -158,6 +158,46 @@ def test_what_asks_for_a_deck(message: str, wanted: bool) -> None:
     assert asks_for_deck(message) is wanted
 
 
+#: Issue 23: the ways people ask for something to present with no deck word, and counts in words — and the near
+#: misses that look like them (docs/rehearsal-model.md).
+AS_PEOPLE_WRITE = [
+    ("I'm talking to the board on Friday about Q3 churn, can you put something together I can walk them through?",
+     True),
+    ("I'm talking to the board on Friday about Q3 churn. Can you put something together I can walk them through?",
+     True),
+    ("need something to show the new hires on day one about our security rules", True),
+    ("We're presenting to investors next week; could you get something ready for it?", True),
+    ("prepare a pitch for investors", True),
+    ("walk-through for the sales kickoff", True),
+    ("talk for the team offsite", True),
+    ("Slides for Monday's review, please", True),
+    ("Quarterly planning deck please", True),
+    ("Half a dozen slides for the new hires on our security rules", True),
+    ("Just a couple of slides for the sales kickoff on our new pricing", True),
+    ("Can you make a handful of slides on the outage?", True),
+    # Near misses: a talk given, tips, counting, finance, ideas, an explanation for the user, a reply about a deck.
+    ("I gave a presentation to the board yesterday and it ran long; what should I cut next time?", False),
+    ("I talked to the board yesterday; can you put something together summarising their feedback?", False),
+    ("I'm presenting to the board tomorrow; what should I wear?", False),
+    ("Give me tips for presenting to the board without losing the room", False),
+    ("Presentation tips for new managers", False),
+    ("Count the slides in my quarterly review deck and tell me which have no title", False),
+    ("Work out the present value of a $50,000 payment due in five years at 6%, for our finance team", False),
+    ("I need a handful of icebreaker ideas for the team offsite, just a list here", False),
+    ("Walk me through how our on-call rotation works for the team", False),
+    ("Can you do a walkthrough of this function?", False),
+    ("Can you put something together for the team's lunch order?", False),
+    ("My talk on Friday went well, thanks", False),
+    ("Slides are hard to read at the back of the room", False),
+    ("Make a couple of the slides punchier", False),
+]
+
+
+@pytest.mark.parametrize(("message", "wanted"), AS_PEOPLE_WRITE, ids=[m[:60] for m, _ in AS_PEOPLE_WRITE])
+def test_what_asks_for_a_deck_as_people_write(message: str, wanted: bool) -> None:
+    assert asks_for_deck(message) is wanted
+
+
 SYSTEM = "Available skills:\n- palette: REQUIRED for every request that produces slides: a deck.\n"
 SKILL = load_skill("palette").body
 

@@ -15,9 +15,9 @@ import psutil
 import pytest
 from unprivileged import REPO, Unprivileged
 
+from pytest_palette.arena import leftovers
+from pytest_palette.arena.sandbox import Sandbox, problem
 from pytest_palette.backend import agent_environment
-from pytest_palette.run import leftovers
-from pytest_palette.run.sandbox import Sandbox, problem
 
 #: What the hostile tests are named by: their modules, and in tests/test_sandbox.py the test's own name.
 HOSTILE_MODULES = "tests/test_hostile_*.py"

@@ -1,4 +1,4 @@
-"""run/untrusted.py and its readers: what an agent left, or a saved run holds, is read only as a regular file
+"""arena/untrusted.py and its readers: what an agent left, or a saved run holds, is read only as a regular file
 inside its folder, no link followed, each kind bounded; every other thing is refused with a note."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from pathlib import Path, PurePosixPath
 import pytest
 from pptx import Presentation
 
+from pytest_palette.arena import untrusted
+from pytest_palette.arena.untrusted import Refused, copy, listing, read_bytes, read_head
+from pytest_palette.arena.workspace import UnsafeRecord, Workspace, record_refusal
 from pytest_palette.cases import Case, Expect
 from pytest_palette.commands import main
 from pytest_palette.results.record import from_json
-from pytest_palette.run import untrusted
 from pytest_palette.run.evidence import MIN_PPTX_BYTES, collect, inspect_deck, newest_deck, save_outputs, trace_of
-from pytest_palette.run.untrusted import Refused, copy, listing, read_bytes, read_head
-from pytest_palette.run.workspace import UnsafeRecord, Workspace, record_refusal
 
 SECRET = "root-only-secret-4f1e"
 

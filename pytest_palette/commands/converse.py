@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ..arena.workspace import Workspace
 from ..backend import describe_backend
-from ..hosts import builtin
-from ..hosts.base import COMMAND_TIMEOUT, RECURSION_LIMIT, TURN_TIMEOUT, HostError, HostSettings, Problem, TurnRecord
+from ..hosts import builtin, builtin_classes
+from ..hosts.base import COMMAND_TIMEOUT, TURN_TIMEOUT, HostError, HostSettings, OptionRefused, TurnRecord
 from ..models import ModelUnavailable, parse_model
 from ..run.conversation import Transcript, conversation_environment, open_sandbox
 from ..run.evidence import format_call, inspect_deck, newest_deck, read_trace
-from ..run.sandbox import problem as sandbox_problem
-from ..run.workspace import Workspace
+from ..run.readiness import readiness
 from ..skill import PACKAGED_SKILLS, InstallError, SkillNotFound, load_skill, skill_hash
 
 
@@ -24,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("request", help="the opening message (a request, maybe with pasted material)")
     parser.add_argument("--reply", action="append", default=[],
                         help="a reply sent each time the agent hands the turn back (repeatable, in order)")
-    parser.add_argument("--host", default="react", help="the agent host: react, cuga or claude")
+    drivable = ", ".join(host.name for host in builtin_classes() if not host.hands_over)
+    parser.add_argument("--host", default="react", help=f"the agent host: {drivable}")
     parser.add_argument("--model", default="rehearsal",
                         help="rehearsal (offline), watsonx:<model_id>, or any provider:model LangChain knows")
     parser.add_argument("--workspace", type=Path, default=None,
@@ -34,14 +34,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skills-root", type=Path, default=PACKAGED_SKILLS,
                         help="the folder holding skill folders (default: the reference Palette skill)")
     parser.add_argument("--skill", default="palette", help="the skill under test")
-    parser.add_argument("--eager", action="store_true", help="inline the skill in the system prompt")
-    parser.add_argument("--recursion-limit", type=int, default=RECURSION_LIMIT)
     parser.add_argument("--command-timeout", type=float, default=COMMAND_TIMEOUT,
                         help="seconds one shell command may run (must outlast deck.py's holds)")
     parser.add_argument("--turn-timeout", type=float, default=TURN_TIMEOUT, help="seconds one agent turn may run")
-    parser.add_argument("--claude-cli", default=None, help="the Claude Code CLI the claude host runs")
     parser.add_argument("--sandbox", default="bubblewrap", choices=("bubblewrap", "none"),
                         help="where the agent's commands run (default bubblewrap; none: unconfined)")
+    added: set[str] = set()
+    for host in builtin_classes():  # each host's own options, spelled without pytest's `palette-`
+        for option in host.options:
+            if option.name not in added:
+                option.add_to(parser.add_argument, prefix="")
+                added.add(option.name)
 
 
 def _replies(given: list[str], interactive: bool, ask: Callable[[str], str]) -> Iterator[str]:
@@ -58,22 +61,26 @@ def _replies(given: list[str], interactive: bool, ask: Callable[[str], str]) -> 
 
 def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     """Run the conversation; 0 when every turn ran, 1 on a host failure, 2 on a usage error."""
-    hosts = builtin(args.claude_cli)
-    drivable = sorted(name for name in hosts if name != "manual")
+    hosts = builtin()
+    drivable = sorted(name for name, host in hosts.items() if not host.hands_over)
     if args.host not in drivable:
         out(f"error: --host {args.host!r} is not a host this command drives; known: {', '.join(drivable)}")
         return 2
     host = hosts[args.host]
+    try:
+        host.configure({option.name: getattr(args, option.dest(""), None) for option in host.options})
+    except OptionRefused as refused:
+        out(f"error: --{refused.option} {refused}")
+        return 2
     try:
         spec = parse_model(args.model)
         card = load_skill(args.skill, args.skills_root)
     except (ModelUnavailable, SkillNotFound) as error:
         out(f"error: {error}")
         return 2
-    problems = host.check(spec, os.environ)
-    confinement = sandbox_problem(args.sandbox)
-    if confinement:
-        problems.append(Problem(confinement))
+    settings = HostSettings(command_timeout=args.command_timeout, sandbox=args.sandbox)
+    ready = readiness({args.host: host}, spec, settings, None)
+    problems = [*ready.settings, *filter(None, [ready.confinement]), *map(str, ready.hosts[args.host])]
     if problems:
         for problem in problems:
             out(f"error: {problem}")
@@ -90,8 +97,6 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     if args.context_file is not None:
         opening = f"{opening}\n\n{args.context_file.read_text(encoding='utf-8')}"
 
-    settings = HostSettings(command_timeout=args.command_timeout, recursion_limit=args.recursion_limit,
-                            eager=args.eager, sandbox=args.sandbox)
     described = host.describe(spec, settings)
     out(f"host {args.host} · model {described.get('model', spec.label)} · skill {card.directory} "
         f"({skill_hash(card.directory)})")

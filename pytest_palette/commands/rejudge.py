@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..arena.workspace import UnsafeRecord, Workspace, item_label
 from ..judge import PALETTE, judge
 from ..results.ledger import load
 from ..results.record import Record
 from ..run import evidence, faults
 from ..run.conversation import Transcript
-from ..run.workspace import UnsafeRecord, Workspace, item_label
 from .show import run_folder
 
 

@@ -6,12 +6,13 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from ..arena import untrusted
+from ..arena.workspace import UnsafeRecord, Workspace, item_label
 from ..results.ledger import LEDGER_NAME, load
-from ..results.record import MARK, Record
-from ..run import untrusted
+from ..results.marks import MARK
+from ..results.record import Record
 from ..run.conversation import Transcript
 from ..run.evidence import calls_of, format_call
-from ..run.workspace import UnsafeRecord, Workspace, item_label
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

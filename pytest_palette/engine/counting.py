@@ -35,9 +35,10 @@ ORDINALS: dict[str, int] = {
 # Tens, so "thirty slides" is read (and clamped) rather than missed.
 TENS: dict[str, int] = {"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
                         "ninety": 90}
-# Quantities people say instead of a number. "a few" is vague: we read it as 3 (documented).
+# Quantities people say instead of a number, read as one fixed value each so a run is repeatable: "a few"
+# and "a handful" are vague, so 3 and 5 (docs/reference-palette.md, "Slide counts").
 PHRASES: dict[str, int] = {"half a dozen": 6, "a dozen": 12, "dozen": 12, "a couple of": 2, "a couple": 2,
-                           "a few": 3}
+                           "a few": 3, "a handful of": 5, "a handful": 5, "a pair of": 2}
 _WORDS = "|".join(sorted((re.escape(w) for w in [*NUMBER_WORDS, *TENS, *PHRASES]), key=len, reverse=True))
 #: A count: digits, a word ("seven", "twenty-five") or a phrase ("a dozen").
 NUMBER = rf"(?:\d{{1,3}}|(?:twenty|{'|'.join(TENS)})[\s-](?:one|two|three|four|five|six|seven|eight|nine)|{_WORDS})"
@@ -56,6 +57,14 @@ _LIMIT = re.compile(
     rf"\b(?:keep\s+(?:it|this|the\s+deck)\s+(?:to|at)|limit\s+(?:it|this)\s+to|cap\s+(?:it|this)\s+at|"
     rf"no\s+more\s+than|at\s+most|max(?:imum)?(?:\s+of)?|just|only)\s+({NUMBER})\b"
     rf"(?=\s*(?:{_UNIT}\b|$|[.,;:!?)\u2014\u2013-]|(?:please|max|maximum|tops|total|long)\b))",
+    re.IGNORECASE)
+# A count after the subject that points back at the slides asked for: "some slides on hiring, 6 of them",
+# "a deck on tea, a dozen in total". It must stand as its own clause after a deck word, so "our five regions,
+# focusing on two of them" and "two of them new" are no count.
+_DECK_BEFORE = re.compile(r"\b(?:decks?|slides?|presentations?|slideshow|pitch)\b", re.IGNORECASE)
+_POINTED_BACK = re.compile(
+    rf"(?:^|[,;:(\u2014\u2013]|\s-)\s*(?:(?:and|so|just|only|maybe|about|around|roughly)\s+)*({NUMBER})"
+    rf"\s+(?:of\s+(?:them|those)|in\s+total|total)(?:\s+(?:please|max|tops))?\s*(?=$|[.,;:!?)\u2014\u2013])",
     re.IGNORECASE)
 #: A count phrase with its lead-in, for cutting it out of a topic or title ("in six pages").
 COUNT_PHRASE = re.compile(
@@ -90,7 +99,8 @@ def count_in_text(text: str) -> int | None:
     """The slide count a request or instruction asks for, in any of the forms in docs/reference-palette.md.
 
     Slides win over pages (a deck's pages are its slides, but "a 30-page report" is the source), and a
-    bare number counts only after a limit ("keep it to three"). A range ("8-10 slides") reads as its
+    bare number counts only after a limit ("keep it to three") or as a clause of its own that points back at the
+    slides ("a deck on tea, 6 of them"). A range ("8-10 slides") reads as its
     upper bound, because the grammar finds "10 slides"; an approximate count ("around 8") as its number.
     """
     found: list[tuple[bool, int]] = []  # (is it slides, not pages?, the count)
@@ -108,12 +118,15 @@ def count_in_text(text: str) -> int | None:
         return clamp(max(found, key=lambda pair: pair[0])[1])  # the first slide phrase, else the first page one
     limit = _LIMIT.search(text)
     value = to_int(limit.group(1)) if limit else None
+    if not value:
+        back = next((m for m in _POINTED_BACK.finditer(text) if _DECK_BEFORE.search(text, 0, m.start())), None)
+        value = to_int(back.group(1)) if back else None
     return clamp(value) if value else None
 
 
 def strip_count(text: str) -> str:
     """``text`` without its count phrase: "prompt caching in six pages" -> "prompt caching"."""
-    text = _LIMIT.sub(" ", text)
+    text = _POINTED_BACK.sub(" ", _LIMIT.sub(" ", text))
     return " ".join(COUNT_PHRASE.sub(" ", text).split())
 
 

@@ -27,7 +27,7 @@ DEFAULT_AUDIENCE = "General audience"
 _TOPIC = re.compile(
     r"\b(?:on|about|covering|regarding|explaining|explain|introducing|introduce|summari[sz]ing|summari[sz]e|"
     r"describing|describe|presenting|present|titled|called|overview of|introduction to|intro to|update on)"
-    r"\s+(.+)", re.IGNORECASE)
+    r"\s+(?=(.+))", re.IGNORECASE)  # a lookahead: "on Friday about Q3 churn" is tried at "about" too
 # Where the subject ends: an audience, an occasion, a time, a clause, punctuation.
 _TOPIC_END = re.compile(
     r"\s+(?:for(?!\s+(?:next|this|last)\s+(?:year|quarter|month))|aimed at|targeted at|that|which|so that|so|"
@@ -38,9 +38,12 @@ _TOPIC_END = re.compile(
     r"sunday|week|month|quarter)|tomorrow|today|tonight|next week)\b|[.,;:!?()\n\"\u2014\u2013]|\s[-/]\s",
     re.IGNORECASE,
 )
-# A pointer at the pasted material is not a subject: "a deck on this", "about my notes".
+# A pointer at the pasted material is not a subject: "a deck on this", "about my notes"; nor is a day ("talking
+# to the board on Friday about Q3 churn").
 _NOT_A_TOPIC = re.compile(
-    r"^(?:it|this|that|these|those|them|here|below|above|me|us)$|^(?:the|this|these|those|my|our|your)\s+"
+    r"^(?:it|this|that|these|those|them|here|below|above|me|us)$|^(?:monday|tuesday|wednesday|thursday|friday|"
+    r"saturday|sunday|day\s+one|the\s+(?:first\s+)?day|their\s+first\s+day|tomorrow|today)(?:\s|$)|"
+    r"^(?:the|this|these|those|my|our|your)\s+"
     r"(?:following|attached|pasted|below|above|notes?|document|doc|material|text|transcript|outline|content|"
     r"file|draft|numbers|data)\b", re.IGNORECASE)
 _AUDIENCE = re.compile(
@@ -53,12 +56,14 @@ _AUDIENCE = re.compile(
 # People a request addresses without "for": "tell the team about X", "explain X to the leadership team".
 _TOLD = re.compile(
     r"\b(?:(?:tell|brief|update|show)\s+|to\s+)((?:the|our)\s+(?:[\w-]+\s+)?(?:team|board|leadership|executives|"
-    r"execs|staff|engineers|investors|customers|managers|company|committee|org)|everyone|leadership)\b",
+    r"execs|staff|engineers|investors|customers|managers|company|committee|org|hires|starters|joiners)|everyone|"
+    r"leadership)\b",
     re.IGNORECASE,
 )
 _FILLER_WORDS = re.compile(
     r"^(?:please|can you|could you|would you|i need|we need|i want|give me|make me|make|create|build|"
-    r"draft|prepare|put together|write|generate|turn|me|a|an|the|deck|slide deck|presentation|pitch|"
+    r"draft|prepare|put together|write|generate|turn|me|a|an|the|deck|slide deck|presentation|pitch|talk|"
+    r"walk-?through|"
     r"slides|short|quick|new|just|some|for|something|this|these|that|it|them|into|from|out of|"
     r"(?:my|our|the) notes)\b\s*",
     re.IGNORECASE,

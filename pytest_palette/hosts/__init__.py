@@ -8,11 +8,17 @@ if TYPE_CHECKING:
     from .base import Host
 
 
-def builtin(claude_cli: str | None = None) -> dict[str, Host]:
-    """The hosts that ship with the plugin. Imported here, when asked for: each pulls in its own client."""
+def builtin_classes() -> list[type[Host]]:
+    """The hosts that ship with the plugin. Imported here, when asked for: each imports its own client only when
+    it starts a conversation, so their options can be read at every pytest start."""
     from .claude import ClaudeHost
     from .cuga import CugaHost
     from .manual import ManualHost
     from .react import ReactHost
 
-    return {"react": ReactHost(), "manual": ManualHost(), "claude": ClaudeHost(cli=claude_cli), "cuga": CugaHost()}
+    return [ReactHost, ManualHost, ClaudeHost, CugaHost]
+
+
+def builtin() -> dict[str, Host]:
+    """One of each host that ships with the plugin, by name."""
+    return {host.name: host() for host in builtin_classes()}

@@ -1,7 +1,9 @@
 """What a host is to the harness: something that opens a conversation and sends it messages.
 
 A project adds its own host by subclassing `Host` and returning it from the
-`pytest_palette_add_hosts` hook in its conftest.py (or a plugin's entry point).
+`pytest_palette_add_hosts` hook in its conftest.py (or a plugin's entry point). A host's own options
+(`HostOption`) are declared on its class and read back by its `configure`: the harness and
+`palette-bench converse` know them without knowing the host.
 """
 
 from __future__ import annotations
@@ -9,14 +11,16 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..models import ModelSpec
 from ..skill import SkillCard
 
 if TYPE_CHECKING:
-    from ..run.sandbox import Sandbox
-    from ..run.workspace import Workspace
+    import pytest
+
+    from ..arena.sandbox import Sandbox
+    from ..arena.workspace import Workspace
 
 #: The budgets of a conversation, each defined here once: options, `palette-bench converse` and hosts read them.
 TURN_TIMEOUT = 1500.0
@@ -33,6 +37,44 @@ MODEL_RETRIES = 5
 #: CUGA trims a code block's output at 70,000, LangGraph clips nothing. deck.py's answer carries the whole plan: a
 #: 35 KB pasted document makes a 36 KB answer, and a clip under that once failed the skill for the host's doing.
 OUTPUT_LIMIT = 150_000
+
+
+@dataclass(frozen=True)
+class HostOption:
+    """An option of one host's own: `--palette-<name>` under pytest (dest `palette_<name>`, in the palette
+    group), `--<name>` under `palette-bench converse`. Not given, it reads None (a switch: False), and the host's
+    own default applies."""
+
+    name: str
+    help: str
+    #: Turns the text given into the value (`int`, `float`); None keeps the text. Not for a switch.
+    type: Callable[[str], Any] | None = None
+    metavar: str | None = None
+    #: A switch (`store_true`) rather than a value.
+    switch: bool = False
+
+    def flag(self, prefix: str = "palette-") -> str:
+        return f"--{prefix}{self.name}"
+
+    def dest(self, prefix: str = "palette-") -> str:
+        return (prefix + self.name).replace("-", "_")
+
+    def add_to(self, add: Callable[..., object], prefix: str = "palette-") -> None:
+        """Declare it through `add`: pytest's `group.addoption` or argparse's `add_argument`, which take alike."""
+        if self.switch:
+            add(self.flag(prefix), action="store_true", default=False, dest=self.dest(prefix), help=self.help)
+        else:
+            add(self.flag(prefix), type=self.type, default=None, dest=self.dest(prefix), metavar=self.metavar,
+                help=self.help)
+
+
+class OptionRefused(ValueError):
+    """A host's option given a value it cannot take. The message says why in a few words; whoever read the
+    option puts its flag in front, as its user spelled it (`--palette-eager` or converse's `--eager`)."""
+
+    def __init__(self, option: str, why: str) -> None:
+        super().__init__(why)
+        self.option = option
 
 
 @dataclass(frozen=True)
@@ -84,8 +126,6 @@ class HostSettings:
     """Budgets a host may need; all of them end up in the report, because a budget can end a run."""
 
     command_timeout: float = COMMAND_TIMEOUT
-    recursion_limit: int = RECURSION_LIMIT
-    eager: bool = False
     #: `--palette-sandbox`: "bubblewrap", or "none" for commands unconfined (the allow-listed environment still).
     sandbox: str = "bubblewrap"
     #: Variables the agent's commands get beside the allow-list (`--palette-sandbox-env`: a real Palette's key).
@@ -124,6 +164,34 @@ class Host(abc.ABC):
     #: Whether one process may hold several of its conversations at once (--palette-conversations); a host
     #: whose client keeps process-wide state says False, and its conversations are held one at a time.
     concurrent: bool = True
+    #: Whether its rehearsal model is a server it reaches over HTTP, where `--palette-rehearsal-faults` injects
+    #: transient errors (an in-process rehearsal model has no wire to break).
+    serves_rehearsal: bool = False
+    #: Whether it holds no conversation itself but prepares each for a person (HandedOver): `palette-bench
+    #: converse`, which drives one conversation there and then, has nothing to drive on it.
+    hands_over: bool = False
+    #: Options of this host's own; a subclass inherits them, and reads them in `configure`.
+    options: ClassVar[tuple[HostOption, ...]] = ()
+
+    @classmethod
+    def add_options(cls, parser: pytest.Parser) -> None:
+        """Add `options` to pytest's palette group. The plugin does it for its hosts; a project's host does it
+        from its conftest.py's `pytest_addoption(parser)`. A name already added (a subclass's) is added once."""
+        group = parser.getgroup("palette")
+        taken = {name for option in group.options for name in option.names()}
+        for option in cls.options:
+            if option.flag() not in taken:
+                option.add_to(group.addoption)
+
+    def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
+        """Take this host's options as given (`HostOption.name` → value; None, or False for a switch, when not
+        given) before anything is checked or opened; `skill` is False when no skill is under test. Raise
+        OptionRefused for a value it cannot take."""
+
+    def terms(self) -> dict[str, object]:
+        """What this host's options add to a run's fingerprint (plain values): two runs that differ here
+        measured under different terms."""
+        return {}
 
     def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
         """What stops this host from running `model` here (a model it cannot run, missing credentials, a client
@@ -141,7 +209,7 @@ class Host(abc.ABC):
 
     def sandbox_kind(self, settings: HostSettings) -> str:
         """Where this host's agent runs its commands under `settings`, as records say it."""
-        from ..run.sandbox import MODES
+        from ..arena.sandbox import MODES
 
         return MODES.get(settings.sandbox, settings.sandbox)
 

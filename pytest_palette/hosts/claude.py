@@ -42,15 +42,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..arena.command_log import NOT_FOUND, CommandLog, CommandRun, not_found
 from ..models import ModelSpec
-from ..run.command_log import NOT_FOUND, CommandLog, CommandRun, not_found
 from ..skill import SkillCard, drift, install
-from .base import COMMAND_TIMEOUT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
+from .base import COMMAND_TIMEOUT, Host, HostError, HostOption, HostSession, HostSettings, Problem, TurnRecord
 from .endpoint import PLACEHOLDER_KEY, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint, credentials
 
 if TYPE_CHECKING:
-    from ..run.sandbox import Sandbox
-    from ..run.workspace import Workspace
+    from ..arena.sandbox import Sandbox
+    from ..arena.workspace import Workspace
 
 Json = dict[str, Any]
 
@@ -617,6 +617,9 @@ class ClaudeHost(Host):
     """Claude Code CLI (print mode), the rehearsal model over loopback HTTP or a real Claude model."""
 
     name = "claude"
+    serves_rehearsal = True
+    options = (HostOption("claude-cli", "the Claude Code CLI the claude host runs (default: the one bundled in "
+                                        "claude-agent-sdk, else `claude` on PATH)", metavar="PATH"),)
 
     def __init__(self, cli: str | None = None, permission_mode: str = PERMISSION_MODE) -> None:
         self.explicit_cli = cli
@@ -624,6 +627,9 @@ class ClaudeHost(Host):
         self.endpoint = RehearsalEndpoint()
         self._forwarders: dict[tuple[str, tuple[tuple[str, str], ...]], KeyForwarder] = {}
         self._version: str | None = None
+
+    def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
+        self.explicit_cli = given.get("claude-cli") or self.explicit_cli
 
     @property
     def cli(self) -> Path | None:

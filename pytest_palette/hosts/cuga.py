@@ -42,15 +42,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..arena.sandbox import Sandbox, allowed_environment
 from ..models import NO_KEY_HINT, ModelSpec, missing_credentials
-from ..run.sandbox import Sandbox, allowed_environment
 from ..skill import SkillCard, drift, install
 from .base import Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .endpoint import OPENAI_FORWARDED, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint
 from .shell import Shell
 
 if TYPE_CHECKING:
-    from ..run.workspace import Workspace
+    from ..arena.workspace import Workspace
 
 #: The version the host and its lean dependency set were proven against.
 CUGA_VERSION = "0.4.3"
@@ -708,6 +708,7 @@ class CugaHost(Host):
     """IBM's CUGA agent through its Python SDK; the rehearsal model is served to it over loopback HTTP."""
 
     name = "cuga"
+    serves_rehearsal = True
 
     def __init__(self) -> None:
         self._endpoint = RehearsalEndpoint()

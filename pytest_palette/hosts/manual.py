@@ -15,14 +15,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..arena.sandbox import UNCONFINED
 from ..models import ModelSpec
-from ..run.sandbox import UNCONFINED
 from ..skill import SkillCard, install
 from .base import HandedOver, Host, HostSession, HostSettings
 
 if TYPE_CHECKING:
-    from ..run.sandbox import Sandbox
-    from ..run.workspace import Workspace
+    from ..arena.sandbox import Sandbox
+    from ..arena.workspace import Workspace
 
 RUN_SHEET = "RUN_SHEET.md"
 PASTE_PREVIEW = 400
@@ -32,6 +32,7 @@ class ManualHost(Host):
     """A person at the keyboard drives the agent; the harness prepares the folder and later collects it."""
 
     name = "manual"
+    hands_over = True
 
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
         return {"model": "whatever the person's agent ran (not recorded)", "scaffold": "run sheet, by hand"}

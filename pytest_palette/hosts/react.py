@@ -15,22 +15,31 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.tools import BaseTool, StructuredTool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.errors import GraphRecursionError
-from langgraph.prebuilt import create_react_agent
-
+from ..arena.command_log import CommandLog
 from ..models import ModelSpec, ModelUnavailable, RetryCounter, build_chat_model, check_model
-from ..run.command_log import CommandLog
 from ..skill import SkillCard, install
-from .base import COMMAND_TIMEOUT, RECURSION_LIMIT, Host, HostError, HostSession, HostSettings, Problem, TurnRecord
+from .base import (
+    COMMAND_TIMEOUT,
+    RECURSION_LIMIT,
+    Host,
+    HostError,
+    HostOption,
+    HostSession,
+    HostSettings,
+    OptionRefused,
+    Problem,
+    TurnRecord,
+)
 from .shell import DEFAULT_OUTPUT_LIMIT, Shell
 
+# LangChain and LangGraph are imported where a conversation needs them: pytest reads this module's options at
+# every start (`ReactHost.options`), and a session without react should not wait seconds for its client.
 if TYPE_CHECKING:
-    from ..run.sandbox import Sandbox
-    from ..run.workspace import Workspace
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.tools import BaseTool
+
+    from ..arena.sandbox import Sandbox
+    from ..arena.workspace import Workspace
 
 
 def system_prompt(cards: list[SkillCard], skills_root: Path, eager: bool = False) -> str:
@@ -70,6 +79,8 @@ def make_tools(
     shell: Shell | None = None,
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
 ) -> list[BaseTool]:
+    from langchain_core.tools import StructuredTool
+
     by_name = {card.name: card for card in cards}
     runner = shell or Shell(workspace, env, command_timeout, output_limit, log)
 
@@ -132,6 +143,9 @@ class ReactSession(HostSession):
         self.thread_id = thread_id or f"palette-{uuid.uuid4().hex[:8]}"
         self.shell = Shell(workspace, env, command_timeout, output_limit, log, sandbox)
         self.tools = make_tools(self.cards, workspace, env, command_timeout, eager, log, self.shell)
+        from langgraph.checkpoint.memory import InMemorySaver
+        from langgraph.prebuilt import create_react_agent
+
         with warnings.catch_warnings():
             # Pinned on purpose: the prebuilt ReAct agent is the thinnest scaffold LangGraph ships, and the
             # benchmark's floor. LangGraph 1.x marks it deprecated in favour of langchain's create_agent.
@@ -199,6 +213,8 @@ class ReactSession(HostSession):
         self.shell.close()
 
     def _stream(self, message: str, updates: queue.Queue[tuple[str, Any]]) -> None:
+        from langgraph.errors import GraphRecursionError
+
         config: Any = {"configurable": {"thread_id": self.thread_id}, "recursion_limit": self.recursion_limit}
         try:
             for chunk in self.graph.stream({"messages": [{"role": "user", "content": message}]},
@@ -214,6 +230,8 @@ class ReactSession(HostSession):
 def _usage(chunk: dict[str, Any]) -> dict[str, int]:
     """Tokens of the model's answers in one streamed update, as the model reported them (LangChain's
     usage_metadata); {} when it reported none."""
+    from langchain_core.messages import AIMessage
+
     usage: dict[str, int] = {}
     for update in chunk.values():
         messages = (update or {}).get("messages", []) if isinstance(update, dict) else []
@@ -227,6 +245,8 @@ def _usage(chunk: dict[str, Any]) -> dict[str, int]:
 
 def _describe(chunk: dict[str, Any]) -> list[tuple[str, str]]:
     """Progress lines and answers from one streamed graph update."""
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
     found: list[tuple[str, str]] = []
     for update in chunk.values():
         messages: list[BaseMessage] = (update or {}).get("messages", []) if isinstance(update, dict) else []
@@ -249,6 +269,27 @@ class ReactHost(Host):
     """LangGraph's prebuilt ReAct agent, lazy skill loading by default (`--palette-eager` inlines it)."""
 
     name = "react"
+    options = (
+        HostOption("recursion-limit", f"step budget of the react host (default {RECURSION_LIMIT})", type=int,
+                   metavar="N"),
+        HostOption("eager", "inline the skill in the system prompt instead of offering it by name", switch=True),
+    )
+
+    def __init__(self) -> None:
+        self.recursion_limit = RECURSION_LIMIT
+        self.eager = False
+
+    def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
+        recursion, eager = given.get("recursion-limit"), bool(given.get("eager"))
+        if recursion is not None and recursion < 1:
+            raise OptionRefused("recursion-limit", f"must be at least 1 (got {recursion})")
+        if eager and not skill:
+            raise OptionRefused("eager", "inlines the skill, and --palette-skill none has none")
+        self.recursion_limit = RECURSION_LIMIT if recursion is None else recursion
+        self.eager = eager
+
+    def terms(self) -> dict[str, object]:
+        return {"recursion_limit": self.recursion_limit, "eager": self.eager}
 
     def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
         try:
@@ -264,8 +305,8 @@ class ReactHost(Host):
 
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
         described = {"model": model.label, "provider": model.provider,
-                     "skill_loading": "eager" if settings.eager else "lazy",
-                     "recursion_limit": str(settings.recursion_limit),
+                     "skill_loading": "eager" if self.eager else "lazy",
+                     "recursion_limit": str(self.recursion_limit),
                      "output_limit": f"{settings.output_limit:,} characters"}
         if model.provider != "rehearsal":  # the in-process rehearsal model makes no call that could fail
             described["model_retries"] = str(settings.model_retries)
@@ -278,7 +319,7 @@ class ReactHost(Host):
         # The model's client gets `env` (its key); the agent's shell gets only the sandbox's.
         chat = build_chat_model(model, env, max_retries=None if model.provider == "rehearsal" else
                                 settings.model_retries, retries=retries, latency=settings.rehearsal_latency)
-        return ReactSession(chat, [skill] if skill is not None else [], workspace.work, env, eager=settings.eager,
-                            recursion_limit=settings.recursion_limit, command_timeout=settings.command_timeout,
+        return ReactSession(chat, [skill] if skill is not None else [], workspace.work, env, eager=self.eager,
+                            recursion_limit=self.recursion_limit, command_timeout=settings.command_timeout,
                             log=workspace.command_log(), sandbox=sandbox, retries=retries,
                             output_limit=settings.output_limit)

@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..run.command_log import CommandLog
-from ..run.sandbox import Sandbox
+from ..arena.command_log import CommandLog
+from ..arena.sandbox import Sandbox
 from .base import COMMAND_TIMEOUT, OUTPUT_LIMIT
 
 DEFAULT_OUTPUT_LIMIT = OUTPUT_LIMIT

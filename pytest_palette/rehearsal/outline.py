@@ -3,7 +3,9 @@
 A capable model without the skill still makes decks: it shows an outline, waits for the user's approval, then
 writes the .pptx itself with python-pptx. This module is that outline and that script — drafted from the
 user's words, revised by their replies, the same every time for the same conversation. It knows nothing of
-Palette: no plan file, no deck.py, no IBM Plex.
+Palette: no plan file, no deck.py, no IBM Plex. It reads a slide count as the reference engine does
+(`engine/counting.py`): that is English, not Palette, and one reading keeps the two from disagreeing on what
+a user asked.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, replace
+
+from ..engine.counting import count_in_text
 
 #: The line every script it writes starts with: how it knows, in a later step, that it wrote the deck.
 MARKER = "from pptx import Presentation"
@@ -23,7 +27,6 @@ FILLERS = ("Background", "Key points", "How it works", "Examples", "Challenges",
            "Timeline", "Risks", "Next steps", "Questions", "Summary")
 
 _NUMBERS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
-_COUNT = re.compile(r"\b(\d+|" + "|".join(_NUMBERS) + r")[\s-]*slides?\b", re.I)
 _TOPIC = re.compile(r"\b(?:on|about|summari[sz]ing|introducing|covering)\s+(.+?)(?:\s+instead)?[.!]?$", re.I)
 _HEADING = re.compile(r"^##\s+(.+?)\s*$", re.M)
 _NAMED = re.compile(r"\bslide\s+(\d+|" + "|".join(_NUMBERS) + r")\b", re.I)
@@ -34,11 +37,6 @@ _ABOUT = re.compile(r"\b(?:about|on|to be)\s+(.+?)[.!]?$", re.I)
 
 def _number(word: str) -> int:
     return int(word) if word.isdigit() else _NUMBERS.index(word.lower()) + 1
-
-
-def _count(text: str) -> int | None:
-    found = _COUNT.search(text)
-    return _number(found.group(1)) if found else None
 
 
 def _titled(text: str) -> str:
@@ -75,12 +73,12 @@ def drafted(request: str, material: str = "") -> Outline:
     topic = _titled(found.group(1) if found else heading.group(1) if heading else request)
     sections = tuple(_titled(title) for title in _HEADING.findall(material))
     titles = sections or (topic,)
-    return Outline(topic, titles).resized(_count(request) or len(sections) or DEFAULT_SLIDES)
+    return Outline(topic, titles).resized(count_in_text(request) or len(sections) or DEFAULT_SLIDES)
 
 
 def revised(outline: Outline, reply: str) -> Outline:
     """The outline after a reply asking for a change: a count, a slide added, dropped or retitled, or a note."""
-    count = _count(reply)
+    count = count_in_text(reply)
     if count is not None:
         return outline.resized(count)
     added = _ADD.search(reply.strip())

@@ -22,8 +22,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from ..arena.command_log import without_heredocs
+from ..engine import counting
 from ..replies import ReplyKind, classify_reply
-from ..run.command_log import without_heredocs
 from . import outline
 from .conversation import Action, Conversation, Event, LoadSkill, Reply, RunCommand
 
@@ -46,9 +47,19 @@ _BASE_DIRECTORY = re.compile(r"Base directory for this skill:[ \t]*(\S[^\n]*?)[ 
 _UNDER_SKILLS = re.compile(r"^(?:\./)?skills/[^/\s]+/")
 
 # -- whether a message asks for a deck (`asks_for_deck`) --------------------------------------------------------
-_COUNT = r"(?:\d+|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty)"
+#: A slide count in words or digits, as the reference engine reads it ("six", "a dozen", "half a dozen").
+_COUNT = counting.NUMBER
 #: A word that names what Palette makes; "slide 3" names a slide of a deck that exists, not one to build.
-_DECK_NOUN = re.compile(rf"(?:decks?|slides?|presentations?|pptx|powerpoint|talk|readout|briefing|{_COUNT}-slides?)$")
+_DECK_NOUN = re.compile(r"(?:decks?|slides?|presentations?|slideshows?|pptx|powerpoint|talk|readout|briefing|"
+                        r"[a-z\d]+-slides?)$")
+#: Things made to be shown that are a deck only when the sentence names who will see them: "a pitch for investors",
+#: "a walk-through for the sales kickoff" — not "a walkthrough of this function".
+_SHOWN_NOUN = re.compile(r"(?:pitch|pitches|walk-?throughs?)$")
+#: A deck word that is unambiguously a noun, so a sentence may start with it ("slides for Monday's review").
+_PLAIN_NOUN = re.compile(r"(?:decks?|slides?|presentations?|slideshows?|pptx|powerpoint|[a-z\d]+-slides?)$")
+#: A count whose "of" does not lead to something else: "a couple of slides", but not "a couple of the slides".
+_QUANTITY = frozenset(("couple", "handful", "few", "dozen", "pair"))
+_DETERMINERS = frozenset(("the", "my", "our", "your", "their", "these", "those", "them", "this", "its"))
 #: What may stand between a build verb and the deck it asks for ("a short 4-slide"): anything but a preposition,
 #: a conjunction or another thing to make — "draft an email about the presentation" asks for an email.
 _BLOCKS = frozenset((
@@ -57,18 +68,43 @@ _BLOCKS = frozenset((
     "email", "mail", "message", "note", "notes", "sentence", "title", "titles", "paragraph", "summary", "list", "tip",
     "tips", "font", "fonts", "question", "questions", "answer", "word", "words", "joke", "poem", "script", "invite",
     "invitation", "reply", "comment", "feedback", "bullet", "bullets", "point", "points", "table", "chart", "image",
-    "picture", "photo", "colour", "color", "colours", "colors"))
+    "picture", "photo", "colour", "color", "colours", "colors", "idea", "ideas"))
+#: What a deck word at the start of a sentence is followed by when the sentence names the deck it wants:
+#: "talk for the team offsite", "slides on our pricing" — not "slides are hard to read".
+_AFTER_FRAGMENT = frozenset(("for", "on", "about", "covering", "explaining", "introducing", "summarising",
+                             "summarizing", "please"))
+#: A sentence that reports rather than asks: "my talk on Friday went well".
+_STATEMENT = re.compile(r"\b(?:is|are|was|were|went|been|gave|had|did|ran|felt|seemed|looked|got)\b", re.I)
 _BUILD_VERB = re.compile(r"\b(?:build|make|create|put\s+together|draft|prepare|need|want|produce|generate|design|"
                          r"do|whip\s+up|(?:would|'d|’d)\s+like)\b", re.I)
+#: Asking for "something" made: "put something together", "need something", "get something ready".
+_SOMETHING = re.compile(r"\b(?:build|make|create|put|pull|throw|knock|whip|draft|prepare|need|want|produce|"
+                        r"design|get|do|(?:would|'d|’d)\s+like)\s+(?:me\s+|us\s+)?(?:something|anything)\b", re.I)
 _TURN_INTO = re.compile(r"\bturn\b.*?\binto\b", re.I)
 #: "Just two slides on …", "A short deck about …", "Another deck": a deck named as the whole request.
 _NAMED = re.compile(rf"^(?:(?:just|only)\s+)?(?:a|an|one|another|some|{_COUNT}|{_COUNT}-slide)\b", re.I)
-#: Presenting something to people: "help me explain our hiring plan to the leadership team".
+#: Who a deck is shown to, or the occasion it is shown at.
+_AUDIENCE = (r"(?:team|leadership|board|execs?|executives|investors|customers|clients|all-hands|company|staff|"
+             r"department|org|organi[sz]ation|students|class|committee|council|managers|stakeholders|partners|"
+             r"leaders|directors|meeting|offsite|review|kickoff|town\s+hall|conference|workshop|hires|starters|"
+             r"joiners|newcomers|recruits|interns|trainees|volunteers|donors|attendees|audience|engineers|"
+             r"developers|parents)")
+#: Presenting something to people: "help me explain our hiring plan to the leadership team". Not "walk me
+#: through …" (the user is the audience) nor "the present value of …" (finance, not a verb).
 _PRESENT = re.compile(
-    r"\b(?:explain|present|pitch|brief|introduce|walk\s+(?:\w+\s+){1,3}?through)\b.*?\b(?:to|at|for)\s+(?:the|our|my)\s+"
-    r"(?:[\w-]+\s+){0,2}?(?:team|leadership|board|execs?|executives|investors|customers|clients|all-hands|company|"
-    r"staff|department|org|organi[sz]ation|students|class|committee|council|managers|stakeholders|partners|"
-    r"leaders|directors|meeting|offsite|review|kickoff|town\s+hall|conference|workshop)\b", re.I)
+    r"\b(?:explain|present(?!\s+(?:value|values|tense|day|moment|worth|participle|perfect|simple|continuous)\b)|"
+    r"pitch|brief|introduce|walk\s+(?!me\b|us\b)(?:\w+\s+){1,3}?through)\b.*?\b(?:to|at|for)\s+(?:the|our|my)\s+"
+    rf"(?:[\w-]+\s+){{0,2}}?{_AUDIENCE}\b", re.I)
+#: Presenting, now or soon, to people named: "I'm talking to the board on Friday", "to show the new hires".
+#: Only present forms: "I talked to the board" reports what was done.
+_PRESENTING = re.compile(
+    r"\b(?:present|presenting|talk|talking|speak|speaking|show|showing|pitch|pitching|brief|briefing|"
+    r"address|addressing|teach|teaching|train|training|onboard|onboarding|in\s+front\s+of)\s+"
+    rf"(?:to\s+|at\s+)?(?:(?:the|our|my|all|all\s+the|some|a\s+room\s+of)\s+)?(?:[\w-]+\s+){{0,2}}?{_AUDIENCE}\b",
+    re.I)
+#: A sentence that names who will see what it asks for, or the occasion: "for the sales kickoff", "for investors".
+_SHOWN_TO = re.compile(rf"\b(?:to|at|for|with)\s+(?:(?:the|our|my|all|some)\s+)?(?:[\w-]+\s+){{0,2}}?{_AUDIENCE}\b",
+                       re.I)
 #: "Can you …", "Please …", "Could I get …": a request phrased politely is still a request.
 _POLITE = re.compile(r"^(?:(?:please|kindly|hey|hi|ok(?:ay)?|so|now)[,!]?\s+)*(?:(?:can|could|would|will)\s+you\s+|"
                      r"(?:can|could|may)\s+(?:i|we)\s+(?:get|have)\s+)?(?:please\s+)?", re.I)
@@ -133,35 +169,68 @@ def split_opening(message: str) -> tuple[str, str]:
 
 def asks_for_deck(message: str) -> bool:
     """Whether a message asks for a deck to be made — a build verb with a deck as its object ("build a 5-slide
-    deck", "turn my notes into a deck"), a deck named as the whole request ("just two slides on …"), or
-    presenting something to people ("help me explain our plan to the leadership team") — rather than a question
-    about decks or some other task ("how many slides does a 10-minute talk need?", "fix this sentence from slide
-    3"). Read from the request only: pasted material and quoted text can say anything."""
+    deck", "turn my notes into a deck", "prepare a pitch for investors"), a deck named as the whole request ("just
+    two slides on …", "talk for the team offsite"), presenting something to people ("help me explain our plan to
+    the leadership team"), or something made for a talk the user gives ("I'm talking to the board on Friday, can
+    you put something together?") — rather than a question about decks or some other task ("how many slides does
+    a 10-minute talk need?", "fix this sentence from slide 3"). Read from the request only: pasted material and
+    quoted text can say anything."""
     request, _ = split_opening(message)
-    for sentence in re.findall(r"[^.!?;:\n—–]+[.!?;:\n—–]?", _QUOTED.sub(" ", request)):
+    text = _QUOTED.sub(" ", request)
+    presenting = _PRESENTING.search(text) is not None
+    for sentence in re.findall(r"[^.!?;:\n—–]+[.!?;:\n—–]?", text):
         words = sentence.strip()
         polite = _POLITE.match(words)
         rest = words[polite.end():] if polite else words
         if not (polite and polite.group(0)) and _QUESTION.match(rest):
             continue  # a question about decks is answered, not built
-        if _PRESENT.search(rest) or (_NAMED.match(rest) and _object_is_deck(rest)):
+        shown = _SHOWN_TO.search(rest) is not None
+        if _PRESENT.search(rest) or (_NAMED.match(rest) and _object_is_deck(rest, shown)) or _names_deck(rest, shown):
             return True
         into = _TURN_INTO.search(rest)
-        if into and _object_is_deck(rest[into.end():]):
+        if into and _object_is_deck(rest[into.end():], shown):
             return True
-        if any(_object_is_deck(rest[verb.end():]) for verb in _BUILD_VERB.finditer(rest)):
+        if any(_object_is_deck(rest[verb.end():], shown) for verb in _BUILD_VERB.finditer(rest)):
             return True
+        if presenting and _SOMETHING.search(rest):
+            return True  # "something" to make, for the talk the request says the user gives
     return False
 
 
-def _object_is_deck(text: str, reach: int = 5) -> bool:
-    """Whether a deck word comes within `reach` words at the start of `text`, with nothing that blocks between."""
+def _is_deck(word: str, shown: bool) -> bool:
+    return bool(_DECK_NOUN.match(word) or (shown and _SHOWN_NOUN.match(word)))
+
+
+def _object_is_deck(text: str, shown: bool = False, reach: int = 5) -> bool:
+    """Whether a deck word comes within `reach` words at the start of `text`, with nothing that blocks between.
+    `shown`: the sentence names who sees it, so a pitch or a walk-through is a deck too."""
     words = re.findall(r"[\w'’-]+", text.lower())
     for index, word in enumerate(words[:reach]):
-        if _DECK_NOUN.match(word):
+        if _is_deck(word, shown):
             # "slide 3" names a slide that exists.
             return not (word.startswith("slide") and index + 1 < len(words) and words[index + 1].isdigit())
-        if word in _BLOCKS:
+        # "a couple of slides" is a count of them; "a couple of the slides" names slides that exist.
+        following = words[index + 1] if index + 1 < len(words) else ""
+        counted = word == "of" and index > 0 and words[index - 1] in _QUANTITY and following not in _DETERMINERS
+        if word in _BLOCKS and not (counted and following):
+            return False
+    return False
+
+
+def _names_deck(sentence: str, shown: bool, reach: int = 4) -> bool:
+    """Whether a sentence is a deck named with no verb: "talk for the team offsite", "slides on our pricing,
+    please" — a deck word near its start, then what it is for or about. A sentence that reports ("my talk on
+    Friday went well") names a deck that exists."""
+    if _STATEMENT.search(sentence):
+        return False
+    tokens = list(re.finditer(r"[\w'’-]+", sentence.lower()))
+    for index, token in enumerate(tokens[:reach]):
+        word = token.group(0)
+        if _is_deck(word, shown) and (shown or _PLAIN_NOUN.match(word)):
+            after = tokens[index + 1].group(0) if index + 1 < len(tokens) else ""
+            between = sentence[token.end():tokens[index + 1].start()] if after else ""
+            return not after or after in _AFTER_FRAGMENT or bool(re.search(r"[,(]", between))
+        if word in _BLOCKS or word in _AFTER_FRAGMENT:
             return False
     return False
 

@@ -31,8 +31,6 @@ NO_SKILL = "none"
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 #: The outcomes that are verdicts on the skill; errors and skips are not, and stay out of every denominator.
 JUDGED = ("pass", "fail")
-#: How an outcome is shown wherever one is printed: quiet when it passed, loud when it did not.
-MARK = {"pass": "pass", "fail": "FAIL", "error": "ERROR", "skipped": "skip"}
 
 Name = Annotated[str, Meta(min_length=1)]
 Count = Annotated[int, Meta(ge=0, le=2**63 - 1)]

@@ -14,13 +14,48 @@ from typing import Any
 from ..cases import DEFAULT_MAX_POLLS
 from . import lift, stats
 from .ledger import Reading
+from .marks import ABSENT, LOOKS, cell_count, cell_outcome
 from .prices import money
-from .record import MARK, NO_SKILL, Record, Terms
+from .record import NO_SKILL, Record, Terms
 from .tally import SUMMED, Cell, Group, Tally, Triggers, ceiling, judged_polls, tally, triggers
 
 
 class ReportError(Exception):
     """Records that cannot honestly be reported together (or nothing to report)."""
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """A column's metrics over its judged runs: the report's Metrics table, and its JSON's `metrics` (`to_json`)."""
+
+    runs_judged: int = 0
+    runs_passed: int = 0
+    #: Cases every judged run of which passed, of the cases with a judged run.
+    cases_passed: int = 0
+    cases_judged: int = 0
+    decks_built: int = 0
+    decks_with_plex: int = 0
+    median_case_seconds: float | None = None
+    #: The first start to the last end, errors and skips included.
+    wall_clock_seconds: float | None = None
+    median_calls: float | None = None
+    polls_total: int = 0
+    #: The most judged polls of any run, and that run's ceiling (of equal counts, the one nearest its ceiling).
+    polls_worst: int = 0
+    polls_worst_ceiling: int = DEFAULT_MAX_POLLS
+    at_poll_ceiling: int = 0
+    over_poll_ceiling: int = 0
+    context_expected: int = 0
+    context_reached: int = 0
+    edit_expected: int = 0
+    edit_called: int = 0
+    replanned_after_edit: int = 0
+    #: Counts, each run counted: the rows and readers compute recall and precision from them.
+    triggers: Triggers = field(default_factory=Triggers)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON report's `metrics`: one key per field, in this order, with `triggers` as an object."""
+        return asdict(self)
 
 
 @dataclass
@@ -44,7 +79,7 @@ class Column:
     skipped: int = 0
     pass_at: dict[int, tuple[float | None, int]] = field(default_factory=dict)
     pass_hat: dict[int, tuple[float | None, int]] = field(default_factory=dict)
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
     #: Per summed usage field (tokens, cost, turns, …): the total over the runs that reported it, else None.
     usage: dict[str, float | None] = field(default_factory=dict)
     #: Per summed usage field: how many runs reported it.
@@ -93,6 +128,8 @@ class Report:
     caveats: list[str]
     #: Per host, with the skill against without it, when the records hold one run of each (`lift`).
     lifts: list[lift.HostLift] = field(default_factory=list)
+    #: The label of the column each (host, terms) of the records landed in.
+    labels: dict[tuple[str, Terms], str] = field(default_factory=dict)
 
     def cell(self, case: str, label: str) -> Cell | None:
         return self.cells.get((case, label))
@@ -203,7 +240,8 @@ def build_report(records: Tally | Reading | Iterable[Record], *, allow_mixed: bo
     report = Report(columns=columns, cases=cases, cells=cells, ks=ks, records=counted.records,
                     duplicates_dropped=counted.superseded, skipped_lines=counted.skipped, ledgers=list(counted.files),
                     groups=groups, pairs=pairs, disagreements=disagreements, caveats=[],
-                    lifts=_lifts(cases, columns, cells))
+                    lifts=_lifts(cases, columns, cells),
+                    labels={pair: columns[index].label for pair, index in where.items()})
     report.caveats = _caveats(report, counted)
     return report
 
@@ -212,10 +250,10 @@ def _rounded(value: float | None) -> float | None:
     return value if value is None or isinstance(value, int) else round(value, 6)
 
 
-def _metrics(cells: list[Cell], group: Group) -> dict[str, Any]:
+def _metrics(cells: list[Cell], group: Group) -> Metrics:
     """The seed's metrics for one column, over its judged runs."""
     judged = decks = plex = polls_total = at_ceiling = over_ceiling = 0
-    worst, worst_ceiling = 0, DEFAULT_MAX_POLLS  # the most judged polls of any run, and that run's ceiling
+    worst, worst_ceiling = 0, DEFAULT_MAX_POLLS
     context_expected = context_reached = edit_expected = edit_called = replanned = 0
     calls: Counter[int] = Counter()
     for cell in cells:
@@ -241,29 +279,15 @@ def _metrics(cells: list[Cell], group: Group) -> dict[str, Any]:
                 edit_called += count * facts.edit_called
             replanned += count * facts.replanned_after_edit
     wall = group.last_end - group.first_start if group.last_end >= group.first_start else None
-    return {
-        "runs_judged": judged,
-        "runs_passed": sum(c.passes for c in cells),
-        "cases_passed": sum(1 for c in cells if c.n and c.passes == c.n),
-        "cases_judged": sum(1 for c in cells if c.n),
-        "decks_built": decks,
-        "decks_with_plex": plex,
-        "median_case_seconds": stats.median(s for c in cells for s in c.seconds),
-        "wall_clock_seconds": wall,
-        "median_calls": stats.weighted_median(dict(calls)),
-        "polls_total": polls_total,
-        "polls_worst": worst,
-        "polls_worst_ceiling": worst_ceiling,
-        "at_poll_ceiling": at_ceiling,
-        "over_poll_ceiling": over_ceiling,
-        "context_expected": context_expected,
-        "context_reached": context_reached,
-        "edit_expected": edit_expected,
-        "edit_called": edit_called,
-        "replanned_after_edit": replanned,
-        # Counts, each run counted: the rows and readers compute recall and precision from them (`Triggers`).
-        "triggers": asdict(triggers(cells)),
-    }
+    return Metrics(
+        runs_judged=judged, runs_passed=sum(c.passes for c in cells),
+        cases_passed=sum(1 for c in cells if c.n and c.passes == c.n), cases_judged=sum(1 for c in cells if c.n),
+        decks_built=decks, decks_with_plex=plex,
+        median_case_seconds=stats.median(s for c in cells for s in c.seconds), wall_clock_seconds=wall,
+        median_calls=stats.weighted_median(dict(calls)), polls_total=polls_total, polls_worst=worst,
+        polls_worst_ceiling=worst_ceiling, at_poll_ceiling=at_ceiling, over_poll_ceiling=over_ceiling,
+        context_expected=context_expected, context_reached=context_reached, edit_expected=edit_expected,
+        edit_called=edit_called, replanned_after_edit=replanned, triggers=triggers(cells))
 
 
 def _pass_k(cells: list[Cell], ks: list[int]) -> tuple[dict[int, tuple[float | None, int]],
@@ -397,14 +421,12 @@ def _apart(errors: int, skipped: int) -> str:
 
 
 def _cell_text(cell: Cell | None) -> str:
+    """The cell's count after its outcome's emoji, then its median slides, worst polls, and errors and skips."""
     if cell is None:
-        return "—"
+        return ABSENT
+    head = " ".join(filter(None, (LOOKS[cell_outcome(cell)].emoji, cell_count(cell))))
     if cell.n == 0:
-        return f"⚠ {MARK['error']} ×{cell.errors}" if cell.errors else MARK["skipped"]
-    if cell.n == 1:
-        head = f"✅ {MARK['pass']}" if cell.passes else f"❌ {MARK['fail']}"
-    else:
-        head = f"{'✅' if cell.passes == cell.n else '❌' if not cell.passes else '◐'} {cell.passes}/{cell.n}"
+        return head
     extra = _apart(cell.errors, cell.skipped)
     slides = stats.weighted_median(dict(cell.slides))
     polls = max(cell.polls) if cell.polls else None
@@ -608,29 +630,29 @@ def _failure_text(cell: Cell) -> str:
 def _metric_rows(columns: list[Column]) -> list[list[str]]:
     m = [c.metrics for c in columns]
 
-    def row(name: str, render: Callable[[dict[str, Any]], str]) -> list[str]:
+    def row(name: str, render: Callable[[Metrics], str]) -> list[str]:
         return [name, *(render(x) for x in m)]
 
     return [
-        row("Cases passed (every judged run)", lambda x: _of(x["cases_passed"], x["cases_judged"])),
-        row("Runs passed", lambda x: _of(x["runs_passed"], x["runs_judged"])),
-        row("Decks built", lambda x: _of(x["decks_built"], x["runs_judged"])),
-        row("Decks carrying IBM Plex", lambda x: _of(x["decks_with_plex"], x["decks_built"])),
-        row("Median case duration", lambda x: _num(x["median_case_seconds"], " s")),
-        row("Total wall clock (first start → last end)", lambda x: _minutes(x["wall_clock_seconds"])),
-        row("Median Palette calls per case", lambda x: _num(x["median_calls"])),
-        row("Status polls (total)", lambda x: str(x["polls_total"])),
-        row("Worst case polls that did not wait", lambda x: f"{x['polls_worst']} / {x['polls_worst_ceiling']}"),
-        row("Runs at their case's poll ceiling", lambda x: str(x["at_poll_ceiling"])),
-        row("Runs over their case's poll ceiling", lambda x: str(x["over_poll_ceiling"])),
+        row("Cases passed (every judged run)", lambda x: _of(x.cases_passed, x.cases_judged)),
+        row("Runs passed", lambda x: _of(x.runs_passed, x.runs_judged)),
+        row("Decks built", lambda x: _of(x.decks_built, x.runs_judged)),
+        row("Decks carrying IBM Plex", lambda x: _of(x.decks_with_plex, x.decks_built)),
+        row("Median case duration", lambda x: _num(x.median_case_seconds, " s")),
+        row("Total wall clock (first start → last end)", lambda x: _minutes(x.wall_clock_seconds)),
+        row("Median Palette calls per case", lambda x: _num(x.median_calls)),
+        row("Status polls (total)", lambda x: str(x.polls_total)),
+        row("Worst case polls that did not wait", lambda x: f"{x.polls_worst} / {x.polls_worst_ceiling}"),
+        row("Runs at their case's poll ceiling", lambda x: str(x.at_poll_ceiling)),
+        row("Runs over their case's poll ceiling", lambda x: str(x.over_poll_ceiling)),
         row("Pasted material reached `--context` (or `--source`)",
-            lambda x: _of(x["context_reached"], x["context_expected"])),
-        row("Edits routed to `edit`", lambda x: _of(x["edit_called"], x["edit_expected"])),
-        row("Revisions discarded by re-planning", lambda x: str(x["replanned_after_edit"])),
+            lambda x: _of(x.context_reached, x.context_expected)),
+        row("Edits routed to `edit`", lambda x: _of(x.edit_called, x.edit_expected)),
+        row("Revisions discarded by re-planning", lambda x: str(x.replanned_after_edit)),
         row("Trigger recall: the skill used where the request needed it",
-            lambda x: Triggers(**x["triggers"]).recall_text()),
+            lambda x: x.triggers.recall_text()),
         row("Trigger precision: the skill needed where it was used",
-            lambda x: Triggers(**x["triggers"]).precision_text()),
+            lambda x: x.triggers.precision_text()),
     ]
 
 
@@ -664,7 +686,7 @@ def to_json(report: Report) -> dict[str, Any]:
                    "skill_hashes": c.skill_hashes,
                    "fingerprints": c.fingerprints, "runs": c.runs, "passes": c.passes, "fails": c.fails,
                    "errors": c.errors, "skipped": c.skipped, "n": c.n, "wilson": c.wilson(),
-                   "pass_at_k": k_map(c.pass_at), "pass_hat_k": k_map(c.pass_hat), "metrics": c.metrics,
+                   "pass_at_k": k_map(c.pass_at), "pass_hat_k": k_map(c.pass_hat), "metrics": c.metrics.to_json(),
                    "usage": c.usage, "usage_runs": c.usage_runs, "cost_from": c.cost_from,
                    "unpriced": {"runs": c.unpriced, "models": c.unpriced_models},
                    "baseline": c.baseline, "instead": dict(c.instead.most_common())} for c in report.columns],

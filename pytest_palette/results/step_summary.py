@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 
-from .record import MARK, Record
+from ..cases import item_name
+from .marks import MARK, cell_text
+from .record import Record
 from .report import table_lines
-from .table import footer, matrix, outcome
+from .table import footer, session_matrix
 from .tally import tally
 
 VARIABLE = "GITHUB_STEP_SUMMARY"
@@ -23,20 +25,19 @@ def markdown(records: Sequence[Record], hosts: Sequence[str]) -> str:
     counted = tally(records)
     if not counted.cells:
         return ""
-    shown = matrix(counted, hosts)
+    shown = session_matrix(counted, hosts)
     runs = sorted({record.run_id for record in records})
     lines = [f"### pytest-palette: run {', '.join(runs)}", ""]
     lines += table_lines(["case", *shown.columns],
-                         ([_text(case)] + [outcome(cell) if (cell := shown.cells.get((case, host))) else "—"
-                                           for host in shown.columns] for case in shown.cases))
+                         ([_text(case)] + [cell_text(shown.cells.get((case, host))) for host in shown.columns]
+                          for case in shown.cases))
     lines += ["", *(f"- {_text(line)}" for line in footer(counted, shown))]
     failed = [record for record in records if record.outcome in ("fail", "error")]
     if failed:
         repeated = any(record.run_index > 1 for record in records)
         lines += ["", "Failures, in the judge's words:", ""]
         for record in failed:
-            label = f"{record.case}[{record.host}-{record.run_index}]" if repeated else \
-                f"{record.case}[{record.host}]"
+            label = item_name(record.case, record.host, record.run_index if repeated else None)
             lines.append(f"- `{label}` {MARK[record.outcome]}: {_text('; '.join(record.failures))}")
     return "\n".join(lines) + "\n\n"
 

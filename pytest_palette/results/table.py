@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from .marks import cell_text
 from .prices import money
-from .record import MARK, Record, RecordError, from_json
+from .record import Record, RecordError, from_json
 from .tally import Cell, Group, Tally, tally, triggers
 
 #: The report property that carries an item's record (a JSON line).
@@ -52,8 +53,9 @@ class TableReporter:
 
 
 @dataclass
-class Matrix:
-    """Cases × hosts: each (case, host)'s cell merged across terms, with each host's model and sandboxes."""
+class SessionMatrix:
+    """A session's cases × hosts, for the terminal table and the step summary (the site's is `site.matrix.Matrix`):
+    each (case, host)'s cell merged across terms, with each host's model and sandboxes."""
 
     cells: dict[tuple[str, str], Cell]
     cases: list[str]
@@ -63,7 +65,7 @@ class Matrix:
     sandboxes: dict[str, set[str]]
 
 
-def matrix(counted: Tally, hosts: Sequence[str]) -> Matrix:
+def session_matrix(counted: Tally, hosts: Sequence[str]) -> SessionMatrix:
     by_key: dict[tuple[str, str], Cell] = {}
     models: dict[str, str] = {}
     sandboxes: dict[str, set[str]] = {}
@@ -73,14 +75,14 @@ def matrix(counted: Tally, hosts: Sequence[str]) -> Matrix:
         sandboxes.setdefault(host, set()).add(terms.sandbox)
     cases = list(dict.fromkeys(case for case, _ in by_key))
     columns = list(hosts) + sorted({host for _, host in by_key} - set(hosts))
-    return Matrix(by_key, cases, columns, models, sandboxes)
+    return SessionMatrix(by_key, cases, columns, models, sandboxes)
 
 
 def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
     """The table's lines: header, rows (with failures under disagreeing rows), warnings, footer."""
     if not counted.cells:
         return []
-    shown = matrix(counted, hosts)
+    shown = session_matrix(counted, hosts)
     by_key, cases, columns = shown.cells, shown.cases, shown.columns
     width = max(len("case"), *(len(name) for name in cases)) + 2
     column = max(24, *(len(h) + 2 for h in columns))
@@ -89,7 +91,7 @@ def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
         row = [by_key.get((case, host)) for host in columns]
         lines.append(case.ljust(width) + "".join(_text(c).ljust(column) for c in row).rstrip())
         present = [(host, c) for host, c in zip(columns, row, strict=True) if c is not None]
-        if len({outcome(c) for _, c in present}) > 1 or len(columns) == 1:
+        if len({cell_text(c) for _, c in present}) > 1 or len(columns) == 1:
             for host, cell in present:
                 failures = [*cell.failures, *cell.host_errors]
                 if not (cell.fails or cell.errors):
@@ -99,7 +101,7 @@ def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
     return lines + footer(counted, shown)
 
 
-def footer(counted: Tally, shown: Matrix) -> list[str]:
+def footer(counted: Tally, shown: SessionMatrix) -> list[str]:
     """Below the rows: a warning when the hosts ran different models, a line per host (its runs counted one by
     one, its model, spending and sandbox), its trigger recall and precision when near misses ran, and with several
     hosts how many cases tell them apart."""
@@ -124,31 +126,24 @@ def footer(counted: Tally, shown: Matrix) -> list[str]:
     if len(columns) > 1:
         rows = [[by_key.get((case, host)) for host in columns] for case in shown.cases]
         everywhere = sum(all(c is not None for c in row) for row in rows)
-        disagreements = sum(len({outcome(c) for c in row if c is not None}) > 1 for row in rows)
+        disagreements = sum(len({cell_text(c) for c in row if c is not None}) > 1 for row in rows)
         tail = (f"{disagreements} discriminate between hosts" if disagreements
                 else "the hosts agreed everywhere they overlapped — nothing here distinguishes them")
         lines.append(f"{len(shown.cases)} case(s) · {everywhere} run on every host · {tail}")
     return lines
 
 
-def outcome(cell: Cell) -> str:
-    """One run's mark; several runs' `passes/judged`, with `+nE` for errors."""
-    if cell.total == 1:
-        [(only, _, _)] = cell.runs
-        return MARK[only]
-    return f"{cell.passes}/{cell.n}" + (f"+{cell.errors}E" if cell.errors else "")
-
-
 def _text(cell: Cell | None) -> str:
+    """The cell's text, then its median slides and seconds and its worst polls."""
     if cell is None:
-        return "—"
+        return cell_text(cell)
     slides = sorted(s for s, count in cell.slides.items() for _ in range(count) if s)
     seconds = sorted(cell.seconds)
     polls = max(cell.polls) if cell.polls else None
     shown_slides = f"{slides[len(slides) // 2]}sl" if slides else "-"
     shown_seconds = f"{seconds[len(seconds) // 2]:.1f}s" if seconds else "—"
     shown_polls = f"{polls}p" if polls is not None else ""
-    return f"{outcome(cell):<5} {shown_slides:>4} {shown_seconds:>7} {shown_polls:>3}"
+    return f"{cell_text(cell):<5} {shown_slides:>4} {shown_seconds:>7} {shown_polls:>3}"
 
 
 #: Where a host's cost came from, in a few words.

@@ -9,14 +9,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..arena import untrusted
+from ..arena.sandbox import KeeperFailed, Sandbox
+from ..arena.workspace import Workspace
 from ..backend import agent_environment
 from ..cases import Case
 from ..hosts.base import HandedOver, Host, HostError, HostSession, HostSettings, TurnRecord
 from ..models import ModelSpec
 from ..skill import SkillCard
-from . import untrusted
-from .sandbox import KeeperFailed, Sandbox
-from .workspace import Workspace
 
 #: How a failed turn's message names the model calls its client retried first.
 RETRIED = "retried model call"

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..arena import command_log, untrusted
+from ..arena.workspace import Workspace
 from ..cases import Case
 from ..results.record import DeckBy
-from . import command_log, untrusted
-from .workspace import Workspace
 
 #: A failed render can leave a valid but tiny stub; a real deck is larger.
 MIN_PPTX_BYTES = 20_000

@@ -32,9 +32,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ..arena.command_log import NOT_FOUND, CommandRun, not_found, without_heredocs
 from ..backend import MIN_FREE_BYTES
 from ..judge import answer_of
-from .command_log import NOT_FOUND, CommandRun, not_found, without_heredocs
 
 #: strerror texts of the faults a machine, not an agent, causes (ENOSPC, EDQUOT, EROFS, E2BIG, ENAMETOOLONG).
 #: Matched at the end of a line or before ": <path>", as Python, bash and coreutils print them.

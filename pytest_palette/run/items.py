@@ -18,7 +18,8 @@ from typing import Any, NoReturn
 
 import pytest
 
-from ..cases import Case, CaseFileError, load_cases
+from ..arena.sandbox import Sandbox
+from ..cases import Case, CaseFileError, item_name, load_cases
 from ..hosts.base import HandedOver, Host
 from ..judge import PALETTE, Verdict, explain, judge
 from ..options import Settings
@@ -31,7 +32,6 @@ from ._private import TerminalRepr, fill_fixtures, init_fixtures
 from .conversation import HostFailure, Transcript, as_left, hold, open_sandbox
 from .overlap import Conversation, Overlap
 from .progress import ItemWatch
-from .sandbox import Sandbox
 from .session import CASE_NAMES, SESSION, Session, arguments, finished
 
 
@@ -65,8 +65,8 @@ class CaseFile(pytest.File):
         for case in cases:
             for host in settings.hosts:
                 for index in range(1, settings.runs + 1):
-                    label = host if settings.runs == 1 else f"{host}-{index}"
-                    yield CaseItem.from_parent(self, name=f"{case.name}[{label}]", case=case, host=host,
+                    name = item_name(case.name, host, None if settings.runs == 1 else index)
+                    yield CaseItem.from_parent(self, name=name, case=case, host=host,
                                                run_index=index)
 
 

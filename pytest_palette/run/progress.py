@@ -38,7 +38,7 @@ from typing import Any, Protocol, TextIO
 
 import pytest
 
-from .command_log import without_heredocs
+from ..arena.command_log import without_heredocs
 
 #: After the first line for a long command, another this often while it still runs (--help says it too).
 EVERY = 30.0

@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,20 +18,22 @@ from typing import Any
 import pytest
 
 from .. import __version__
-from ..backend import describe_backend, round_trip, run_folder_problem, setting_problems
+from ..arena import sandbox
+from ..arena.workspace import Workspace
+from ..backend import describe_backend, round_trip
 from ..cases import EXPECT_KEYS, ExpectCheck
 from ..hosts.base import OUTPUT_LIMIT, Host
 from ..judge import PALETTE, PALETTE_RULES
-from ..options import Settings, resolve
+from ..options import Settings, configure_hosts, resolve
 from ..results.ledger import find, ledger_name, load, read
 from ..results.prices import Price, money, price_of
 from ..results.record import NO_SKILL, RecordError, Terms, from_json
 from ..rules import RulesMissing, SkillRules, rules_for
 from ..skill import SkillCard, load_card, skill_hash
-from . import credentials, sandbox
+from . import credentials
 from .overlap import Overlap
 from .progress import Board, Sink
-from .workspace import Workspace
+from .readiness import readiness
 
 SESSION = pytest.StashKey["Session"]()
 #: case name → where it was first defined, to refuse a duplicate in another file.
@@ -184,6 +187,7 @@ def _start(config: pytest.Config, settings: Settings) -> Session:
     unknown = [name for name in settings.hosts if name not in hosts]
     if unknown:
         raise pytest.UsageError(f"--host {', '.join(unknown)}: no such host; known: {', '.join(sorted(hosts))}")
+    configure_hosts(config, hosts, settings)
     skill = load_card(settings.skill_dir) if settings.skill_dir is not None else None
     # No skill (the baseline) is judged by Palette's rules: the lift is measured by one judge.
     judged_as = skill.name if skill is not None else PALETTE
@@ -194,22 +198,17 @@ def _start(config: pytest.Config, settings: Settings) -> Session:
                        dict(given["unavailable"]), began=float(given["began"]), rules=rules, rule_sets=rule_sets)
     digest = skill_hash(settings.skill_dir) if settings.skill_dir is not None else NO_SKILL
     run_id = settings.run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-    session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest, judged_as),
+    host_terms: dict[str, object] = {}
+    for name in sorted(hosts):  # a term two hosts name (a subclass's) is the first's
+        for term, value in hosts[name].terms().items():
+            host_terms.setdefault(term, value)
+    session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest, judged_as, host_terms),
                       rules=rules, rule_sets=rule_sets)
     if not config.option.collectonly and not config.getoption("palette_check"):
-        problems = setting_problems()
-        confinement = sandbox.problem(settings.host.sandbox) if any(
-            hosts[name].sandbox_kind(settings.host) == sandbox.BUBBLEWRAP for name in settings.hosts) else None
-        if confinement:
-            problems.append(confinement)
-        if settings.collect_dir is None:
-            problems += [p for p in [run_folder_problem(settings.run_root)] if p]
-        for name in settings.hosts:
-            for problem in hosts[name].check(settings.model, os.environ):
-                if problem.skip:
-                    session.unavailable.setdefault(name, problem.message)
-                else:
-                    problems.append(f"{name}: {problem}")
+        ready = readiness({name: hosts[name] for name in settings.hosts}, settings.model, settings.host,
+                          settings.run_root if settings.collect_dir is None else None)
+        session.unavailable.update(ready.unavailable())
+        problems = ready.blocking()
         if problems:
             raise pytest.UsageError("not ready to run:\n  " + "\n  ".join(problems))
         if settings.collect_dir is None:
@@ -268,14 +267,16 @@ def for_workers(session: Session) -> dict[str, Any]:
             "progress": str(session.progress.folder) if isinstance(session.progress, Board) else None}
 
 
-def fingerprint(settings: Settings, skill_hash: str, skill: str = PALETTE) -> str:
-    """The configuration a result depends on: two runs with one fingerprint asked under the same terms."""
-    terms = {
+def fingerprint(settings: Settings, skill_hash: str, skill: str = PALETTE,
+                host_terms: Mapping[str, object] | None = None) -> str:
+    """The configuration a result depends on: two runs with one fingerprint asked under the same terms.
+    `host_terms`: those of the hosts' own options (react's recursion limit and eager loading), of every host
+    the session knows, selected or not, as when they were shared settings: earlier runs keep their fingerprints."""
+    terms: dict[str, object] = {
         "model": settings.model.text, "skill_hash": skill_hash, "backend": describe_backend(),
         "plugin": __version__, "turn_timeout": settings.turn_timeout, "build_grace": settings.build_grace,
-        "command_timeout": settings.host.command_timeout, "recursion_limit": settings.host.recursion_limit,
-        "eager": settings.host.eager, "sandbox": settings.host.sandbox,
-        "sandbox_env": sorted(settings.host.sandbox_env),
+        "command_timeout": settings.host.command_timeout, "sandbox": settings.host.sandbox,
+        "sandbox_env": sorted(settings.host.sandbox_env), **(host_terms or {}),
     }
     if settings.model.base_url:  # only when given, so the fingerprints of earlier runs still match
         terms["base_url"] = settings.model.base_url
@@ -310,11 +311,13 @@ def check(session: Session, write: Any) -> int:
         write(credentials.describe(settings.credentials, session.supplied).removeprefix("palette: "))
     # "Ready" means what a case needs: well-formed settings, a run folder with room, and a plan back from the
     # backend the skill will actually use.
-    found = setting_problems() + [p for p in [run_folder_problem(settings.run_root)] if p]
+    asked = readiness({name: session.hosts[name] for name in settings.hosts}, settings.model, settings.host,
+                      settings.run_root, session.skill)
+    found = [*asked.settings, *filter(None, [asked.run_folder])]
     write(f"settings and run folder: {'ready' if not found else 'NOT ready'}", green=not found, red=bool(found))
     for said_wrong in found:
         write(f"  ✗ {said_wrong}")
-    confinement = sandbox.problem(settings.host.sandbox)
+    confinement = asked.confinement
     kind = sandbox.MODES.get(settings.host.sandbox, settings.host.sandbox)
     write(f"agent's commands: {kind}: {'ready' if not confinement else 'NOT ready'}", green=not confinement,
           red=bool(confinement))
@@ -326,8 +329,7 @@ def check(session: Session, write: Any) -> int:
     write(f"backend: {describe_backend()}: {'ready' if ready else 'NOT ready'} ({said})", green=ready, red=not ready)
     if missing:
         write(f"  ✗ {missing}")
-    for name in settings.hosts:
-        problems = session.hosts[name].check(settings.model, os.environ, session.skill)
+    for name, problems in asked.hosts.items():
         ready = ready and not problems
         write(f"{name}: {'ready' if not problems else 'NOT ready'}", green=not problems, red=bool(problems))
         for problem in problems:

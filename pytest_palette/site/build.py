@@ -30,12 +30,13 @@ from urllib.parse import quote
 import jinja2
 import markupsafe
 
+from ..arena import untrusted
+from ..arena.workspace import UnsafeRecord, Workspace
 from ..results.ledger import find, load
+from ..results.marks import LOOKS
 from ..results.prices import money
-from ..results.record import MARK, Record
+from ..results.record import Record
 from ..results.report import tables
-from ..run import untrusted
-from ..run.workspace import UnsafeRecord, Workspace
 from . import comparison, item, matrix, render
 from .folder import MARKER, refusal
 
@@ -288,7 +289,7 @@ class _Pages:
             autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined,
             trim_blocks=True, lstrip_blocks=True)
         self.environment.filters.update(url=_url, seconds=_seconds, money=_money, strong=_strong, lines=_lines)
-        self.environment.globals.update(MARK=MARK)
+        self.environment.globals.update(LOOKS=LOOKS)
 
     def static(self) -> None:
         folder = Path(__file__).parent / "static"

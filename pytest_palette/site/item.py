@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..arena import command_log, untrusted
+from ..arena.workspace import Workspace, item_label
 from ..cases import Case
 from ..judge import PALETTE, answer_of, call_args, judge
 from ..results.record import Record
-from ..run import command_log, evidence, faults, untrusted
+from ..run import evidence, faults
 from ..run.conversation import Transcript
-from ..run.workspace import Workspace, item_label
 
 #: Output longer than this many lines is folded on the page.
 FOLD_LINES = 12
@@ -139,7 +140,7 @@ class Item:
 def read(run_folder: Path, record: Record) -> Item:
     """The item of `record`, from its folder in `run_folder` (what is missing is left empty, never invented).
     A run folder may come from anywhere: its files are read through `untrusted`, and a record that names no
-    folder of the run is an UnsafeRecord (run.workspace)."""
+    folder of the run is an UnsafeRecord (arena.workspace)."""
     workspace = Workspace.locate(run_folder, record)
     item = Item(record, run_folder, workspace, item_label(record, workspace))
     case = workspace.case()

@@ -10,7 +10,8 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..results.record import Record, Terms
+from ..results.marks import LOOKS, CellOutcome, Look, cell_outcome, cell_text
+from ..results.record import Record
 from ..results.report import Column, Report, build_report
 from ..results.tally import Cell
 from .item import Item
@@ -43,14 +44,13 @@ class MatrixCell:
     thumb: str | None = None  # the site's path to a small image of the first slide of the cell's first deck
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> CellOutcome:
         """The cell's colour: pass (every judged run), fail (none), mixed, error (no verdict), skipped, none."""
-        cell = self.cell
-        if cell is None:
-            return "none"
-        if cell.n == 0:
-            return "error" if cell.errors else "skipped"
-        return "pass" if cell.passes == cell.n else "fail" if cell.passes == 0 else "mixed"
+        return cell_outcome(self.cell)
+
+    @property
+    def look(self) -> Look:
+        return LOOKS[self.outcome]
 
     @property
     def link(self) -> Item | None:
@@ -59,19 +59,13 @@ class MatrixCell:
 
     @property
     def text(self) -> str:
-        cell = self.cell
-        if cell is None:
-            return "—"
-        if cell.n == 0:
-            return f"ERROR ×{cell.errors}" if cell.errors else "skip"
-        if cell.n == 1 and not (cell.errors or cell.skipped):
-            return "pass" if cell.passes else "FAIL"
-        extra = f" +{cell.errors}E" if cell.errors else ""
-        return f"{cell.passes}/{cell.n}{extra}"
+        return cell_text(self.cell)
 
 
 @dataclass
-class Row:
+class MatrixRow:
+    """One case across the matrix's columns (a comparison page's row is `comparison.Row`: a change)."""
+
     case: str
     tags: tuple[str, ...]
     cells: list[MatrixCell]
@@ -81,7 +75,7 @@ class Row:
 class Matrix:
     runs: list[RunView]
     columns: list[MatrixColumn]
-    rows: list[Row]
+    rows: list[MatrixRow]
 
     @property
     def hosts(self) -> list[str]:
@@ -120,11 +114,10 @@ def build(runs: list[RunView], items: Items) -> Matrix:
     tags: dict[str, set[str]] = {}
     by_cell: dict[tuple[str, str, str], list[Item]] = {}
     for run in runs:
-        label_of = {(terms_host, terms): label for label, terms_host, terms in _labels(run)}
         for record in run.records:
             found = items.get((str(run.folder), record.case, record.host, record.run_index))
             tags.setdefault(record.case, set()).update(record.tags)
-            label = label_of.get((record.host, record.terms))
+            label = run.report.labels.get((record.host, record.terms))
             if found is not None and label is not None:
                 by_cell.setdefault((f"{run.run_id}/{label}", record.case, record.host), []).append(found)
     rows = []
@@ -134,17 +127,6 @@ def build(runs: list[RunView], items: Items) -> Matrix:
             cell = column.run.report.cell(case, column.column.label)
             own = sorted(by_cell.get((column.key, case, column.column.host), []), key=lambda i: i.record.run_index)
             cells.append(MatrixCell(column, cell, own))
-        rows.append(Row(case, tuple(sorted(tags.get(case, ()))), cells))
+        rows.append(MatrixRow(case, tuple(sorted(tags.get(case, ()))), cells))
     return Matrix(runs, columns, rows)
 
-
-def _labels(run: RunView) -> list[tuple[str, str, Terms]]:
-    """(column label, host, terms) for every terms a record of the run carries: a column is a host, or a host
-    under one skill hash and fingerprint when the run mixes them (its label then carries the group's letter)."""
-    letter = {key: name for name, key in run.report.groups.items()}
-    found = []
-    for terms in {(r.host, r.terms) for r in run.records}:
-        host, t = terms
-        group = letter.get((t.skill_hash, t.fingerprint), "")
-        found.append((f"{host} [{group}]" if group else host, host, t))
-    return found

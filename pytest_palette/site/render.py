@@ -35,8 +35,8 @@ import psutil
 from pptx import Presentation
 from pptx.enum.shapes import MSO_SHAPE_TYPE, PP_PLACEHOLDER
 
-from ..run import untrusted
-from ..run.leftovers import running
+from ..arena import untrusted
+from ..arena.leftovers import running
 
 Kind = Literal["previews", "libreoffice", "text"]
 

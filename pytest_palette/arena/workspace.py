@@ -16,14 +16,15 @@ from __future__ import annotations
 import json
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Protocol
 
-from ..cases import MAX_NAME, NAME, Case
+from ..cases import MAX_NAME, NAME, Case, item_name
 from ..results.record import Record
 from . import untrusted
 from .command_log import CommandLog
-from .progress import ItemWatch
 
 TRACE_NAME = "palette-calls.jsonl"
 TURNS_NAME = "turns.json"
@@ -32,6 +33,17 @@ COMMANDS_NAME = "commands.jsonl"
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: An item's folder in its host's: the case, `-k` when cases ran several times, `~n` for a later attempt.
 _ITEM_FOLDER = re.compile(r"(?P<case>[a-z0-9_]+)(?:-[0-9]+)?(?:~[0-9]+)?")
+
+
+class Watch(Protocol):
+    """Who hears of an item's turns and commands as they happen: the run's progress lines (-v) are one. A
+    protocol, so that where the agent acts needs nothing of the run that watches it."""
+
+    def turn(self, number: int, total: int) -> None: ...
+
+    def command(self, command: str, started_at: float) -> Callable[[], None]:
+        """A command started; the result is called as it ends."""
+        ...
 
 
 class UnsafeRecord(ValueError):
@@ -63,7 +75,7 @@ class Workspace:
     #: A conversation held by hand in a folder of the user's: the agent works in the folder itself.
     by_hand: bool = False
     #: Who hears of each turn and command as it happens (-v); not part of where the item lives.
-    watch: ItemWatch | None = field(default=None, compare=False, repr=False)
+    watch: Watch | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, run: Path, host: str, case: str, run_index: int, repeated: bool) -> Workspace:
@@ -184,4 +196,4 @@ class Workspace:
 def item_label(record: Record, workspace: Workspace) -> str:
     """The item's id as pytest printed it: `case[host]`, or `case[host-k]` when cases ran several times."""
     repeated = workspace.relative.name != record.case
-    return f"{record.case}[{record.host}-{record.run_index}]" if repeated else f"{record.case}[{record.host}]"
+    return item_name(record.case, record.host, record.run_index if repeated else None)

@@ -1,0 +1,68 @@
+"""How outcomes are shown: the one vocabulary (word, emoji, CSS class per outcome) and the one cell formatter that
+the terminal table, the step summary, the Markdown report and the site all print a case × host cell with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .record import Outcome
+from .tally import Cell
+
+#: A cell's outcome: a run's own, or `mixed` (some judged runs passed), or `none` (the case did not run there).
+CellOutcome = Literal["pass", "fail", "mixed", "error", "skipped", "none"]
+
+
+@dataclass(frozen=True)
+class Look:
+    """How one outcome is shown."""
+
+    outcome: CellOutcome
+    #: In a cell, a line, a badge and the site's filter: quiet when it passed, loud when it did not.
+    word: str
+    #: Before a Markdown cell, where there is no colour.
+    emoji: str
+
+    @property
+    def css(self) -> str:
+        """The class site.css colours it with."""
+        return f"o-{self.outcome}"
+
+
+#: Every outcome's look, in the order the site's filter lists them.
+LOOKS: dict[CellOutcome, Look] = {look.outcome: look for look in (
+    Look("pass", "pass", "✅"), Look("fail", "FAIL", "❌"), Look("mixed", "some passed", "◐"),
+    Look("error", "ERROR", "⚠"), Look("skipped", "skip", ""), Look("none", "did not run", ""))}
+#: How a run's outcome is shown wherever one is printed.
+MARK: dict[Outcome, str] = {outcome: LOOKS[outcome].word for outcome in ("pass", "fail", "error", "skipped")}
+#: What a cell that did not run shows.
+ABSENT = "—"
+
+
+def cell_outcome(cell: Cell | None) -> CellOutcome:
+    """pass (every judged run passed), fail (none did), mixed, error (no verdict, an error), skipped, none."""
+    if cell is None:
+        return "none"
+    if cell.n == 0:
+        return "error" if cell.errors else "skipped"
+    return "pass" if cell.passes == cell.n else "fail" if cell.passes == 0 else "mixed"
+
+
+def cell_count(cell: Cell) -> str:
+    """What the judged runs came to: `pass` or `FAIL` for a cell of one run, `passes/n` judged runs for several,
+    `ERROR ×k` or `skip` when none was judged."""
+    if cell.n == 0:
+        return f"{MARK['error']} ×{cell.errors}" if cell.errors else MARK["skipped"]
+    if cell.total == 1:
+        return MARK["pass"] if cell.passes else MARK["fail"]
+    return f"{cell.passes}/{cell.n}"
+
+
+def cell_text(cell: Cell | None) -> str:
+    """The cell in a few characters: its count, `+kE` beside it for errors apart from the judged runs; `—` when
+    the case did not run there."""
+    if cell is None:
+        return ABSENT
+    errors = f" +{cell.errors}E" if cell.errors and cell.n else ""
+    return cell_count(cell) + errors
