@@ -20,15 +20,16 @@ import pytest
 
 from ..cases import Case, CaseFileError, load_cases
 from ..hosts.base import HandedOver, Host
-from ..judge import PALETTE, Verdict, explain, judge
+from ..judge import PALETTE, Verdict, explain
 from ..options import Settings
 from ..results.ledger import append, open_run
 from ..results.prices import FROM_PROVIDER, FROM_TABLE, Price
 from ..results.record import CostSource, Judged, Outcome, Record, Usage
 from ..results.table import RECORD_PROPERTY
-from . import evidence, faults
+from . import evidence
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
 from .conversation import HostFailure, Transcript, as_left, hold, open_sandbox
+from .judging import judge_folder
 from .overlap import Conversation, Overlap
 from .progress import ItemWatch
 from .sandbox import Sandbox
@@ -89,6 +90,7 @@ class CaseItem(pytest.Item):
 
     def setup(self) -> None:
         self._transcript: Transcript | None = None
+        self._verdict: Verdict | None = None
         session = self.palette_session
         host: Host = fill_fixtures(self)["palette_host"]
         if session.overlap is not None and session.overlap.holds(self.nodeid):
@@ -175,19 +177,17 @@ class CaseItem(pytest.Item):
             # What the turns took before the failure (retries, tokens) still counts: read back what was kept.
             self._transcript = Transcript.saved(self.workspace)
             self._error(str(failure), said=f"host {self.host_name} failed: {failure}")
-        # With no skill installed (a baseline), no command of the agent's is a call of one.
-        scripts = session.skill.script_names if session.skill is not None else ()
-        self._evidence = evidence.read(self.workspace, settings.build_grace, self._transcript.started, scripts)
-        if self._sandbox is not None:  # what the agent started and left running ends with its item
-            self._sandbox.stop()
-        room = faults.has_room(self.workspace.work)
-        fault = faults.found(self._evidence.calls, self._evidence.commands_run, self.workspace.work, room)
-        if fault:
-            self._error(fault)
-        met = faults.bounds_met(self._evidence.commands_run, room)
-        if met:  # the agent's own doing: a note on its verdict, not an error of the run
-            self._evidence = dataclasses.replace(self._evidence, call_notes=self._evidence.call_notes + met)
-        self._evidence = evidence.save_outputs(self.case, self._evidence, self.workspace.output)
+        judgement = judge_folder(
+            self.case, self.workspace, host=self.host_name, started=self._transcript.started,
+            grace=settings.build_grace, save=True, rules=session.rules, skill=session.judged_as,
+            # With no skill installed (a baseline), no command of the agent's is a call of one.
+            scripts=session.skill.script_names if session.skill is not None else (),
+            # What the agent started and left running ends with its item, before its folder is measured.
+            settle=self._sandbox.stop if self._sandbox is not None else None)
+        self._evidence = judgement.evidence
+        if judgement.fault:
+            self._error(judgement.fault)
+        self._verdict = judgement.verdict
 
     def teardown(self) -> None:
         if self._sandbox is not None:  # stops what is left (setup may have failed midway), frees its user id
@@ -203,8 +203,8 @@ class CaseItem(pytest.Item):
         pytest.fail(f"{said or cause}\n(an error of the run, not a verdict on the skill)", pytrace=False)
 
     def runtest(self) -> None:
-        session = self.palette_session
-        verdict = judge(self.case, self._evidence, self.host_name, session.rules, session.judged_as)
+        verdict = self._verdict
+        assert verdict is not None  # setup judged the folder, or ended the item as an ERROR
         self._finish("pass" if verdict.ok else "fail", list(verdict.failures), verdict)
         if not verdict.ok:
             raise PaletteFailure(verdict)

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from ..cases import Case
-from ..judge import PALETTE, answer_of, call_args, judge
+from ..judge import PALETTE, answer_of, call_args
 from ..results.record import Record
-from ..run import command_log, evidence, faults, untrusted
+from ..run import command_log, evidence, untrusted
 from ..run.conversation import Transcript
+from ..run.judging import judge_folder
 from ..run.workspace import Workspace, item_label
 
 #: Output longer than this many lines is folded on the page.
@@ -287,9 +288,9 @@ def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[Fai
     # A project's own rules live in its conftest.py: only Palette's can be applied again here.
     if case is not None and record.judged is not None and (record.judged.rules or PALETTE) == PALETTE:
         try:
-            found = evidence.read(item.workspace, 0.0, transcript.started)
-            if not faults.found(found.calls, found.commands_run, item.workspace.work, room=True):  # it was judged
-                verdict = judge(case, found, record.host)
+            verdict = judge_folder(case, item.workspace, host=record.host, started=transcript.started,
+                                   room=True).verdict
+            if verdict is not None:  # no fault: it was judged
                 blame = dict(zip(verdict.failures, verdict.blame, strict=False))
         except (OSError, ValueError) as error:  # an unreadable folder: the words stand alone
             return [Failure(words, [], f"the folder could not be read again ({error})") for words in record.failures]
