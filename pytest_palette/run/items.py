@@ -135,8 +135,9 @@ class CaseItem(pytest.Item):
         if conversation is not None:
             conversation.closers.append(self._sandbox.stop)
             on_open = functools.partial(setattr, conversation, "session")
-        return hold(self.case, host, session.skill, settings.model, settings.host, self.workspace,
-                    settings.turn_timeout, self._sandbox, on_open=on_open)
+        return hold(self.case, host, skill=session.skill, model=settings.model, settings=settings.host,
+                    workspace=self.workspace, turn_timeout=settings.turn_timeout, sandbox=self._sandbox,
+                    on_open=on_open)
 
     def _setup_held(self, host: Host) -> None:
         unwritable = None

@@ -38,8 +38,8 @@ class Command:
 
     @classmethod
     def of(cls, run: command_log.CommandRun) -> Command:
-        return cls(run.command, run.started_at, round(run.ended_at - run.started_at, 3), run.exit_code, run.stdout,
-                   run.stderr)
+        return cls(line=run.command, started_at=run.started_at, seconds=round(run.ended_at - run.started_at, 3),
+                   exit_code=run.exit_code, output=run.stdout, errors=run.stderr)
 
     @property
     def long(self) -> bool:
@@ -216,8 +216,8 @@ def _turns(transcript: Transcript, runs: list[command_log.CommandRun]) -> list[T
         usage = record.usage or {}
         tokens = " / ".join(f"{usage[k]:,} {label}" for k, label in (("input_tokens", "in"), ("output_tokens", "out"))
                             if isinstance(usage.get(k), int))
-        turn = Turn(number, record.sent, record.answer, record.error, record.seconds, steps, tokens=tokens,
-                    retries=record.retries)
+        turn = Turn(number=number, sent=record.sent, answer=record.answer, error=record.error,
+                    seconds=record.seconds, steps=steps, tokens=tokens, retries=record.retries)
         if begin is not None:
             turn.commands = [Command.of(r) for r in runs
                              if r.started_at >= begin and (end is None or r.started_at < end)]
@@ -244,10 +244,10 @@ def _calls(calls: list[dict[str, Any]], runs: list[command_log.CommandRun], star
             line = next((r.command for r in runs if r.started_at - 0.5 <= at <= r.ended_at + 0.5
                          and str(call.get("command")) in r.command), None)
         turn = sum(1 for s in started if at is not None and s <= at) or None
-        found.append(Call(index, str(call.get("command", "?")), shown, at,
-                          float(seconds) if isinstance(seconds, (int, float)) else 0.0,
-                          float(hold) if isinstance(hold, (int, float)) else None, state,
-                          str(call.get("stdout", "")), turn, line))
+        found.append(Call(index=index, command=str(call.get("command", "?")), args=shown, at=at,
+                          seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
+                          hold=float(hold) if isinstance(hold, (int, float)) else None, state=state,
+                          output=str(call.get("stdout", "")), turn=turn, command_line=line))
     return found
 
 
