@@ -1,4 +1,4 @@
-"""Conversations held ahead of their items (--palette-conversations) and the rehearsal model's latency."""
+"""Conversations started ahead of their items (--palette-conversations) and the rehearsal model's latency."""
 
 from __future__ import annotations
 
@@ -46,20 +46,20 @@ class _Waits(HostSession):
         self.closed.set()
 
 
-def test_closing_ends_what_is_held_and_starts_nothing_more() -> None:
+def test_closing_ends_what_is_running_and_starts_nothing_more() -> None:
     overlap = Overlap(2)
     sessions = [_Waits() for _ in range(4)]
     started: list[int] = []
     stopped: list[int] = []
 
     def job(number: int):  # type: ignore[no-untyped-def]
-        def hold(conversation: Conversation) -> object:
+        def converse(conversation: Conversation) -> object:
             conversation.session = sessions[number]
             conversation.closers.append(lambda: stopped.append(number))
             started.append(number)
             sessions[number].closed.wait(60)  # a turn that only ends when its session is closed
             return number
-        return hold
+        return converse
 
     overlap.start([(f"item{n}", None, job(n)) for n in range(4)])
     while len(started) < 2:  # two in flight, the limit
@@ -77,16 +77,16 @@ def test_a_serial_hosts_conversations_never_overlap() -> None:
     inside = threading.Semaphore(1)
     clashes: list[str] = []
 
-    def hold(conversation: Conversation) -> object:
+    def converse(conversation: Conversation) -> object:
         if not inside.acquire(blocking=False):
             clashes.append("two at once")
             return None
         threading.Event().wait(0.05)
         inside.release()
-        return "held"
+        return "done"
 
-    overlap.start([(f"item{n}", "cuga", hold) for n in range(4)])
-    assert [overlap.collect(f"item{n}") for n in range(4)] == ["held"] * 4 and clashes == []
+    overlap.start([(f"item{n}", "cuga", converse) for n in range(4)])
+    assert [overlap.collect(f"item{n}") for n in range(4)] == ["done"] * 4 and clashes == []
 
 
 def _here(pytester: pytest.Pytester) -> list[str]:
@@ -104,16 +104,16 @@ def _most_at_once(windows: list[tuple[float, float]]) -> int:
     return max(sum(start <= at < end for start, end in windows) for at, _ in windows)
 
 
-def test_conversations_are_held_together_and_every_item_is_still_judged(pytester: pytest.Pytester) -> None:
+def test_conversations_run_together_and_every_item_is_still_judged(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(CORE, *_here(pytester), "-m", "core", "--palette-conversations", "5",
                                            "--palette-rehearsal-latency", "0.2")
     result.assert_outcomes(passed=5)
     [run] = (pytester.path / "runs").glob("*")
-    # All five start at once and each waits on the model several times: they are held together.
+    # All five start at once and each waits on the model several times: they run together.
     assert _most_at_once(_windows(run)) > 1
 
 
-def test_cuga_holds_its_conversations_side_by_side_each_in_its_own_worker(pytester: pytest.Pytester) -> None:
+def test_cuga_has_its_conversations_side_by_side_each_in_its_own_worker(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(CORE, *_here(pytester), "-m", "core", "--host", "cuga",
                                            "--palette-conversations", "5")
     outcomes = result.parseoutcomes()
@@ -136,7 +136,7 @@ def pytest_palette_add_hosts(hosts, config):
 """
 
 
-def test_a_host_with_process_wide_state_holds_one_conversation_at_a_time(pytester: pytest.Pytester) -> None:
+def test_a_host_with_process_wide_state_has_one_conversation_at_a_time(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(SERIAL_HOST)
     cases = pytester.path / "interaction.yaml"  # beside the conftest.py that adds the host
     cases.write_text(Path(CORE).read_text(encoding="utf-8"), encoding="utf-8")

@@ -68,10 +68,10 @@ def open_sandbox(workspace: Workspace, settings: HostSettings, base_env: Mapping
                    trace=workspace.trace, passed=settings.sandbox_env, withheld=settings.withheld)
 
 
-def hold(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpec, settings: HostSettings,
-         workspace: Workspace, turn_timeout: float, sandbox: Sandbox, base_env: Mapping[str, str] | None = None,
-         on_open: Callable[[HostSession], None] | None = None) -> Transcript:
-    """Hold the conversation in a fresh workspace, every command of its agent in `sandbox`; raise HostFailure
+def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpec, settings: HostSettings,
+             workspace: Workspace, turn_timeout: float, sandbox: Sandbox, base_env: Mapping[str, str] | None = None,
+             on_open: Callable[[HostSession], None] | None = None) -> Transcript:
+    """Have the conversation in a fresh workspace, every command of its agent in `sandbox`; raise HostFailure
     when the host fails (HandedOver when a person is to hold it). A failed turn stops the conversation: later
     replies would land in the wrong state."""
     workspace.prepare(case)

@@ -28,7 +28,7 @@ from ..results.record import CostSource, Judged, Outcome, Record, Usage
 from ..results.table import RECORD_PROPERTY
 from . import evidence
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
-from .conversation import HostFailure, Transcript, as_left, hold, open_sandbox
+from .conversation import HostFailure, Transcript, as_left, converse, open_sandbox
 from .judging import judge_folder
 from .overlap import Conversation, Overlap
 from .progress import ItemWatch
@@ -93,8 +93,8 @@ class CaseItem(pytest.Item):
         self._verdict: Verdict | None = None
         session = self.palette_session
         host: Host = fill_fixtures(self)["palette_host"]
-        if session.overlap is not None and session.overlap.holds(self.nodeid):
-            self._setup_held(host)  # its conversation was started ahead of it (--palette-conversations)
+        if session.overlap is not None and self.nodeid in session.overlap:
+            self._setup_conversation(host)  # its conversation was started ahead of it (--palette-conversations)
             return
         self._started = time.time()
         self.workspace = session.workspace(self.host_name, self.case.name, self.run_index)
@@ -107,17 +107,17 @@ class CaseItem(pytest.Item):
             # pytest.fail in setup makes an ERROR whose report is this text alone (setup reports do not
             # go through repr_failure).
             pytest.fail(f"case {self.case.name} cannot run here: {self.case.problem}", pytrace=False)
-        self._setup_held(host)
+        self._setup_conversation(host)
 
-    def holds_conversation(self) -> bool:
-        """Whether this item will hold a conversation (not skipped, not a case that cannot run, not judging a
+    def has_conversation(self) -> bool:
+        """Whether this item will have a conversation (not skipped, not a case that cannot run, not judging a
         saved run): the ones --palette-conversations starts ahead."""
         session = self.palette_session
         return (session.settings.collect_dir is None and not session.unavailable.get(self.host_name)
                 and not self.case.problem)
 
     def converse(self, host: Host, conversation: Conversation | None = None) -> Transcript | str:
-        """Open this item's folder and sandbox and hold its conversation — in its setup, or ahead of it in a
+        """Open this item's folder and sandbox and have its conversation — in its setup, or ahead of it in a
         thread of its own (`conversation` then says what to close should the session end first). A str is the
         reason it was not held: the run already spent --palette-max-cost."""
         session = self.palette_session
@@ -135,14 +135,14 @@ class CaseItem(pytest.Item):
         if conversation is not None:
             conversation.closers.append(self._sandbox.stop)
             on_open = functools.partial(setattr, conversation, "session")
-        return hold(self.case, host, skill=session.skill, model=settings.model, settings=settings.host,
-                    workspace=self.workspace, turn_timeout=settings.turn_timeout, sandbox=self._sandbox,
-                    on_open=on_open)
+        return converse(self.case, host, skill=session.skill, model=settings.model, settings=settings.host,
+                        workspace=self.workspace, turn_timeout=settings.turn_timeout, sandbox=self._sandbox,
+                        on_open=on_open)
 
-    def _setup_held(self, host: Host) -> None:
+    def _setup_conversation(self, host: Host) -> None:
         unwritable = None
         try:
-            self._hold(host)
+            self._converse_and_judge(host)
         except OSError as error:  # the run folder went read-only, or the disk filled, under the harness
             unwritable = f"the harness could not write {error.filename or 'its files'}: {error.strerror or error}"
         except Exception as error:  # a bug of ours: recorded as an error of the run, traceback kept for us
@@ -152,8 +152,8 @@ class CaseItem(pytest.Item):
         if unwritable:  # outside the except: the ERROR says it once, not under the OSError it replaces
             self._error(unwritable)
 
-    def _hold(self, host: Host) -> None:
-        """Hold the conversation (or collect the one held ahead) and read what it left; a fault of the host,
+    def _converse_and_judge(self, host: Host) -> None:
+        """Have the conversation (or take the one started ahead) and judge what it left; a fault of the host,
         backend or machine is an ERROR."""
         session = self.palette_session
         settings = session.settings
@@ -163,13 +163,13 @@ class CaseItem(pytest.Item):
                 self._transcript = as_left(self.case, self.workspace)
             else:
                 overlap = session.overlap
-                held = overlap.collect(self.nodeid) if overlap is not None and overlap.holds(self.nodeid) else \
+                result = overlap.collect(self.nodeid) if overlap is not None and self.nodeid in overlap else \
                     self.converse(host)
-                if isinstance(held, str):  # --palette-max-cost was reached before it started
-                    self._finish("skipped", [held])
-                    pytest.skip(held)
-                assert isinstance(held, Transcript)
-                self._transcript = held
+                if isinstance(result, str):  # --palette-max-cost was reached before it started
+                    self._finish("skipped", [result])
+                    pytest.skip(result)
+                assert isinstance(result, Transcript)
+                self._transcript = result
         except HandedOver as handed:
             reason = str(handed)
             self._finish("skipped", [reason])
@@ -317,14 +317,14 @@ def timeouts(items: list[pytest.Item], settings: Settings) -> None:
             item.add_marker(pytest.mark.timeout(settings.turn_timeout * turns + settings.build_grace + 60))
 
 
-def hold_ahead(items: list[pytest.Item], session: Session) -> Overlap | None:
+def converse_ahead(items: list[pytest.Item], session: Session) -> Overlap | None:
     """Start the conversations of `items` ahead of them, `--palette-conversations` at once (None when 1)."""
     if session.settings.conversations <= 1:
         return None
     overlap = Overlap(session.settings.conversations)
     jobs = []
     for item in items:
-        if isinstance(item, CaseItem) and item.holds_conversation():
+        if isinstance(item, CaseItem) and item.has_conversation():
             host = session.hosts[item.host_name]
             jobs.append((item.nodeid, None if host.concurrent else item.host_name,
                          functools.partial(item.converse, host)))

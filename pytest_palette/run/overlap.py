@@ -1,14 +1,14 @@
-"""Conversations held ahead of their items, several at a time in one process (`--palette-conversations N`).
+"""Conversations started ahead of their items, several at a time in one process (`--palette-conversations N`).
 
 A real model keeps a conversation waiting most of its time — on the model, on the backend — so a sweep is
 latency-bound, and an xdist worker per conversation pays a whole interpreter (imports, a model client, a few
-hundred MB) to wait. Here one process holds up to N conversations at once, each in a thread of its own: the
+hundred MB) to wait. Here one process has up to N conversations at once, each in a thread of its own: the
 items still run, report and are judged one by one in collection order, but an item's setup only waits for a
 conversation that started long before it. Threads suffice: a conversation's work is in its subprocesses (the
 agent's commands, deck.py, the engine) and in waiting, and the GIL is free while it waits.
 
 A host whose client keeps process-wide state (`Host.concurrent` False; no built-in host since CUGA runs in a
-worker of its own) holds its conversations one at a time, still ahead of its items. The threads are daemons: a
+worker of its own) has its conversations one at a time, still ahead of its items. The threads are daemons: a
 session that ends early (Ctrl-C, -x) closes every conversation still running — its host session, its sandbox and
 every process in it — and does not wait for a turn to time out.
 """
@@ -25,7 +25,7 @@ from ..hosts.base import HostSession
 
 @dataclass
 class Conversation:
-    """One conversation held ahead of its item: its result, and what to close if the session ends first."""
+    """One conversation started ahead of its item: its result, and what to close if the session ends first."""
 
     future: Future[object] = field(default_factory=Future)
     session: HostSession | None = None
@@ -39,32 +39,33 @@ class Overlap:
         self.limit = limit
         self._slots = threading.BoundedSemaphore(limit)
         self._serial: dict[str, threading.Lock] = {}
-        self._held: dict[str, Conversation] = {}
+        self._ahead: dict[str, Conversation] = {}
         self._all: list[Conversation] = []
         self._closed = threading.Event()
         self._lock = threading.Lock()
 
     def start(self, jobs: Iterable[tuple[str, str | None, Callable[[Conversation], object]]]) -> None:
-        """Start `(key, serial group or None, hold)` jobs in order; `hold(conversation)` returns the result an
+        """Start `(key, serial group or None, converse)` jobs in order; `converse(conversation)` returns the result an
         item collects with `collect(key)`, and registers what must be closed should the session end first."""
         # Each job keeps its own Conversation: an item may collect (and forget) its key before the job starts.
-        started = [(key, self._held.setdefault(key, Conversation()), group, hold) for key, group, hold in jobs]
+        started = [(key, self._ahead.setdefault(key, Conversation()), group, converse)
+                   for key, group, converse in jobs]
         self._all = [conversation for _, conversation, _, _ in started]
         threading.Thread(target=self._feed, args=(started,), name="palette-overlap", daemon=True).start()
 
     def _feed(self, jobs: list[tuple[str, Conversation, str | None, Callable[[Conversation], object]]]) -> None:
         # Started in collection order, so the item pytest runs next is never the one still waiting to start.
-        for key, conversation, group, hold in jobs:
+        for key, conversation, group, converse in jobs:
             self._slots.acquire()
             if self._closed.is_set():
                 self._slots.release()
                 conversation.future.cancel()
                 continue
             serial = self._serial.setdefault(group, threading.Lock()) if group else None
-            threading.Thread(target=self._run, args=(conversation, hold, serial), daemon=True,
+            threading.Thread(target=self._run, args=(conversation, converse, serial), daemon=True,
                              name=f"palette-conversation-{key}").start()
 
-    def _run(self, conversation: Conversation, hold: Callable[[Conversation], object],
+    def _run(self, conversation: Conversation, converse: Callable[[Conversation], object],
              serial: threading.Lock | None) -> None:
         try:
             if serial is not None:
@@ -76,7 +77,7 @@ class Overlap:
                     conversation.future.set_exception(RuntimeError("the session ended before this conversation"))
                     return
                 try:
-                    conversation.future.set_result(hold(conversation))
+                    conversation.future.set_result(converse(conversation))
                 except BaseException as error:  # handed to the item, which reports it as its own
                     conversation.future.set_exception(error)
             finally:
@@ -85,15 +86,16 @@ class Overlap:
         finally:
             self._slots.release()
 
-    def holds(self, key: str) -> bool:
-        return key in self._held
+    def __contains__(self, key: str) -> bool:
+        """Whether a conversation was started ahead for `key` and is not yet taken."""
+        return key in self._ahead
 
     def collect(self, key: str) -> object:
         """The result of the conversation started for `key` (waits for it); raises what holding it raised."""
-        return self._held.pop(key).future.result()
+        return self._ahead.pop(key).future.result()
 
     def close(self) -> None:
-        """The session ends: start nothing more, and close every conversation still held — its host session
+        """The session ends: start nothing more, and close every conversation still running — its host session
         (no further command runs) and what it registered (its sandbox: every process in it stops)."""
         self._closed.set()
         closing = []
@@ -109,7 +111,7 @@ class Overlap:
 
 
 def _close(conversation: Conversation) -> None:
-    """Close one conversation still held: its host session (no further command runs), then what it registered."""
+    """Close one conversation still running: its host session (no further command runs), then what it registered."""
     if conversation.session is not None:
         conversation.session.close()
     for close in conversation.closers:
