@@ -89,7 +89,7 @@ def pytest_runtestloop(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     palette = session.config.stash.get(SESSION, None)
-    if palette is not None and palette.overlap is not None:  # Ctrl-C, -x: conversations not collected end here
+    if palette is not None and palette.overlap is not None:  # Ctrl-C, -x: conversations not taken end here
         palette.overlap.close()
 
 

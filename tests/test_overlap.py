@@ -67,9 +67,9 @@ def test_closing_ends_what_is_running_and_starts_nothing_more() -> None:
     overlap.close()
     assert sorted(started) == [0, 1] and sorted(stopped) == [0, 1]
     assert all(sessions[n].closed.is_set() for n in (0, 1)) and not sessions[2].closed.is_set()
-    assert overlap.collect("item0") == 0
+    assert overlap.take("item0") == 0
     with pytest.raises((CancelledError, RuntimeError)):  # never started: cancelled, or told the session ended
-        overlap.collect("item3")
+        overlap.take("item3")
 
 
 def test_a_serial_hosts_conversations_never_overlap() -> None:
@@ -86,7 +86,7 @@ def test_a_serial_hosts_conversations_never_overlap() -> None:
         return "done"
 
     overlap.start([(f"item{n}", "cuga", converse) for n in range(4)])
-    assert [overlap.collect(f"item{n}") for n in range(4)] == ["done"] * 4 and clashes == []
+    assert [overlap.take(f"item{n}") for n in range(4)] == ["done"] * 4 and clashes == []
 
 
 def _here(pytester: pytest.Pytester) -> list[str]:
@@ -173,13 +173,13 @@ def test_an_item_waiting_for_a_conversation_not_yet_started_is_released_when_the
     overlap.start([("first", None, first), ("second", None, lambda conversation: ran.append("second"))])
     outcome: list[object] = []
 
-    def collect() -> None:
+    def take() -> None:
         try:
-            outcome.append(overlap.collect("second"))
+            outcome.append(overlap.take("second"))
         except CancelledError as error:
             outcome.append(error)
 
-    waiting = threading.Thread(target=collect)
+    waiting = threading.Thread(target=take)
     waiting.start()
     overlap.close()
     release.set()

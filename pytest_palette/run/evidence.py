@@ -68,11 +68,12 @@ def read(workspace: Workspace, grace: float, turns_started: tuple[float, ...] = 
     """The evidence in an item's folder, after waiting up to `grace` seconds for builds still running;
     `turns_started` is the conversation's (`Transcript.started`). The calls are the skill's trace when it wrote
     one, else our own record of the commands the agent ran (the runs of the skill's `scripts`)."""
-    found = collect(workspace.work, workspace.trace, grace)
+    on_disk = read_folder(workspace.work, workspace.trace, grace)
     runs = command_log.read(workspace.commands)
-    calls, source, notes = calls_of(workspace, list(found.calls), runs, scripts)
-    return replace(found, turns_started=turns_started, calls=tuple(calls), calls_from=source,
-                   call_notes=found.call_notes + notes, commands_run=tuple(runs), answers=turn_answers(workspace.turns))
+    calls, source, notes = calls_of(workspace, list(on_disk.calls), runs, scripts)
+    return replace(on_disk, turns_started=turns_started, calls=tuple(calls), calls_from=source,
+                   call_notes=on_disk.call_notes + notes, commands_run=tuple(runs),
+                   answers=turn_answers(workspace.turns))
 
 
 def turn_answers(path: Path) -> tuple[str, ...]:
@@ -117,7 +118,7 @@ def choose_calls(traced: list[dict[str, Any]], seen: list[dict[str, Any]],
     return [], "", ()
 
 
-def collect(work: Path, trace: Path, grace: float) -> Evidence:
+def read_folder(work: Path, trace: Path, grace: float) -> Evidence:
     """The evidence under an agent's working folder and in its trace."""
     unfinished = wait_for_builds(work, grace)
     notes: list[str] = []

@@ -163,7 +163,7 @@ class CaseItem(pytest.Item):
                 self._transcript = as_left(self.case, self.workspace)
             else:
                 overlap = session.overlap
-                result = overlap.collect(self.nodeid) if overlap is not None and self.nodeid in overlap else \
+                result = overlap.take(self.nodeid) if overlap is not None and self.nodeid in overlap else \
                     self.converse(host)
                 if isinstance(result, str):  # --palette-max-cost was reached before it started
                     self._finish("skipped", [result])

@@ -46,8 +46,8 @@ class Overlap:
 
     def start(self, jobs: Iterable[tuple[str, str | None, Callable[[Conversation], object]]]) -> None:
         """Start `(key, serial group or None, converse)` jobs in order; `converse(conversation)` returns the result an
-        item collects with `collect(key)`, and registers what must be closed should the session end first."""
-        # Each job keeps its own Conversation: an item may collect (and forget) its key before the job starts.
+        item takes with `take(key)`, and registers what must be closed should the session end first."""
+        # Each job keeps its own Conversation: an item may take (and forget) its key before the job starts.
         started = [(key, self._ahead.setdefault(key, Conversation()), group, converse)
                    for key, group, converse in jobs]
         self._all = [conversation for _, conversation, _, _ in started]
@@ -90,7 +90,7 @@ class Overlap:
         """Whether a conversation was started ahead for `key` and is not yet taken."""
         return key in self._ahead
 
-    def collect(self, key: str) -> object:
+    def take(self, key: str) -> object:
         """The result of the conversation started for `key` (waits for it); raises what holding it raised."""
         return self._ahead.pop(key).future.result()
 
@@ -99,7 +99,7 @@ class Overlap:
         (no further command runs) and what it registered (its sandbox: every process in it stops)."""
         self._closed.set()
         closing = []
-        for conversation in self._all:  # those an item is waiting to collect too
+        for conversation in self._all:  # those an item is waiting to take too
             conversation.future.cancel()
             if conversation.future.running():
                 # Side by side: each takes a second or two (its processes stopped, its user's looked for), and
