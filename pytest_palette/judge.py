@@ -364,13 +364,13 @@ def material_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:
         yield Note("whether the pasted material's figures and headings reached the deck could not be told (its "
                    "text could not be read)")
         return
-    found = coverage(case.context, text)
-    if found.share < expect.content:
+    covered = coverage(case.context, text)
+    if covered.share < expect.content:
         given = [i for i, call in enumerate(evidence.calls)
                  if call.get("command") == "plan" and (call_args(call).get("context") or call_args(call).get("source"))]
         plans = [i for i, command in enumerate(evidence.commands) if command == "plan"]
-        yield Failure(f"{found.missing()} (the deck carries {found.share:.0%} of its {found.total} figures and "
-                      f"headings; the case asks for at least {expect.content:.0%})", tuple((given or plans)[:1]))
+        yield Failure(f"{covered.missing()} (the deck carries {covered.share:.0%} of its {covered.total} figures "
+                      f"and headings; the case asks for at least {expect.content:.0%})", tuple((given or plans)[:1]))
 
 
 def named_topics_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:

@@ -133,9 +133,9 @@ def test_react_with_no_skill_offers_no_loader_and_no_catalogue_and_writes_its_ow
         sandbox.close()
     assert "## Tides" in outlined and done.startswith("Your deck is ready: ") and "(2 slides)" in done
     assert not (workspace.work / "skills").exists()
-    found = read_folder(workspace.work, workspace.trace, 0)
-    assert found.pptx is not None and str(found.pptx) in done and found.slides == 2 and not found.has_plex
-    assert found.calls == () and deck_by(found) == "agent"
+    on_disk = read_folder(workspace.work, workspace.trace, 0)
+    assert on_disk.pptx is not None and str(on_disk.pptx) in done and on_disk.slides == 2 and not on_disk.has_plex
+    assert on_disk.calls == () and deck_by(on_disk) == "agent"
 
 
 def test_the_manual_host_installs_nothing_and_tells_the_person(tmp_path: Path) -> None:

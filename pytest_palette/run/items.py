@@ -232,7 +232,7 @@ class CaseItem(pytest.Item):
         return self.path, self.case.line - 1, f"palette: {self.name}"
 
 
-def _judged(verdict: Verdict, found: evidence.Evidence) -> Judged:
+def _judged(verdict: Verdict, on_disk: evidence.Evidence) -> Judged:
     return Judged(slides=verdict.slides, has_plex=verdict.has_plex, deck=verdict.pptx is not None,
                   calls=verdict.commands, polls=verdict.polls, max_polls=verdict.max_polls,
                   context_expected=verdict.context_expected, context_reached=verdict.context_reached,
@@ -240,7 +240,7 @@ def _judged(verdict: Verdict, found: evidence.Evidence) -> Judged:
                   replanned_after_edit=verdict.replanned_after_edit, spins=verdict.spins,
                   calls_from=verdict.calls_from, notes=verdict.notes, skill_expected=verdict.skill_expected,
                   skill_used=verdict.skill_used, rules=None if verdict.rules == PALETTE else verdict.rules,
-                  deck_by=evidence.deck_by(found))
+                  deck_by=evidence.deck_by(on_disk))
 
 
 def _usage(transcript: Transcript | None, started: float, ended: float, price: Price | None = None) -> Usage:

@@ -44,7 +44,7 @@ def judge_folder(case: Case, workspace: Workspace, *, host: str = "", started: t
     if settle is not None:
         settle()
     room = faults.has_room(workspace.work) if room is None else room
-    fault = faults.found(on_disk.calls, on_disk.commands_run, workspace.work, room)
+    fault = faults.first_fault(on_disk.calls, on_disk.commands_run, workspace.work, room)
     if fault:
         return Judgement(on_disk, fault, None)
     met = faults.bounds_met(on_disk.commands_run, room)

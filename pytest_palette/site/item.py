@@ -198,10 +198,10 @@ def _deck(workspace: Workspace, case: str, refused: list[str]) -> Path | None:
 def previews(workspace: Workspace, refused: list[str] | None = None) -> list[Path]:
     """The deck's slide previews in output/, in slide order (slide-2 before slide-10): regular files only, each
     one that is not added to `refused`."""
-    found = untrusted.listing(workspace.folder, Path("output"), lambda name: _SLIDE.match(name) is not None)
+    listing = untrusted.listing(workspace.folder, Path("output"), lambda name: _SLIDE.match(name) is not None)
     if refused is not None:
-        refused += [f"{error.path} {error.why}: not shown" for error in found.refused]
-    numbered = sorted((int(m[1]), entry.path) for entry in found.files if (m := _SLIDE.match(entry.path.name)))
+        refused += [f"{error.path} {error.why}: not shown" for error in listing.refused]
+    numbered = sorted((int(m[1]), entry.path) for entry in listing.files if (m := _SLIDE.match(entry.path.name)))
     return [path for _, path in numbered][:untrusted.PREVIEWS]
 
 
@@ -228,7 +228,7 @@ def _turns(transcript: Transcript, runs: list[command_log.CommandRun]) -> list[T
 
 
 def _calls(calls: list[dict[str, Any]], runs: list[command_log.CommandRun], started: list[float]) -> list[Call]:
-    found = []
+    placed = []
     for index, call in enumerate(calls):
         at = call.get("at")
         at = float(at) if isinstance(at, (int, float)) else None
@@ -244,11 +244,11 @@ def _calls(calls: list[dict[str, Any]], runs: list[command_log.CommandRun], star
             line = next((r.command for r in runs if r.started_at - 0.5 <= at <= r.ended_at + 0.5
                          and str(call.get("command")) in r.command), None)
         turn = sum(1 for s in started if at is not None and s <= at) or None
-        found.append(Call(index=index, command=str(call.get("command", "?")), args=shown, at=at,
+        placed.append(Call(index=index, command=str(call.get("command", "?")), args=shown, at=at,
                           seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
                           hold=float(hold) if isinstance(hold, (int, float)) else None, state=state,
                           output=str(call.get("stdout", "")), turn=turn, command_line=line))
-    return found
+    return placed
 
 
 def _revisions(calls: list[dict[str, Any]]) -> list[Revision]:
