@@ -11,7 +11,7 @@ import pytest
 
 from pytest_palette.hosts.base import HostSession, TurnRecord
 from pytest_palette.rehearsal.latency import ModelLatency
-from pytest_palette.run.overlap import Conversation, Overlap
+from pytest_palette.run.overlap import Ahead, Overlap
 
 #: The shipped interaction cases, the core five among them (`-m core`).
 CORE = str(Path(__file__).resolve().parent.parent / "cases" / "interaction.yaml")
@@ -53,9 +53,9 @@ def test_closing_ends_what_is_running_and_starts_nothing_more() -> None:
     stopped: list[int] = []
 
     def job(number: int):  # type: ignore[no-untyped-def]
-        def converse(conversation: Conversation) -> object:
-            conversation.session = sessions[number]
-            conversation.closers.append(lambda: stopped.append(number))
+        def converse(ahead: Ahead) -> object:
+            ahead.session = sessions[number]
+            ahead.closers.append(lambda: stopped.append(number))
             started.append(number)
             sessions[number].closed.wait(60)  # a turn that only ends when its session is closed
             return number
@@ -77,7 +77,7 @@ def test_a_serial_hosts_conversations_never_overlap() -> None:
     inside = threading.Semaphore(1)
     clashes: list[str] = []
 
-    def converse(conversation: Conversation) -> object:
+    def converse(ahead: Ahead) -> object:
         if not inside.acquire(blocking=False):
             clashes.append("two at once")
             return None
@@ -166,11 +166,11 @@ def test_an_item_waiting_for_a_conversation_not_yet_started_is_released_when_the
     overlap = Overlap(1)
     release, ran = threading.Event(), []
 
-    def first(conversation: Conversation) -> object:
+    def first(ahead: Ahead) -> object:
         release.wait(60)
         return "first"
 
-    overlap.start([("first", None, first), ("second", None, lambda conversation: ran.append("second"))])
+    overlap.start([("first", None, first), ("second", None, lambda ahead: ran.append("second"))])
     outcome: list[object] = []
 
     def take() -> None:

@@ -30,7 +30,7 @@ from . import evidence
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
 from .conversation import HostFailure, Transcript, as_left, converse, open_sandbox
 from .judging import judge_folder
-from .overlap import Conversation, Overlap
+from .overlap import Ahead, Overlap
 from .progress import ItemWatch
 from .sandbox import Sandbox
 from .session import CASE_NAMES, SESSION, Session, arguments, finished
@@ -116,9 +116,9 @@ class CaseItem(pytest.Item):
         return (session.settings.collect_dir is None and not session.unavailable.get(self.host_name)
                 and not self.case.problem)
 
-    def converse(self, host: Host, conversation: Conversation | None = None) -> Transcript | str:
+    def converse(self, host: Host, ahead: Ahead | None = None) -> Transcript | str:
         """Open this item's folder and sandbox and have its conversation — in its setup, or ahead of it in a
-        thread of its own (`conversation` then says what to close should the session end first). A str is the
+        thread of its own (`ahead` then says what to close should the session end first). A str is the
         reason it was not held: the run already spent --palette-max-cost."""
         session = self.palette_session
         settings = session.settings
@@ -132,9 +132,9 @@ class CaseItem(pytest.Item):
         open_run(session.ledger)  # before an agent can write anything into the run
         self._sandbox = open_sandbox(self.workspace, settings.host)
         on_open = None
-        if conversation is not None:
-            conversation.closers.append(self._sandbox.stop)
-            on_open = functools.partial(setattr, conversation, "session")
+        if ahead is not None:
+            ahead.closers.append(self._sandbox.stop)
+            on_open = functools.partial(setattr, ahead, "session")
         return converse(self.case, host, skill=session.skill, model=settings.model, settings=settings.host,
                         workspace=self.workspace, turn_timeout=settings.turn_timeout, sandbox=self._sandbox,
                         on_open=on_open)
