@@ -23,7 +23,9 @@ from .show import run_folder
 
 
 @dataclass(frozen=True)
-class Change:
+class ChangedVerdict:
+    """An item whose verdict the current judge gives otherwise: what it was, what it is now, and why."""
+
     label: str
     before: str
     after: str
@@ -34,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", type=Path, help="a run folder (runs/<run-id>)")
 
 
-def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, list[Change], list[str]]:
+def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, list[ChangedVerdict], list[str]]:
     """How many verdicts were judged again, which changed, and which items could not be (errors, skips)."""
     judged, changes, unjudgeable = 0, [], []
     for record in load(run).latest.values() if records is None else records:
@@ -69,7 +71,7 @@ def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, li
             after, failures = "pass" if judgement.verdict.ok else "fail", judgement.verdict.failures
         judged += 1
         if after != record.outcome or failures != record.failures:
-            changes.append(Change(label, record.outcome, after, failures))
+            changes.append(ChangedVerdict(label, record.outcome, after, failures))
     return judged, changes, unjudgeable
 
 
