@@ -88,7 +88,9 @@ class Revision:
 
 
 @dataclass
-class Failure:
+class FailureView:
+    """One failure of the record as the page shows it: its words beside the calls that broke its rule."""
+
     words: str
     calls: list[Call]
     #: Why no call is shown: the rule is about what was not done, or the current judge reads the item otherwise.
@@ -126,7 +128,7 @@ class Item:
     calls_from: str = ""
     span: float = 0.0  # seconds from the first message to the last call's end: the timeline's width
     turn_marks: list[tuple[int, float]] = field(default_factory=list)  # (turn, offset) on the timeline
-    failures: list[Failure] = field(default_factory=list)
+    failures: list[FailureView] = field(default_factory=list)
     notes: tuple[str, ...] = ()
     #: Files of the item's folder the site would show but does not: links, not regular files, over their bound.
     refused: list[str] = field(default_factory=list)
@@ -278,12 +280,12 @@ def _revisions(calls: list[dict[str, Any]]) -> list[Revision]:
     return revisions
 
 
-def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[Failure]:
+def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[FailureView]:
     """The judge's words as recorded, each beside the calls that broke its rule. Those are found by judging the
     folder again (the judge reads only the disk); where today's judge reads it otherwise, the page says so."""
     record = item.record
     if record.outcome != "fail":
-        return [Failure(words, [], "") for words in record.failures]
+        return [FailureView(words, [], "") for words in record.failures]
     blame: dict[str, tuple[int, ...]] = {}
     # A project's own rules live in its conftest.py: only Palette's can be applied again here.
     if case is not None and record.judged is not None and (record.judged.rules or PALETTE) == PALETTE:
@@ -293,17 +295,18 @@ def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[Fai
             if verdict is not None:  # no fault: it was judged
                 blame = dict(zip(verdict.failures, verdict.blame, strict=False))
         except (OSError, ValueError) as error:  # an unreadable folder: the words stand alone
-            return [Failure(words, [], f"the folder could not be read again ({error})") for words in record.failures]
+            return [FailureView(words, [], f"the folder could not be read again ({error})")
+                    for words in record.failures]
     failures = []
     for words in record.failures:
         if words not in blame:
-            failures.append(Failure(words, [], "today's judge does not find this in the folder (palette-bench "
-                                               "rejudge shows what it finds)" if case else ""))
+            failures.append(FailureView(words, [], "today's judge does not find this in the folder (palette-bench "
+                                                   "rejudge shows what it finds)" if case else ""))
             continue
         shown = [item.calls[i] for i in blame[words] if i < len(item.calls)]
         for call in shown:
             call.blamed = True
-        failures.append(Failure(words, shown, "" if shown else "no call: the rule is broken by what was not done"))
+        failures.append(FailureView(words, shown, "" if shown else "no call: the rule is broken by what was not done"))
     return failures
 
 
