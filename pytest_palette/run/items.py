@@ -1,8 +1,9 @@
 """Case files as pytest collectors, and one item per (case, host, run).
 
-An item holds its conversation in setup, so a host that fails (timeout, crash, missing client) makes the item
-ERROR; the call phase only judges what is on disk, so a FAIL is always a verdict on the skill. Every item
-that finishes leaves exactly one record in the run's ledger, and carries it on its report.
+An item has its conversation and judges its folder in setup, so a host that fails (timeout, crash, missing
+client), a fault on disk or a rule that raises makes the item ERROR; the call phase only gives the verdict on what
+is on disk, so a FAIL is always a verdict on the skill. Every item that finishes leaves exactly one record in the
+run's ledger, and carries it on its report.
 """
 
 from __future__ import annotations
