@@ -1,4 +1,4 @@
-"""The scripted user holding one conversation with a host: the opening, then one reply each time the agent
+"""The scripted user having one conversation with a host: the opening, then one reply each time the agent
 hands the turn back. What was said is kept in turns.json; what was done is on disk for the evidence."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpe
              workspace: Workspace, turn_timeout: float, sandbox: Sandbox, base_env: Mapping[str, str] | None = None,
              on_open: Callable[[HostSession], None] | None = None) -> Transcript:
     """Have the conversation in a fresh workspace, every command of its agent in `sandbox`; raise HostFailure
-    when the host fails (HandedOver when a person is to hold it). A failed turn stops the conversation: later
+    when the host fails (HandedOver when a person is to have it). A failed turn stops the conversation: later
     replies would land in the wrong state."""
     workspace.prepare(case)
     try:

@@ -2,7 +2,7 @@
 
 A fault makes the item an ERROR of the run, never a FAIL of the skill: a backend that crashed or a disk that
 filled says nothing about how the agent drove the skill, and the case's scripted replies assumed neither. So
-an item whose conversation met a fault gets no verdict, and a resumed run holds it again.
+an item whose conversation met a fault gets no verdict, and a resumed run runs it again.
 
 Three sources, all written by something other than the agent's words:
 - the skill's answers (its trace, or our record of its calls): a backend stage that ended without an exit code,

@@ -120,7 +120,7 @@ class CaseItem(pytest.Item):
     def converse(self, host: Host, ahead: Ahead | None = None) -> Transcript | str:
         """Open this item's folder and sandbox and have its conversation — in its setup, or ahead of it in a
         thread of its own (`ahead` then says what to close should the session end first). A str is the
-        reason it was not held: the run already spent --palette-max-cost."""
+        reason it did not start: the run already spent --palette-max-cost."""
         session = self.palette_session
         settings = session.settings
         self._started = time.time()
