@@ -69,3 +69,20 @@ def test_the_rules_and_the_skill_given_judge_it(folder: Workspace) -> None:
     # The deck a case asks for is judged by Palette's rules when none are given.
     missing = judge_folder(make_case(), folder, room=True).verdict
     assert missing is not None and missing.failures[0].startswith("no .pptx was produced")
+
+
+def test_a_folder_named_from_the_callers_folder_is_read_as_from_anywhere(
+        folder: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pptx import Presentation
+
+    presentation = Presentation()  # a deck of python-pptx's: two slides, not Palette's fonts
+    for _ in range(2):
+        presentation.slides.add_slide(presentation.slide_layouts[1])
+    (folder.work / "deck").mkdir()
+    presentation.save(str(folder.work / "deck" / "deck.pptx"))
+    monkeypatch.chdir(tmp_path)  # as `palette-bench rejudge runs/<id>` is given it
+    relative = Workspace(folder.folder.relative_to(tmp_path), folder.relative)
+    here, there = (judge_folder(make_case(slides=2), workspace, room=True) for workspace in (relative, folder))
+    assert here.evidence.slides == there.evidence.slides == 2 and here.evidence.pptx == there.evidence.pptx
+    assert here.verdict is not None and here.verdict.failures == ("the .pptx does not carry IBM Plex — it was not "
+                                                                  "rendered by Palette",)

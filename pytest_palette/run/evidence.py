@@ -120,6 +120,9 @@ def choose_calls(traced: list[dict[str, Any]], seen: list[dict[str, Any]],
 
 def read_folder(work: Path, trace: Path, grace: float) -> Evidence:
     """The evidence under an agent's working folder and in its trace."""
+    # Absolute: the deck is read and copied as a path inside `work`, which a path relative to the caller's folder
+    # (`palette-bench rejudge runs/<id>`) is not, and every deck would count as unreadable.
+    work = work.absolute()
     unfinished = wait_for_builds(work, grace)
     notes: list[str] = []
     deck = newest_deck(work, notes)
