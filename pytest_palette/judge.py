@@ -29,7 +29,7 @@ JOBS = {"plan": "plan", "edit": "plan", "plan-status": "plan", "start": "build",
 HOLD_FLOOR = 10.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Verdict:
     """A case's result on one host: passed when no rule failed, with every fact the rules read, so that a
     record of it needs to apply no rule again."""
@@ -112,12 +112,14 @@ def judge(case: Case, evidence: Evidence, host: str = "", rules: SkillRules | No
             failures.append(str(finding))
             blame.append(())
     expect = case.expect
-    return Verdict(case.name, host, tuple(failures), evidence.slides, facts.polls, tuple(evidence.commands),
-                   str(evidence.pptx) if evidence.pptx else None, evidence.has_plex,
-                   evidence.call_notes + tuple(notes), expect.max_polls,
-                   expect.context, facts.context_reached, expect.edit, facts.first_edit is not None,
-                   facts.replanned, len(facts.spinning), evidence.calls_from, expect.skill, bool(evidence.calls),
-                   tuple(blame), skill)
+    return Verdict(
+        case=case.name, host=host, failures=tuple(failures), slides=evidence.slides, polls=facts.polls,
+        commands=tuple(evidence.commands), pptx=str(evidence.pptx) if evidence.pptx else None,
+        has_plex=evidence.has_plex, notes=evidence.call_notes + tuple(notes), max_polls=expect.max_polls,
+        context_expected=expect.context, context_reached=facts.context_reached, edit_expected=expect.edit,
+        edit_called=facts.first_edit is not None, replanned_after_edit=facts.replanned, spins=len(facts.spinning),
+        calls_from=evidence.calls_from, skill_expected=expect.skill, skill_used=bool(evidence.calls),
+        blame=tuple(blame), rules=skill)
 
 
 @dataclass(frozen=True)
@@ -362,13 +364,13 @@ def material_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:
         yield Note("whether the pasted material's figures and headings reached the deck could not be told (its "
                    "text could not be read)")
         return
-    found = coverage(case.context, text)
-    if found.share < expect.content:
+    covered = coverage(case.context, text)
+    if covered.share < expect.content:
         given = [i for i, call in enumerate(evidence.calls)
                  if call.get("command") == "plan" and (call_args(call).get("context") or call_args(call).get("source"))]
         plans = [i for i, command in enumerate(evidence.commands) if command == "plan"]
-        yield Failure(f"{found.missing()} (the deck carries {found.share:.0%} of its {found.total} figures and "
-                      f"headings; the case asks for at least {expect.content:.0%})", tuple((given or plans)[:1]))
+        yield Failure(f"{covered.missing()} (the deck carries {covered.share:.0%} of its {covered.total} figures "
+                      f"and headings; the case asks for at least {expect.content:.0%})", tuple((given or plans)[:1]))
 
 
 def named_topics_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:

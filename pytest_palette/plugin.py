@@ -22,7 +22,7 @@ from .run import progress
 from .run import session as palette_session
 from .run._private import configured, settle_rootdir
 from .run.failure_message import reword
-from .run.items import CaseFile, CaseItem, hold_ahead, is_case_file, select, timeouts
+from .run.items import CaseFile, CaseItem, converse_ahead, is_case_file, select, timeouts
 from .run.session import SESSION
 
 
@@ -85,12 +85,12 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     items, each collecting its own."""
     palette = session.config.stash[SESSION]
     if not (session.testsfailed or session.config.option.collectonly):
-        palette.overlap = hold_ahead(session.items, palette)
+        palette.overlap = converse_ahead(session.items, palette)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     palette = session.config.stash.get(SESSION, None)
-    if palette is not None and palette.overlap is not None:  # Ctrl-C, -x: conversations not collected end here
+    if palette is not None and palette.overlap is not None:  # Ctrl-C, -x: conversations not taken end here
         palette.overlap.close()
 
 

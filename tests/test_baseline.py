@@ -32,7 +32,7 @@ from pytest_palette.results.report import ReportError, build_report, to_json
 from pytest_palette.results.report import to_markdown as report_markdown
 from pytest_palette.results.tally import tally
 from pytest_palette.run.conversation import open_sandbox
-from pytest_palette.run.evidence import BUILD_STATE, collect, deck_by, inspect_deck
+from pytest_palette.run.evidence import BUILD_STATE, deck_by, inspect_deck, read_folder
 
 SANDBOX = "none" if sandbox_problem("bubblewrap") else "bubblewrap"
 
@@ -133,9 +133,9 @@ def test_react_with_no_skill_offers_no_loader_and_no_catalogue_and_writes_its_ow
         sandbox.close()
     assert "## Tides" in outlined and done.startswith("Your deck is ready: ") and "(2 slides)" in done
     assert not (workspace.work / "skills").exists()
-    found = collect(workspace.work, workspace.trace, 0)
-    assert found.pptx is not None and str(found.pptx) in done and found.slides == 2 and not found.has_plex
-    assert found.calls == () and deck_by(found) == "agent"
+    on_disk = read_folder(workspace.work, workspace.trace, 0)
+    assert on_disk.pptx is not None and str(on_disk.pptx) in done and on_disk.slides == 2 and not on_disk.has_plex
+    assert on_disk.calls == () and deck_by(on_disk) == "agent"
 
 
 def test_the_manual_host_installs_nothing_and_tells_the_person(tmp_path: Path) -> None:
@@ -157,11 +157,11 @@ def test_the_deck_it_writes_itself_is_a_real_pptx_that_a_build_did_not_make(tmp_
     assert outline.written(done.stdout) == str(tmp_path / "deck.pptx"), done.stderr
     facts = inspect_deck(tmp_path / "deck.pptx")
     assert facts.slides == 4 and not facts.has_plex and facts.size >= 20_000  # what the judge reads as a deck
-    assert deck_by(collect(tmp_path, tmp_path / "trace.jsonl", 0)) == "agent"
+    assert deck_by(read_folder(tmp_path, tmp_path / "trace.jsonl", 0)) == "agent"
     (tmp_path / BUILD_STATE).write_text("{}")  # the same deck where the skill's script started a build
-    assert deck_by(collect(tmp_path, tmp_path / "trace.jsonl", 0)) == "palette"
+    assert deck_by(read_folder(tmp_path, tmp_path / "trace.jsonl", 0)) == "palette"
     (tmp_path / "deck.pptx").unlink()
-    assert deck_by(collect(tmp_path, tmp_path / "trace.jsonl", 0)) == "none"
+    assert deck_by(read_folder(tmp_path, tmp_path / "trace.jsonl", 0)) == "none"
 
 
 def test_ledger_lines_written_before_deck_by_still_read(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal.conversation import Conversation
 from pytest_palette.rehearsal.policy import catalogue
 from pytest_palette.run.conversation import open_sandbox
-from pytest_palette.run.evidence import collect, deck_by, inspect_deck, newest_deck, read_trace
+from pytest_palette.run.evidence import deck_by, inspect_deck, newest_deck, read_folder, read_trace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, drift, load_card, load_skill, skill_hash
 
 REHEARSAL = parse_model("rehearsal")
@@ -490,8 +490,8 @@ def test_with_no_skill_the_cli_offers_only_its_own_and_the_agent_writes_a_deck_o
     offered = {name for conversation in seen for name, _ in catalogue(conversation.system)}
     assert seen and "palette" not in offered
     assert not any(step.startswith("→ Skill") for turn in item.session.turns for step in turn.steps)
-    found = collect(item.work, item.trace, 0)
-    assert found.pptx is not None and found.slides == 2 and not found.has_plex and deck_by(found) == "agent"
+    on_disk = read_folder(item.work, item.trace, 0)
+    assert on_disk.pptx is not None and on_disk.slides == 2 and not on_disk.has_plex and deck_by(on_disk) == "agent"
     assert item.commands() == []  # the skill's script never ran
 
 

@@ -47,7 +47,7 @@ from pytest_palette.rehearsal import openai_wire
 from pytest_palette.rehearsal.conversation import Conversation, ToolResult, UserSaid
 from pytest_palette.rehearsal.policy import RehearsalPolicy, catalogue
 from pytest_palette.run.conversation import open_sandbox
-from pytest_palette.run.evidence import any_deck, collect, deck_by, inspect_deck, newest_deck, read_trace
+from pytest_palette.run.evidence import any_deck, deck_by, inspect_deck, newest_deck, read_folder, read_trace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, SkillCard, drift, install, load_card, load_skill
 
 REHEARSAL = parse_model("rehearsal")
@@ -504,8 +504,8 @@ def test_with_no_skill_cuga_offers_none_and_its_agent_writes_a_deck_of_its_own(
     assert not (workspace.work / ".cuga" / "skills").exists()
     assert seen and not any("<available_skills>" in c.system or catalogue(c.system) for c in seen)
     assert not any("load_skill" in step for turn in session.turns for step in turn.steps)
-    found = collect(workspace.work, workspace.trace, 0)
-    assert found.pptx is not None and found.slides == 2 and not found.has_plex and deck_by(found) == "agent"
+    on_disk = read_folder(workspace.work, workspace.trace, 0)
+    assert on_disk.pptx is not None and on_disk.slides == 2 and not on_disk.has_plex and deck_by(on_disk) == "agent"
 
 
 @needs_cuga

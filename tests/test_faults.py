@@ -120,7 +120,7 @@ def test_a_crashed_backend_is_told_from_a_refusal_by_its_traceback() -> None:
 ])
 def test_the_machine_at_a_limit_is_read_from_what_a_command_printed_on_stderr(stderr: str, said: str) -> None:
     run = CommandRun("x", 1.0, 2.0, 1, "", stderr)
-    assert faults.found([], [run]) == f"a command the agent ran met a limit of this machine: {said}"
+    assert faults.first_fault([], [run]) == f"a command the agent ran met a limit of this machine: {said}"
 
 
 def test_a_full_disk_while_the_machine_has_room_is_a_bound_of_the_sandbox_noted_not_an_error() -> None:
@@ -133,9 +133,9 @@ def test_a_full_disk_while_the_machine_has_room_is_a_bound_of_the_sandbox_noted_
     # A host that keeps standard error apart: what a command printed as its output is not read.
     quoted = CommandRun("cat notes.md", 4.0, 5.0, 0, "## No space left on device\nFile too large", "cat: done\n")
     merged = CommandRun("fill /tmp", 1.0, 2.0, 0, "/tmp/fill stopped at 9 MiB: No space left on device", "")
-    assert faults.found([], [full], room=False) == ("a command the agent ran met a limit of this machine: "
+    assert faults.first_fault([], [full], room=False) == ("a command the agent ran met a limit of this machine: "
                                                     "/tmp/fill stopped at 256 MiB: No space left on device")
-    assert faults.found([], [full, big, forks], room=True) is None
+    assert faults.first_fault([], [full, big, forks], room=True) is None
     notes = faults.bounds_met([full, big, forks, quoted], room=True)
     assert [note.split(" (")[1].split(")")[0] for note in notes] == [
         "No space left on device: its /tmp, /dev/shm or one file; the machine had room", "File too large",
@@ -151,7 +151,7 @@ def test_the_same_words_in_a_commands_output_or_mid_line_are_no_fault() -> None:
     # A deck about disks may quote the message; only a program's own standard error line counts.
     quoted = CommandRun("cat notes.md", 1.0, 2.0, 0, "## No space left on device\nwhat to do", "")
     mid_line = CommandRun("x", 1.0, 2.0, 0, "", "warning: 'No space left on device' is a heading here, fine\n")
-    assert faults.found([], [quoted, mid_line]) is None
+    assert faults.first_fault([], [quoted, mid_line]) is None
 
 
 def test_the_harness_unable_to_write_is_an_error_naming_the_file(pytester: pytest.Pytester, cases: Path) -> None:

@@ -34,9 +34,9 @@ from pytest_palette.run.evidence import (
     MIN_PPTX_BYTES,
     Evidence,
     any_deck,
-    collect,
     inspect_deck,
     newest_deck,
+    read_folder,
     read_trace,
     save_outputs,
     wait_for_builds,
@@ -630,7 +630,7 @@ def test_collect_a_rendered_deck_and_judge_it_passed(work: Path, tmp_path: Path)
         call("start", plan="plan.md", out_dir="deck"),
         call("status", out_dir="deck"),
     ])
-    evidence = collect(work, trace, grace=5.0)
+    evidence = read_folder(work, trace, grace=5.0)
     assert evidence.pptx == work / "deck" / "deck.pptx"
     assert (evidence.slides, evidence.has_plex, evidence.unfinished) == (3, True, ())
     assert evidence.size >= MIN_PPTX_BYTES
@@ -647,7 +647,7 @@ def test_a_hand_written_deck_fails_on_plex(tmp_path: Path) -> None:
     work = tmp_path / "work"
     deck = hand_deck(work / "out" / "deck.pptx", slides=2)
     assert deck.stat().st_size >= MIN_PPTX_BYTES  # big enough to be picked: it is the font that gives it away
-    evidence = collect(work, tmp_path / TRACE_NAME, grace=0)
+    evidence = read_folder(work, tmp_path / TRACE_NAME, grace=0)
     assert evidence.pptx == deck and evidence.slides == 2 and not evidence.has_plex
     assert evidence.calls == ()
     assert judge(make_case(slides=2), evidence).failures == (NO_PLEX,)
@@ -660,7 +660,7 @@ def test_a_small_deck_is_not_picked_and_judges_as_no_pptx(tmp_path: Path) -> Non
     assert inspect_deck(stub).has_plex  # it would pass on Plex: size alone keeps it out
     assert inspect_deck(stub).slides == 3  # slideN.xml counted, _rels/slideN.xml.rels not
     assert newest_deck(work) is None
-    evidence = collect(work, tmp_path / TRACE_NAME, grace=0)
+    evidence = read_folder(work, tmp_path / TRACE_NAME, grace=0)
     assert evidence.pptx is None and evidence.decks == (stub,)
     failures = judge(make_case(), evidence).failures
     assert len(failures) == 1 and failures[0].startswith(NO_DECK)
@@ -685,7 +685,7 @@ def test_a_corrupt_zip_has_no_slides_and_no_plex(tmp_path: Path) -> None:
     assert (facts.slides, facts.has_plex) == (0, False)
     assert facts.size == corrupt.stat().st_size
     assert newest_deck(tmp_path) == corrupt  # big enough to be picked, and then judged as what it is
-    evidence = collect(tmp_path, tmp_path / TRACE_NAME, grace=0)
+    evidence = read_folder(tmp_path, tmp_path / TRACE_NAME, grace=0)
     assert judge(make_case(slides=3), evidence).failures == (NO_PLEX, "asked for 3 slides, got 0")
 
 
@@ -805,7 +805,7 @@ def test_wait_gives_up_on_a_build_that_never_ends(tmp_path: Path) -> None:
 
 def test_collect_records_an_unfinished_build(work: Path, tmp_path: Path) -> None:
     (work / "deck" / BUILD_EXIT).unlink()
-    evidence = collect(work, tmp_path / TRACE_NAME, grace=0.2)
+    evidence = read_folder(work, tmp_path / TRACE_NAME, grace=0.2)
     assert evidence.unfinished == (work / "deck",)
 
 
@@ -813,7 +813,7 @@ def test_collect_records_an_unfinished_build(work: Path, tmp_path: Path) -> None
 
 
 def test_save_outputs_copies_deck_previews_and_plan(work: Path, tmp_path: Path) -> None:
-    evidence = collect(work, tmp_path / TRACE_NAME, grace=0)
+    evidence = read_folder(work, tmp_path / TRACE_NAME, grace=0)
     output = tmp_path / "output"
     save_outputs(make_case("solar"), evidence, output)
     assert sorted(p.name for p in output.iterdir()) == ["plan.md", "slide-1.png", "slide-2.png", "slide-3.png",
@@ -826,7 +826,7 @@ def test_save_outputs_copies_deck_previews_and_plan(work: Path, tmp_path: Path) 
 def test_save_outputs_finds_the_plan_beside_the_deck_folder(tmp_path: Path, rendered: Path) -> None:
     work = tmp_path / "work"
     shutil.copytree(rendered, work / "job")  # work/job/plan.md, work/job/deck/deck.pptx
-    evidence = collect(work, tmp_path / TRACE_NAME, grace=0)
+    evidence = read_folder(work, tmp_path / TRACE_NAME, grace=0)
     save_outputs(make_case("solar"), evidence, tmp_path / "output")
     assert (tmp_path / "output" / "plan.md").is_file()
 

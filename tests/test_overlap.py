@@ -1,4 +1,4 @@
-"""Conversations held ahead of their items (--palette-conversations) and the rehearsal model's latency."""
+"""Conversations started ahead of their items (--palette-conversations) and the rehearsal model's latency."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from pytest_palette.hosts.base import HostSession, TurnRecord
 from pytest_palette.rehearsal.latency import ModelLatency
-from pytest_palette.run.overlap import Conversation, Overlap
+from pytest_palette.run.overlap import Ahead, Overlap
 
 #: The shipped interaction cases, the core five among them (`-m core`).
 CORE = str(Path(__file__).resolve().parent.parent / "cases" / "interaction.yaml")
@@ -46,20 +46,20 @@ class _Waits(HostSession):
         self.closed.set()
 
 
-def test_closing_ends_what_is_held_and_starts_nothing_more() -> None:
+def test_closing_ends_what_is_running_and_starts_nothing_more() -> None:
     overlap = Overlap(2)
     sessions = [_Waits() for _ in range(4)]
     started: list[int] = []
     stopped: list[int] = []
 
     def job(number: int):  # type: ignore[no-untyped-def]
-        def hold(conversation: Conversation) -> object:
-            conversation.session = sessions[number]
-            conversation.closers.append(lambda: stopped.append(number))
+        def converse(ahead: Ahead) -> object:
+            ahead.session = sessions[number]
+            ahead.closers.append(lambda: stopped.append(number))
             started.append(number)
             sessions[number].closed.wait(60)  # a turn that only ends when its session is closed
             return number
-        return hold
+        return converse
 
     overlap.start([(f"item{n}", None, job(n)) for n in range(4)])
     while len(started) < 2:  # two in flight, the limit
@@ -67,9 +67,9 @@ def test_closing_ends_what_is_held_and_starts_nothing_more() -> None:
     overlap.close()
     assert sorted(started) == [0, 1] and sorted(stopped) == [0, 1]
     assert all(sessions[n].closed.is_set() for n in (0, 1)) and not sessions[2].closed.is_set()
-    assert overlap.collect("item0") == 0
+    assert overlap.take("item0") == 0
     with pytest.raises((CancelledError, RuntimeError)):  # never started: cancelled, or told the session ended
-        overlap.collect("item3")
+        overlap.take("item3")
 
 
 def test_a_serial_hosts_conversations_never_overlap() -> None:
@@ -77,16 +77,16 @@ def test_a_serial_hosts_conversations_never_overlap() -> None:
     inside = threading.Semaphore(1)
     clashes: list[str] = []
 
-    def hold(conversation: Conversation) -> object:
+    def converse(ahead: Ahead) -> object:
         if not inside.acquire(blocking=False):
             clashes.append("two at once")
             return None
         threading.Event().wait(0.05)
         inside.release()
-        return "held"
+        return "done"
 
-    overlap.start([(f"item{n}", "cuga", hold) for n in range(4)])
-    assert [overlap.collect(f"item{n}") for n in range(4)] == ["held"] * 4 and clashes == []
+    overlap.start([(f"item{n}", "cuga", converse) for n in range(4)])
+    assert [overlap.take(f"item{n}") for n in range(4)] == ["done"] * 4 and clashes == []
 
 
 def _here(pytester: pytest.Pytester) -> list[str]:
@@ -104,16 +104,16 @@ def _most_at_once(windows: list[tuple[float, float]]) -> int:
     return max(sum(start <= at < end for start, end in windows) for at, _ in windows)
 
 
-def test_conversations_are_held_together_and_every_item_is_still_judged(pytester: pytest.Pytester) -> None:
+def test_conversations_run_together_and_every_item_is_still_judged(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(CORE, *_here(pytester), "-m", "core", "--palette-conversations", "5",
                                            "--palette-rehearsal-latency", "0.2")
     result.assert_outcomes(passed=5)
     [run] = (pytester.path / "runs").glob("*")
-    # All five start at once and each waits on the model several times: they are held together.
+    # All five start at once and each waits on the model several times: they run together.
     assert _most_at_once(_windows(run)) > 1
 
 
-def test_cuga_holds_its_conversations_side_by_side_each_in_its_own_worker(pytester: pytest.Pytester) -> None:
+def test_cuga_has_its_conversations_side_by_side_each_in_its_own_worker(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(CORE, *_here(pytester), "-m", "core", "--host", "cuga",
                                            "--palette-conversations", "5")
     outcomes = result.parseoutcomes()
@@ -136,7 +136,7 @@ def pytest_palette_add_hosts(hosts, config):
 """
 
 
-def test_a_host_with_process_wide_state_holds_one_conversation_at_a_time(pytester: pytest.Pytester) -> None:
+def test_a_host_with_process_wide_state_has_one_conversation_at_a_time(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(SERIAL_HOST)
     cases = pytester.path / "interaction.yaml"  # beside the conftest.py that adds the host
     cases.write_text(Path(CORE).read_text(encoding="utf-8"), encoding="utf-8")
@@ -166,20 +166,20 @@ def test_an_item_waiting_for_a_conversation_not_yet_started_is_released_when_the
     overlap = Overlap(1)
     release, ran = threading.Event(), []
 
-    def first(conversation: Conversation) -> object:
+    def first(ahead: Ahead) -> object:
         release.wait(60)
         return "first"
 
-    overlap.start([("first", None, first), ("second", None, lambda conversation: ran.append("second"))])
+    overlap.start([("first", None, first), ("second", None, lambda ahead: ran.append("second"))])
     outcome: list[object] = []
 
-    def collect() -> None:
+    def take() -> None:
         try:
-            outcome.append(overlap.collect("second"))
+            outcome.append(overlap.take("second"))
         except CancelledError as error:
             outcome.append(error)
 
-    waiting = threading.Thread(target=collect)
+    waiting = threading.Thread(target=take)
     waiting.start()
     overlap.close()
     release.set()

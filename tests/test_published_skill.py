@@ -188,7 +188,7 @@ PLAN = "python skills/palette/scripts/deck.py plan --request r --out plan.md"
 def test_a_skill_whose_script_never_started_is_a_fault_naming_the_missing_command(
         runs: list[CommandRun], said: str | None) -> None:
     calls = skill_calls(runs)
-    fault = faults.found(calls, runs)
+    fault = faults.first_fault(calls, runs)
     if said is None:
         assert fault is None
     else:

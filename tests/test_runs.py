@@ -9,14 +9,18 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from pytest_palette import judge as judge_module
+from pytest_palette.cases import Case
 from pytest_palette.commands import main as palette_bench
-from pytest_palette.commands import rejudge as rejudge_module
-from pytest_palette.judge import Verdict
+from pytest_palette.judge import palette_rules
 from pytest_palette.results.ledger import load
+from pytest_palette.rules import Finding, SkillRules
+from pytest_palette.run.evidence import Evidence
 
 CASES = """
 - name: three_slides
@@ -200,16 +204,12 @@ def test_show_and_rejudge_read_a_saved_run(pytester: pytest.Pytester, cases: Pat
     assert capsys.readouterr().out.splitlines()[-1] == "3 verdict(s) re-judged · 0 changed"
 
     # A deliberate judge change: from now on every deck must have 4 slides.
-    real = rejudge_module.judge
-
-    def stricter(case, evidence, host):  # type: ignore[no-untyped-def]
-        verdict: Verdict = real(case, evidence, host)
+    def stricter(case: Case, evidence: Evidence) -> Iterator[Finding]:
+        yield from palette_rules(case, evidence)
         if evidence.pptx is not None and evidence.slides != 4:
-            return Verdict(verdict.case, host, (*verdict.failures, "four slides or nothing"), verdict.slides,
-                           verdict.polls, verdict.commands)
-        return verdict
+            yield "four slides or nothing"
 
-    monkeypatch.setattr(rejudge_module, "judge", stricter)
+    monkeypatch.setattr(judge_module, "PALETTE_RULES", SkillRules(judge=stricter))
     assert palette_bench(["rejudge", str(run)]) == 0
     out = capsys.readouterr().out
     assert "three_slides[react]: pass → fail" in out and "five_slides[react]: pass → fail" in out

@@ -98,12 +98,13 @@ def test_the_runs_are_only_read_and_the_previews_are_shown_as_they_are(offline_r
     assert shown.read_bytes() == preview.read_bytes()  # not re-encoded
 
 
-def test_thumbnails_are_made_once(offline_runs: OfflineRuns, tmp_path: Path) -> None:
+def test_thumbnails_are_made_once(offline_runs: OfflineRuns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write([offline_runs.good], tmp_path / "site")
     thumbs = {p: p.stat().st_mtime_ns for p in (tmp_path / "site" / "thumbs").rglob("*.png")}
     assert len(thumbs) == len(offline_runs.cases) * len(offline_runs.hosts) - \
         len(offline_runs.cases) * len(offline_runs.missing)
-    write([offline_runs.good], tmp_path / "site")
+    monkeypatch.chdir(offline_runs.good.parent)  # again, with the run named as a person types it: relative
+    assert main(["view", offline_runs.good.name, "--out", str(tmp_path / "site")]) == 0
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "site" / "thumbs").rglob("*.png")} == thumbs
 
 

@@ -19,7 +19,7 @@ from pytest_palette.arena.workspace import UnsafeRecord, Workspace, record_refus
 from pytest_palette.cases import Case, Expect
 from pytest_palette.commands import main
 from pytest_palette.results.record import from_json
-from pytest_palette.run.evidence import MIN_PPTX_BYTES, collect, inspect_deck, newest_deck, save_outputs, trace_of
+from pytest_palette.run.evidence import MIN_PPTX_BYTES, inspect_deck, newest_deck, read_folder, save_outputs, trace_of
 
 SECRET = "root-only-secret-4f1e"
 
@@ -159,12 +159,12 @@ def test_saving_outputs_copies_regular_files_only_and_notes_each_refusal(work: P
     (work / "deck" / "slide-5.png").write_bytes(b"\x89PNG good")
     (work / "plan.md").symlink_to("/proc/self/environ")
     (work / "deck" / "deck-link.pptx").symlink_to(outside)
-    found = collect(work, tmp_path / "palette-calls.jsonl", grace=0)
-    assert found.pptx == deck and found.slides == 2
-    assert work / "deck" / "deck-link.pptx" in found.decks  # a case that forbids a deck still sees it
+    on_disk = read_folder(work, tmp_path / "palette-calls.jsonl", grace=0)
+    assert on_disk.pptx == deck and on_disk.slides == 2
+    assert work / "deck" / "deck-link.pptx" in on_disk.decks  # a case that forbids a deck still sees it
     output = tmp_path / "output"
     saved = save_outputs(Case(name="solar", covers="c", tags=(), request="r", context="", replies=(),
-                                 expect=Expect(), path=Path("cases.yaml"), line=1), found, output)
+                                 expect=Expect(), path=Path("cases.yaml"), line=1), on_disk, output)
     assert sorted(p.name for p in output.iterdir()) == ["slide-5.png", "solar.pptx"]
     assert not any(p.is_symlink() for p in output.iterdir())
     for name, why in refusals.items():

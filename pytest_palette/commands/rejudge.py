@@ -13,16 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..arena.workspace import UnsafeRecord, Workspace, item_label
-from ..judge import PALETTE, judge
+from ..judge import PALETTE
 from ..results.ledger import load
 from ..results.record import Record
-from ..run import evidence, faults
+from ..run import faults
 from ..run.conversation import Transcript
+from ..run.judging import judge_folder
 from .show import run_folder
 
 
 @dataclass(frozen=True)
-class Change:
+class ChangedVerdict:
+    """An item whose verdict the current judge gives otherwise: what it was, what it is now, and why."""
+
     label: str
     before: str
     after: str
@@ -33,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", type=Path, help="a run folder (runs/<run-id>)")
 
 
-def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, list[Change], list[str]]:
+def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, list[ChangedVerdict], list[str]]:
     """How many verdicts were judged again, which changed, and which items could not be (errors, skips)."""
     judged, changes, unjudgeable = 0, [], []
     for record in load(run).latest.values() if records is None else records:
@@ -55,22 +58,20 @@ def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, li
             started = Transcript.saved(workspace).started
         except (ValueError, TypeError):  # an unreadable turns.json: the calls cannot be placed in turns
             started = ()
-        # No grace: the run is over, and a build still running then was already noted when it ran.
-        found = evidence.read(workspace, 0.0, started)
         # Whether the machine had room is known only when the item ran: its record then noted the bound of its
         # sandbox that a full disk in its commands' words was. A record without that note (a judge before it)
-        # did not ask: the words are the machine's.
-        room = record.judged is not None and any(faults.SANDBOX_FULL in note for note in record.judged.notes)
-        fault = faults.found(found.calls, found.commands_run, workspace.work, room=room)
+        # did not ask: the words are the machine's. No grace: the run is over, and a build still running then
+        # was already noted when it ran.
+        room = any(faults.SANDBOX_FULL in note for note in record.judged.notes)
+        judgement = judge_folder(case, workspace, host=record.host, started=started, room=room)
         failures: tuple[str, ...]
-        if fault:  # a fault the judge of then did not know: no verdict after all
-            after, failures = "error", (f"{record.host}: {fault}",)
+        if judgement.verdict is None:  # a fault the judge of then did not know: no verdict after all
+            after, failures = "error", (f"{record.host}: {judgement.fault}",)
         else:
-            verdict = judge(case, found, record.host)
-            after, failures = "pass" if verdict.ok else "fail", verdict.failures
+            after, failures = "pass" if judgement.verdict.ok else "fail", judgement.verdict.failures
         judged += 1
         if after != record.outcome or failures != record.failures:
-            changes.append(Change(label, record.outcome, after, failures))
+            changes.append(ChangedVerdict(label, record.outcome, after, failures))
     return judged, changes, unjudgeable
 
 

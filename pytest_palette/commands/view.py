@@ -20,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        written = write(args.runs, args.out)
+        # Absolute: each file of a run is read as a path inside it, and a relative one (`view runs/<id>`) is not.
+        written = write([run.absolute() for run in args.runs], args.out)
     except SiteError as error:
         print(f"palette-bench view: {error}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""The scripted user holding one conversation with a host: the opening, then one reply each time the agent
+"""The scripted user having one conversation with a host: the opening, then one reply each time the agent
 hands the turn back. What was said is kept in turns.json; what was done is on disk for the evidence."""
 
 from __future__ import annotations
@@ -68,12 +68,11 @@ def open_sandbox(workspace: Workspace, settings: HostSettings, base_env: Mapping
                    trace=workspace.trace, passed=settings.sandbox_env, withheld=settings.withheld)
 
 
-def hold(case: Case, host: Host, skill: SkillCard | None, model: ModelSpec, settings: HostSettings,
-         workspace: Workspace, turn_timeout: float, sandbox: Sandbox,
-         base_env: Mapping[str, str] | None = None,
-         on_open: Callable[[HostSession], None] | None = None) -> Transcript:
-    """Hold the conversation in a fresh workspace, every command of its agent in `sandbox`; raise HostFailure
-    when the host fails (HandedOver when a person is to hold it). A failed turn stops the conversation: later
+def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpec, settings: HostSettings,
+             workspace: Workspace, turn_timeout: float, sandbox: Sandbox, base_env: Mapping[str, str] | None = None,
+             on_open: Callable[[HostSession], None] | None = None) -> Transcript:
+    """Have the conversation in a fresh workspace, every command of its agent in `sandbox`; raise HostFailure
+    when the host fails (HandedOver when a person is to have it). A failed turn stops the conversation: later
     replies would land in the wrong state."""
     workspace.prepare(case)
     try:
@@ -85,7 +84,8 @@ def hold(case: Case, host: Host, skill: SkillCard | None, model: ModelSpec, sett
     started = time.monotonic()
     handed_over = False
     try:
-        session = _open(host, workspace, skill, env, model, settings, sandbox)
+        session = _open(host, workspace=workspace, skill=skill, env=env, model=model, settings=settings,
+                        sandbox=sandbox)
         if on_open is not None:  # so a session that ends early can close this conversation from outside
             on_open(session)
         ended = False
@@ -132,7 +132,7 @@ def _send(session: HostSession, message: str, timeout: float) -> tuple[TurnRecor
             f"raised {type(error).__name__}: {error}"
 
 
-def _open(host: Host, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
+def _open(host: Host, *, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
           settings: HostSettings, sandbox: Sandbox) -> HostSession:
     try:
         return host.open(workspace, skill, env, model, settings, sandbox)

@@ -68,11 +68,12 @@ def read(workspace: Workspace, grace: float, turns_started: tuple[float, ...] = 
     """The evidence in an item's folder, after waiting up to `grace` seconds for builds still running;
     `turns_started` is the conversation's (`Transcript.started`). The calls are the skill's trace when it wrote
     one, else our own record of the commands the agent ran (the runs of the skill's `scripts`)."""
-    found = collect(workspace.work, workspace.trace, grace)
+    on_disk = read_folder(workspace.work, workspace.trace, grace)
     runs = command_log.read(workspace.commands)
-    calls, source, notes = calls_of(workspace, list(found.calls), runs, scripts)
-    return replace(found, turns_started=turns_started, calls=tuple(calls), calls_from=source,
-                   call_notes=found.call_notes + notes, commands_run=tuple(runs), answers=turn_answers(workspace.turns))
+    calls, source, notes = calls_of(workspace, list(on_disk.calls), runs, scripts)
+    return replace(on_disk, turns_started=turns_started, calls=tuple(calls), calls_from=source,
+                   call_notes=on_disk.call_notes + notes, commands_run=tuple(runs),
+                   answers=turn_answers(workspace.turns))
 
 
 def turn_answers(path: Path) -> tuple[str, ...]:
@@ -117,8 +118,11 @@ def choose_calls(traced: list[dict[str, Any]], seen: list[dict[str, Any]],
     return [], "", ()
 
 
-def collect(work: Path, trace: Path, grace: float) -> Evidence:
+def read_folder(work: Path, trace: Path, grace: float) -> Evidence:
     """The evidence under an agent's working folder and in its trace."""
+    # Absolute: the deck is read and copied as a path inside `work`, which a path relative to the caller's folder
+    # (`palette-bench rejudge runs/<id>`) is not, and every deck would count as unreadable.
+    work = work.absolute()
     unfinished = wait_for_builds(work, grace)
     notes: list[str] = []
     deck = newest_deck(work, notes)
@@ -154,11 +158,11 @@ def wait_for_builds(work: Path, grace: float) -> list[Path]:
         time.sleep(0.1)
 
 
-def deck_by(found: Evidence) -> DeckBy:
+def deck_by(evidence: Evidence) -> DeckBy:
     """Who made the deck the workspace holds, from disk: "palette" when it lies in a folder where the skill's
     script started a build (its state file is there), "agent" when a .pptx exists that no build made (the agent
     wrote it itself, say with python-pptx), "none" when there is no .pptx. The deck judged is asked first."""
-    decks = ([found.pptx] if found.pptx is not None else []) or list(found.decks)
+    decks = ([evidence.pptx] if evidence.pptx is not None else []) or list(evidence.decks)
     if not decks:
         return "none"
     built = (deck for deck in decks if untrusted.is_regular(deck.parent / BUILD_STATE))
@@ -257,19 +261,19 @@ def inspect_deck(pptx: Path, root: Path | None = None, notes: list[str] | None =
 def newest_deck(workspace: Path, notes: list[str] | None = None) -> Path | None:
     """The newest `deck.pptx` of at least MIN_PPTX_BYTES anywhere under the workspace: a regular file, in no
     linked folder (each one that is not is added to `notes`)."""
-    found = untrusted.listing(workspace, Path("."), "deck.pptx".__eq__, deep=True)
+    listing = untrusted.listing(workspace, Path("."), "deck.pptx".__eq__, deep=True)
     if notes is not None:
-        notes += [f"{refused.path} {refused.why}, not read as the deck" for refused in found.refused]
-    decks = [entry for entry in found.files if entry.size >= MIN_PPTX_BYTES]
+        notes += [f"{refused.path} {refused.why}, not read as the deck" for refused in listing.refused]
+    decks = [entry for entry in listing.files if entry.size >= MIN_PPTX_BYTES]
     return max(decks, key=lambda entry: entry.mtime).path if decks else None
 
 
 def any_deck(workspace: Path) -> list[Path]:
     """Every .pptx under the workspace, whatever its name or size: for cases that forbid a deck. A link named
     .pptx counts too (it is left there as one), though it is never read."""
-    found = untrusted.listing(workspace, Path("."), lambda name: name.endswith(".pptx"), deep=True)
-    links = [workspace / refused.path for refused in found.refused if "link" in refused.why]
-    return sorted([entry.path for entry in found.files] + links)
+    listing = untrusted.listing(workspace, Path("."), lambda name: name.endswith(".pptx"), deep=True)
+    links = [workspace / refused.path for refused in listing.refused if "link" in refused.why]
+    return sorted([entry.path for entry in listing.files] + links)
 
 
 def read_trace(path: Path) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 
 A fault makes the item an ERROR of the run, never a FAIL of the skill: a backend that crashed or a disk that
 filled says nothing about how the agent drove the skill, and the case's scripted replies assumed neither. So
-an item whose conversation met a fault gets no verdict, and a resumed run holds it again.
+an item whose conversation met a fault gets no verdict, and a resumed run runs it again.
 
 Three sources, all written by something other than the agent's words:
 - the skill's answers (its trace, or our record of its calls): a backend stage that ended without an exit code,
@@ -59,9 +59,9 @@ _PATHS = re.compile(r"'([^'\n]*/[^'\n]*)'|\"([^\"\n]*/[^\"\n]*)\"|(?<![\w/.])((?
 def machine_fault(text: str, work: Path | None = None) -> str | None:
     """The line of `text` (a command's standard error, a backend's log) that says the machine is at a limit.
     Given the agent's folder `work`, a read-only file system that names only paths outside it is not one."""
-    for found in _MACHINE.finditer(text):
-        start = text.rfind("\n", 0, found.start()) + 1
-        line = text[start:found.end()]
+    for match in _MACHINE.finditer(text):
+        start = text.rfind("\n", 0, match.start()) + 1
+        line = text[start:match.end()]
         if work is not None and ("Read-only file system" in line or "EROFS" in line) and not _names_inside(line, work):
             continue
         return _clip(line)
@@ -162,8 +162,8 @@ def bounds_met(commands: Iterable[CommandRun], room: bool) -> tuple[str, ...]:
     return tuple(notes.values())
 
 
-def found(calls: Iterable[dict[str, Any]], commands: Iterable[CommandRun], work: Path | None = None,
-          room: bool = False) -> str | None:
+def first_fault(calls: Iterable[dict[str, Any]], commands: Iterable[CommandRun], work: Path | None = None,
+                room: bool = False) -> str | None:
     """The first fault of an item's conversation (whose agent worked in `work`), in one line, or None. With
     `room` (the machine's disk had room when the item ended) a full disk in a command's words is a bound of its
     sandbox, noted by `bounds_met`, not a fault."""

@@ -1,8 +1,9 @@
 """Case files as pytest collectors, and one item per (case, host, run).
 
-An item holds its conversation in setup, so a host that fails (timeout, crash, missing client) makes the item
-ERROR; the call phase only judges what is on disk, so a FAIL is always a verdict on the skill. Every item
-that finishes leaves exactly one record in the run's ledger, and carries it on its report.
+An item has its conversation and judges its folder in setup, so a host that fails (timeout, crash, missing
+client), a fault on disk or a rule that raises makes the item ERROR; the call phase only gives the verdict on what
+is on disk, so a FAIL is always a verdict on the skill. Every item that finishes leaves exactly one record in the
+run's ledger, and carries it on its report.
 """
 
 from __future__ import annotations
@@ -21,16 +22,17 @@ import pytest
 from ..arena.sandbox import Sandbox
 from ..cases import Case, CaseFileError, item_name, load_cases
 from ..hosts.base import HandedOver, Host
-from ..judge import PALETTE, Verdict, explain, judge
+from ..judge import PALETTE, Verdict, explain
 from ..options import Settings
 from ..results.ledger import append, open_run
 from ..results.prices import FROM_PROVIDER, FROM_TABLE, Price
 from ..results.record import CostSource, Judged, Outcome, Record, Usage
 from ..results.table import RECORD_PROPERTY
-from . import evidence, faults
+from . import evidence
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
-from .conversation import HostFailure, Transcript, as_left, hold, open_sandbox
-from .overlap import Conversation, Overlap
+from .conversation import HostFailure, Transcript, as_left, converse, open_sandbox
+from .judging import judge_folder
+from .overlap import Ahead, Overlap
 from .progress import ItemWatch
 from .session import CASE_NAMES, SESSION, Session, arguments, finished
 
@@ -89,10 +91,11 @@ class CaseItem(pytest.Item):
 
     def setup(self) -> None:
         self._transcript: Transcript | None = None
+        self._verdict: Verdict | None = None
         session = self.palette_session
         host: Host = fill_fixtures(self)["palette_host"]
-        if session.overlap is not None and session.overlap.holds(self.nodeid):
-            self._setup_held(host)  # its conversation was started ahead of it (--palette-conversations)
+        if session.overlap is not None and self.nodeid in session.overlap:
+            self._setup_conversation(host)  # its conversation was started ahead of it (--palette-conversations)
             return
         self._started = time.time()
         self.workspace = session.workspace(self.host_name, self.case.name, self.run_index)
@@ -105,19 +108,19 @@ class CaseItem(pytest.Item):
             # pytest.fail in setup makes an ERROR whose report is this text alone (setup reports do not
             # go through repr_failure).
             pytest.fail(f"case {self.case.name} cannot run here: {self.case.problem}", pytrace=False)
-        self._setup_held(host)
+        self._setup_conversation(host)
 
-    def holds_conversation(self) -> bool:
-        """Whether this item will hold a conversation (not skipped, not a case that cannot run, not judging a
+    def has_conversation(self) -> bool:
+        """Whether this item will have a conversation (not skipped, not a case that cannot run, not judging a
         saved run): the ones --palette-conversations starts ahead."""
         session = self.palette_session
         return (session.settings.collect_dir is None and not session.unavailable.get(self.host_name)
                 and not self.case.problem)
 
-    def converse(self, host: Host, conversation: Conversation | None = None) -> Transcript | str:
-        """Open this item's folder and sandbox and hold its conversation — in its setup, or ahead of it in a
-        thread of its own (`conversation` then says what to close should the session end first). A str is the
-        reason it was not held: the run already spent --palette-max-cost."""
+    def converse(self, host: Host, ahead: Ahead | None = None) -> Transcript | str:
+        """Open this item's folder and sandbox and have its conversation — in its setup, or ahead of it in a
+        thread of its own (`ahead` then says what to close should the session end first). A str is the
+        reason it did not start: the run already spent --palette-max-cost."""
         session = self.palette_session
         settings = session.settings
         self._started = time.time()
@@ -130,16 +133,17 @@ class CaseItem(pytest.Item):
         open_run(session.ledger)  # before an agent can write anything into the run
         self._sandbox = open_sandbox(self.workspace, settings.host)
         on_open = None
-        if conversation is not None:
-            conversation.closers.append(self._sandbox.stop)
-            on_open = functools.partial(setattr, conversation, "session")
-        return hold(self.case, host, session.skill, settings.model, settings.host, self.workspace,
-                    settings.turn_timeout, self._sandbox, on_open=on_open)
+        if ahead is not None:
+            ahead.closers.append(self._sandbox.stop)
+            on_open = functools.partial(setattr, ahead, "session")
+        return converse(self.case, host, skill=session.skill, model=settings.model, settings=settings.host,
+                        workspace=self.workspace, turn_timeout=settings.turn_timeout, sandbox=self._sandbox,
+                        on_open=on_open)
 
-    def _setup_held(self, host: Host) -> None:
+    def _setup_conversation(self, host: Host) -> None:
         unwritable = None
         try:
-            self._hold(host)
+            self._converse_and_judge(host)
         except OSError as error:  # the run folder went read-only, or the disk filled, under the harness
             unwritable = f"the harness could not write {error.filename or 'its files'}: {error.strerror or error}"
         except Exception as error:  # a bug of ours: recorded as an error of the run, traceback kept for us
@@ -149,8 +153,8 @@ class CaseItem(pytest.Item):
         if unwritable:  # outside the except: the ERROR says it once, not under the OSError it replaces
             self._error(unwritable)
 
-    def _hold(self, host: Host) -> None:
-        """Hold the conversation (or collect the one held ahead) and read what it left; a fault of the host,
+    def _converse_and_judge(self, host: Host) -> None:
+        """Have the conversation (or take the one started ahead) and judge what it left; a fault of the host,
         backend or machine is an ERROR."""
         session = self.palette_session
         settings = session.settings
@@ -160,13 +164,13 @@ class CaseItem(pytest.Item):
                 self._transcript = as_left(self.case, self.workspace)
             else:
                 overlap = session.overlap
-                held = overlap.collect(self.nodeid) if overlap is not None and overlap.holds(self.nodeid) else \
+                result = overlap.take(self.nodeid) if overlap is not None and self.nodeid in overlap else \
                     self.converse(host)
-                if isinstance(held, str):  # --palette-max-cost was reached before it started
-                    self._finish("skipped", [held])
-                    pytest.skip(held)
-                assert isinstance(held, Transcript)
-                self._transcript = held
+                if isinstance(result, str):  # --palette-max-cost was reached before it started
+                    self._finish("skipped", [result])
+                    pytest.skip(result)
+                assert isinstance(result, Transcript)
+                self._transcript = result
         except HandedOver as handed:
             reason = str(handed)
             self._finish("skipped", [reason])
@@ -175,19 +179,17 @@ class CaseItem(pytest.Item):
             # What the turns took before the failure (retries, tokens) still counts: read back what was kept.
             self._transcript = Transcript.saved(self.workspace)
             self._error(str(failure), said=f"host {self.host_name} failed: {failure}")
-        # With no skill installed (a baseline), no command of the agent's is a call of one.
-        scripts = session.skill.script_names if session.skill is not None else ()
-        self._evidence = evidence.read(self.workspace, settings.build_grace, self._transcript.started, scripts)
-        if self._sandbox is not None:  # what the agent started and left running ends with its item
-            self._sandbox.stop()
-        room = faults.has_room(self.workspace.work)
-        fault = faults.found(self._evidence.calls, self._evidence.commands_run, self.workspace.work, room)
-        if fault:
-            self._error(fault)
-        met = faults.bounds_met(self._evidence.commands_run, room)
-        if met:  # the agent's own doing: a note on its verdict, not an error of the run
-            self._evidence = dataclasses.replace(self._evidence, call_notes=self._evidence.call_notes + met)
-        self._evidence = evidence.save_outputs(self.case, self._evidence, self.workspace.output)
+        judgement = judge_folder(
+            self.case, self.workspace, host=self.host_name, started=self._transcript.started,
+            grace=settings.build_grace, save=True, rules=session.rules, skill=session.judged_as,
+            # With no skill installed (a baseline), no command of the agent's is a call of one.
+            scripts=session.skill.script_names if session.skill is not None else (),
+            # What the agent started and left running ends with its item, before its folder is measured.
+            settle=self._sandbox.stop if self._sandbox is not None else None)
+        self._evidence = judgement.evidence
+        if judgement.fault:
+            self._error(judgement.fault)
+        self._verdict = judgement.verdict
 
     def teardown(self) -> None:
         if self._sandbox is not None:  # stops what is left (setup may have failed midway), frees its user id
@@ -203,8 +205,8 @@ class CaseItem(pytest.Item):
         pytest.fail(f"{said or cause}\n(an error of the run, not a verdict on the skill)", pytrace=False)
 
     def runtest(self) -> None:
-        session = self.palette_session
-        verdict = judge(self.case, self._evidence, self.host_name, session.rules, session.judged_as)
+        verdict = self._verdict
+        assert verdict is not None  # setup judged the folder, or ended the item as an ERROR
         self._finish("pass" if verdict.ok else "fail", list(verdict.failures), verdict)
         if not verdict.ok:
             raise PaletteFailure(verdict)
@@ -231,7 +233,7 @@ class CaseItem(pytest.Item):
         return self.path, self.case.line - 1, f"palette: {self.name}"
 
 
-def _judged(verdict: Verdict, found: evidence.Evidence) -> Judged:
+def _judged(verdict: Verdict, on_disk: evidence.Evidence) -> Judged:
     return Judged(slides=verdict.slides, has_plex=verdict.has_plex, deck=verdict.pptx is not None,
                   calls=verdict.commands, polls=verdict.polls, max_polls=verdict.max_polls,
                   context_expected=verdict.context_expected, context_reached=verdict.context_reached,
@@ -239,7 +241,7 @@ def _judged(verdict: Verdict, found: evidence.Evidence) -> Judged:
                   replanned_after_edit=verdict.replanned_after_edit, spins=verdict.spins,
                   calls_from=verdict.calls_from, notes=verdict.notes, skill_expected=verdict.skill_expected,
                   skill_used=verdict.skill_used, rules=None if verdict.rules == PALETTE else verdict.rules,
-                  deck_by=evidence.deck_by(found))
+                  deck_by=evidence.deck_by(on_disk))
 
 
 def _usage(transcript: Transcript | None, started: float, ended: float, price: Price | None = None) -> Usage:
@@ -316,14 +318,14 @@ def timeouts(items: list[pytest.Item], settings: Settings) -> None:
             item.add_marker(pytest.mark.timeout(settings.turn_timeout * turns + settings.build_grace + 60))
 
 
-def hold_ahead(items: list[pytest.Item], session: Session) -> Overlap | None:
+def converse_ahead(items: list[pytest.Item], session: Session) -> Overlap | None:
     """Start the conversations of `items` ahead of them, `--palette-conversations` at once (None when 1)."""
     if session.settings.conversations <= 1:
         return None
     overlap = Overlap(session.settings.conversations)
     jobs = []
     for item in items:
-        if isinstance(item, CaseItem) and item.holds_conversation():
+        if isinstance(item, CaseItem) and item.has_conversation():
             host = session.hosts[item.host_name]
             jobs.append((item.nodeid, None if host.concurrent else item.host_name,
                          functools.partial(item.converse, host)))

@@ -15,10 +15,11 @@ from typing import Any
 from ..arena import command_log, untrusted
 from ..arena.workspace import Workspace, item_label
 from ..cases import Case
-from ..judge import PALETTE, answer_of, call_args, judge
+from ..judge import PALETTE, answer_of, call_args
 from ..results.record import Record
-from ..run import evidence, faults
+from ..run import evidence
 from ..run.conversation import Transcript
+from ..run.judging import judge_folder
 
 #: Output longer than this many lines is folded on the page.
 FOLD_LINES = 12
@@ -38,8 +39,8 @@ class Command:
 
     @classmethod
     def of(cls, run: command_log.CommandRun) -> Command:
-        return cls(run.command, run.started_at, round(run.ended_at - run.started_at, 3), run.exit_code, run.stdout,
-                   run.stderr)
+        return cls(line=run.command, started_at=run.started_at, seconds=round(run.ended_at - run.started_at, 3),
+                   exit_code=run.exit_code, output=run.stdout, errors=run.stderr)
 
     @property
     def long(self) -> bool:
@@ -88,7 +89,9 @@ class Revision:
 
 
 @dataclass
-class Failure:
+class FailureView:
+    """One failure of the record as the page shows it: its words beside the calls that broke its rule."""
+
     words: str
     calls: list[Call]
     #: Why no call is shown: the rule is about what was not done, or the current judge reads the item otherwise.
@@ -126,7 +129,7 @@ class Item:
     calls_from: str = ""
     span: float = 0.0  # seconds from the first message to the last call's end: the timeline's width
     turn_marks: list[tuple[int, float]] = field(default_factory=list)  # (turn, offset) on the timeline
-    failures: list[Failure] = field(default_factory=list)
+    failures: list[FailureView] = field(default_factory=list)
     notes: tuple[str, ...] = ()
     #: Files of the item's folder the site would show but does not: links, not regular files, over their bound.
     refused: list[str] = field(default_factory=list)
@@ -198,10 +201,10 @@ def _deck(workspace: Workspace, case: str, refused: list[str]) -> Path | None:
 def previews(workspace: Workspace, refused: list[str] | None = None) -> list[Path]:
     """The deck's slide previews in output/, in slide order (slide-2 before slide-10): regular files only, each
     one that is not added to `refused`."""
-    found = untrusted.listing(workspace.folder, Path("output"), lambda name: _SLIDE.match(name) is not None)
+    listing = untrusted.listing(workspace.folder, Path("output"), lambda name: _SLIDE.match(name) is not None)
     if refused is not None:
-        refused += [f"{error.path} {error.why}: not shown" for error in found.refused]
-    numbered = sorted((int(m[1]), entry.path) for entry in found.files if (m := _SLIDE.match(entry.path.name)))
+        refused += [f"{error.path} {error.why}: not shown" for error in listing.refused]
+    numbered = sorted((int(m[1]), entry.path) for entry in listing.files if (m := _SLIDE.match(entry.path.name)))
     return [path for _, path in numbered][:untrusted.PREVIEWS]
 
 
@@ -216,8 +219,8 @@ def _turns(transcript: Transcript, runs: list[command_log.CommandRun]) -> list[T
         usage = record.usage or {}
         tokens = " / ".join(f"{usage[k]:,} {label}" for k, label in (("input_tokens", "in"), ("output_tokens", "out"))
                             if isinstance(usage.get(k), int))
-        turn = Turn(number, record.sent, record.answer, record.error, record.seconds, steps, tokens=tokens,
-                    retries=record.retries)
+        turn = Turn(number=number, sent=record.sent, answer=record.answer, error=record.error,
+                    seconds=record.seconds, steps=steps, tokens=tokens, retries=record.retries)
         if begin is not None:
             turn.commands = [Command.of(r) for r in runs
                              if r.started_at >= begin and (end is None or r.started_at < end)]
@@ -228,7 +231,7 @@ def _turns(transcript: Transcript, runs: list[command_log.CommandRun]) -> list[T
 
 
 def _calls(calls: list[dict[str, Any]], runs: list[command_log.CommandRun], started: list[float]) -> list[Call]:
-    found = []
+    placed = []
     for index, call in enumerate(calls):
         at = call.get("at")
         at = float(at) if isinstance(at, (int, float)) else None
@@ -244,11 +247,11 @@ def _calls(calls: list[dict[str, Any]], runs: list[command_log.CommandRun], star
             line = next((r.command for r in runs if r.started_at - 0.5 <= at <= r.ended_at + 0.5
                          and str(call.get("command")) in r.command), None)
         turn = sum(1 for s in started if at is not None and s <= at) or None
-        found.append(Call(index, str(call.get("command", "?")), shown, at,
-                          float(seconds) if isinstance(seconds, (int, float)) else 0.0,
-                          float(hold) if isinstance(hold, (int, float)) else None, state,
-                          str(call.get("stdout", "")), turn, line))
-    return found
+        placed.append(Call(index=index, command=str(call.get("command", "?")), args=shown, at=at,
+                          seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
+                          hold=float(hold) if isinstance(hold, (int, float)) else None, state=state,
+                          output=str(call.get("stdout", "")), turn=turn, command_line=line))
+    return placed
 
 
 def _revisions(calls: list[dict[str, Any]]) -> list[Revision]:
@@ -278,32 +281,33 @@ def _revisions(calls: list[dict[str, Any]]) -> list[Revision]:
     return revisions
 
 
-def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[Failure]:
+def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[FailureView]:
     """The judge's words as recorded, each beside the calls that broke its rule. Those are found by judging the
     folder again (the judge reads only the disk); where today's judge reads it otherwise, the page says so."""
     record = item.record
     if record.outcome != "fail":
-        return [Failure(words, [], "") for words in record.failures]
+        return [FailureView(words, [], "") for words in record.failures]
     blame: dict[str, tuple[int, ...]] = {}
     # A project's own rules live in its conftest.py: only Palette's can be applied again here.
     if case is not None and record.judged is not None and (record.judged.rules or PALETTE) == PALETTE:
         try:
-            found = evidence.read(item.workspace, 0.0, transcript.started)
-            if not faults.found(found.calls, found.commands_run, item.workspace.work, room=True):  # it was judged
-                verdict = judge(case, found, record.host)
+            verdict = judge_folder(case, item.workspace, host=record.host, started=transcript.started,
+                                   room=True).verdict
+            if verdict is not None:  # no fault: it was judged
                 blame = dict(zip(verdict.failures, verdict.blame, strict=False))
         except (OSError, ValueError) as error:  # an unreadable folder: the words stand alone
-            return [Failure(words, [], f"the folder could not be read again ({error})") for words in record.failures]
+            return [FailureView(words, [], f"the folder could not be read again ({error})")
+                    for words in record.failures]
     failures = []
     for words in record.failures:
         if words not in blame:
-            failures.append(Failure(words, [], "today's judge does not find this in the folder (palette-bench "
-                                               "rejudge shows what it finds)" if case else ""))
+            failures.append(FailureView(words, [], "today's judge does not find this in the folder (palette-bench "
+                                                   "rejudge shows what it finds)" if case else ""))
             continue
         shown = [item.calls[i] for i in blame[words] if i < len(item.calls)]
         for call in shown:
             call.blamed = True
-        failures.append(Failure(words, shown, "" if shown else "no call: the rule is broken by what was not done"))
+        failures.append(FailureView(words, shown, "" if shown else "no call: the rule is broken by what was not done"))
     return failures
 
 
