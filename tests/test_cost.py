@@ -128,9 +128,9 @@ def test_cugas_tokens_are_read_from_either_place_langchain_puts_them_never_both(
 
 def _host_unavailable(host: str) -> str | None:
     if host == "cuga":
-        from pytest_palette.hosts.cuga import CugaHost
+        from pytest_palette.hosts.cuga import installed_problem
 
-        return CugaHost().unavailable()
+        return installed_problem()
     if host == "claude":
         from pytest_palette.hosts.claude import find_cli
 

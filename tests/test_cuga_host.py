@@ -40,6 +40,7 @@ from pytest_palette.hosts.cuga import (
     cuga_model,
     find_uv,
     import_problem,
+    installed_problem,
     unsupported_reason,
 )
 from pytest_palette.models import ModelSpec, parse_model
@@ -449,7 +450,7 @@ def test_a_message_without_variables_is_unchanged() -> None:
 
 # -- end to end: the real CugaAgent ----------------------------------------------------------------
 
-_REASON = CugaHost().unavailable()
+_REASON = installed_problem()  # not the import probe: a second of CPU per worker at collection
 needs_cuga = pytest.mark.skipif(_REASON is not None, reason=f"cuga host unavailable: {_REASON}")
 
 

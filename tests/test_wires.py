@@ -118,9 +118,9 @@ DOCUMENTS = {
 @pytest.mark.timeout(1800)  # a whole session on three hosts: more than the suite's 600 s guard on a busy machine
 def test_generated_documents_pass_on_every_host(pytester: pytest.Pytester) -> None:
     from pytest_palette.hosts.claude import find_cli
-    from pytest_palette.hosts.cuga import CugaHost
+    from pytest_palette.hosts.cuga import installed_problem
 
-    hosts = ["react"] + (["cuga"] if CugaHost().unavailable() is None else []) + (["claude"] if find_cli() else [])
+    hosts = ["react"] + (["cuga"] if installed_problem() is None else []) + (["claude"] if find_cli() else [])
     corpus = pytester.mkdir("corpus")
     for name, text in DOCUMENTS.items():
         (corpus / f"{name}.md").write_text(text, encoding="utf-8")

@@ -682,6 +682,19 @@ CugaAgent(model=GenericFakeChatModel(messages=iter([])), auto_load_policies=Fals
 """
 
 
+def installed_problem() -> str | None:
+    """Why CUGA is not installed here (no uv, no SDK), found without importing it: import_problem() is the full
+    check, and costs a second of CPU in a process of its own."""
+    import importlib.util
+
+    if find_uv() is None:
+        return ("CUGA's run_command needs the `uv` binary, found neither on PATH nor beside "
+                f"{sys.executable}: pip install uv")
+    if importlib.util.find_spec("cuga") is None:
+        return f"the CUGA SDK is not installed: {INSTALL_HINT}"
+    return None
+
+
 def import_problem(python: str = sys.executable) -> str | None:
     """Why the CUGA SDK cannot be imported here (checked in a subprocess), or None."""
     import importlib.util
@@ -733,10 +746,7 @@ class CugaHost(Host):
         return self._unavailable[0]
 
     def _find_unavailable(self) -> str | None:
-        if find_uv() is None:
-            return ("CUGA's run_command needs the `uv` binary, found neither on PATH nor beside "
-                    f"{sys.executable}: pip install uv")
-        return import_problem()
+        return installed_problem() or import_problem()
 
     def _discovery_problems(self, card: SkillCard, model: ModelSpec) -> list[str]:
         """Install the skill in a scratch folder exactly as a run would, and ask CUGA whether it sees it."""
