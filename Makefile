@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BROWSER_PACKAGES := chromium chromium-driver libreoffice-impress-nogui poppler-utils
 
-.PHONY: setup sandbox browser bench converse test lint clean
+.PHONY: setup sandbox browser bench converse test quick lint clean
 
 # The claude and cuga hosts' clients come too, so their columns run offline against the rehearsal model.
 # cuga goes in without its own dependency list (torch, docling, browsers: several GB); requirements-cuga.txt
@@ -51,6 +51,10 @@ converse: $(STAMP)
 # tests/test_published_skill.py makes its own shims folder, for the case where that is the point.
 test: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests -n 2 --dist worksteal --timeout 600
+
+# The inner loop: the unit tests only, in about a minute. Not a replacement for `make test`, which CI runs.
+quick: $(STAMP)
+	$(BIN)/python -m pytest tests -n 2 -m "not end_to_end and not slow" -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check pytest_palette tests benchmarks

@@ -23,6 +23,18 @@ _PALETTE_VARIABLES = ("PALETTE_HOME", "PALETTE_URL", "PALETTE_TRACE", "PALETTE_E
                       "PALETTE_ENV")
 
 
+#: Fixtures that run something whole — a pytest session, a browser, a run shared by the module or the session, a
+#: user of its own: a test that asks for one is end to end whatever it asserts (`make quick` leaves it out).
+WHOLE = frozenset({"pytester", "sweeps", "offline_runs", "browser", "unprivileged", "site", "session", "sweep",
+                   "published_run", "project_runs", "three_hosts", "run", "listener"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if WHOLE & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.end_to_end)
+
+
 @pytest.fixture(autouse=True)
 def _clean_palette_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _PALETTE_VARIABLES:

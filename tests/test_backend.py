@@ -49,6 +49,7 @@ def test_the_engine_names_its_home_and_the_header_names_what_deck_py_will_use(tm
     assert describe_backend(both) == "Palette web server at http://palette.example (PALETTE_URL)"  # URL first
 
 
+@pytest.mark.end_to_end
 def test_a_skill_without_an_engine_fallback_is_ready_only_with_a_backend(tmp_path: Path) -> None:
     skill = real_style_skill(tmp_path)
     bare = {k: v for k, v in os.environ.items() if k not in ("PALETTE_HOME", "PALETTE_URL")}
@@ -61,6 +62,7 @@ def test_a_skill_without_an_engine_fallback_is_ready_only_with_a_backend(tmp_pat
     assert "reference engine through its palette.py" in ready.stdout and "ready (a plan came back in" in ready.stdout
 
 
+@pytest.mark.end_to_end
 def test_the_core_cases_pass_with_that_skill_and_palette_home_naming_the_shipped_entry_point(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     skill = real_style_skill(tmp_path)
@@ -82,6 +84,7 @@ def test_the_core_cases_pass_with_that_skill_and_palette_home_naming_the_shipped
     ("PALETTE_HOME", "/nonexistent/palette", "PALETTE_HOME='/nonexistent/palette' holds no palette.py"),
     ("PALETTE_PYTHON", "/nonexistent/python3", "PALETTE_PYTHON='/nonexistent/python3' is not an interpreter"),
 ])
+@pytest.mark.end_to_end
 def test_a_malformed_setting_stops_the_run_before_any_case_naming_it(tmp_path: Path, variable: str, value: str,
                                                                      said: str) -> None:
     assert any(said in problem for problem in setting_problems({variable: value}))

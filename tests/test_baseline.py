@@ -75,6 +75,7 @@ def test_none_is_the_baseline_and_a_folder_that_is_not_a_skill_still_names_the_f
     assert not (pytester.path / "runs").exists()
 
 
+@pytest.mark.end_to_end
 def test_the_check_still_checks_the_hosts_and_asks_no_backend_for_no_skill(pytester: pytest.Pytester,
                                                                             cases: Path) -> None:
     checked = pytester.runpytest_subprocess("--palette-skill", "none", "--palette-check", "-p", "no:cacheprovider",
@@ -85,6 +86,7 @@ def test_the_check_still_checks_the_hosts_and_asks_no_backend_for_no_skill(pytes
                                   "react: ready"])
 
 
+@pytest.mark.end_to_end
 def test_a_baseline_run_records_terms_no_skill_run_can_be_taken_for(pytester: pytest.Pytester, cases: Path) -> None:
     # PYTHONPATH too: a checkout run from its own folder (a worktree) has deck.py start this package's engine.
     common = ("-p", "no:cacheprovider", f"--palette-sandbox={SANDBOX}", "--palette-sandbox-env=PYTHONPATH")

@@ -21,7 +21,7 @@ from pytest_palette.cases import Case, load_cases
 
 #: Whole sessions on several hosts: the suite's 600 s hang guard (make test) is too tight for them when the
 #: machine is oversubscribed; this one still ends a hang.
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.end_to_end]
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = [case for path in sorted((REPO / "cases").glob("*.yaml")) for case in load_cases(path)]

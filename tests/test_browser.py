@@ -43,6 +43,7 @@ def site(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.end_to_end
 def test_a_good_page_has_no_errors_no_missing_image_and_no_dead_link(browser: Browser, site: Path) -> None:
     page = browser.open(site / "index.html")
     # The lazy image has not loaded yet (it is far below the fold): a check that only looked would call it broken.
@@ -79,6 +80,7 @@ def test_dead_links_ignores_fragments_and_mail_and_keeps_the_site_self_contained
     assert dead_links(site, urls, inside=False) == ["nowhere.html", "http://x.org/"]
 
 
+@pytest.mark.end_to_end
 def test_a_screenshot_is_a_png_of_the_whole_page(browser: Browser, site: Path, tmp_path: Path) -> None:
     page = browser.open(site / "index.html")
     shot = browser.screenshot(page, tmp_path / "shots" / "index.png")
@@ -103,6 +105,7 @@ def test_without_chromium_a_test_is_skipped_naming_the_fix_but_fails_in_ci(
         helper.require()
 
 
+@pytest.mark.end_to_end
 @pytest.mark.slow
 def test_the_offline_runs_are_real_and_the_bad_one_fails_exactly_its_derived_cases(
         offline_runs: OfflineRuns, sweeps: Sweeps) -> None:

@@ -130,6 +130,7 @@ class _Upstream(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.end_to_end
 def test_the_forwarder_adds_the_key_and_passes_only_the_messages_api() -> None:
     upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
@@ -474,6 +475,7 @@ class Item:
         return [call["command"] for call in read_trace(self.trace)]
 
 
+@pytest.mark.end_to_end
 @needs_cli
 def test_with_no_skill_the_cli_offers_only_its_own_and_the_agent_writes_a_deck_of_its_own(
         host: ClaudeHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -495,6 +497,7 @@ def test_with_no_skill_the_cli_offers_only_its_own_and_the_agent_writes_a_deck_o
     assert item.commands() == []  # the skill's script never ran
 
 
+@pytest.mark.end_to_end
 @needs_cli
 def test_a_three_slide_deck_plan_then_yes(host: ClaudeHost, tmp_path: Path) -> None:
     served_before = len(host.endpoint.server(REHEARSAL).served)
@@ -531,6 +534,7 @@ def test_a_three_slide_deck_plan_then_yes(host: ClaudeHost, tmp_path: Path) -> N
     assert not any(p.name == "config" for p in item.work.iterdir())  # the CLI's config is not the agent's
 
 
+@pytest.mark.end_to_end
 @needs_cli
 def test_an_edit_conversation_edits_and_never_replans(host: ClaudeHost, tmp_path: Path) -> None:
     item = Item(tmp_path, host)
@@ -541,6 +545,7 @@ def test_an_edit_conversation_edits_and_never_replans(host: ClaudeHost, tmp_path
     assert deck is not None and inspect_deck(deck).slides == 5
 
 
+@pytest.mark.end_to_end
 @needs_cli
 def test_a_decline_builds_no_deck(host: ClaudeHost, tmp_path: Path) -> None:
     item = Item(tmp_path, host)
@@ -549,6 +554,7 @@ def test_a_decline_builds_no_deck(host: ClaudeHost, tmp_path: Path) -> None:
     assert newest_deck(item.work) is None and "start" not in item.commands()
 
 
+@pytest.mark.end_to_end
 @needs_cli
 def test_a_real_models_key_stays_with_the_harness_and_reaches_the_model(host: ClaudeHost, tmp_path: Path) -> None:
     # anthropic:<model> through a gateway: the rehearsal server stands in for it on loopback.
@@ -566,6 +572,7 @@ def test_a_real_models_key_stays_with_the_harness_and_reaches_the_model(host: Cl
             assert SECRET.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.end_to_end
 @needs_cli
 def test_what_the_cli_reads_is_read_only_even_to_the_cli(host: ClaudeHost, tmp_path: Path) -> None:
     # The CLI's own Write tool is the agent's too: in the CLI's view, what configures it cannot be written.
@@ -606,6 +613,7 @@ def test_the_cli_reaches_its_model_and_nothing_else(host: ClaudeHost, tmp_path: 
     assert done.stdout.split() == ["200", "refused", "111"], done.stderr
 
 
+@pytest.mark.end_to_end
 @needs_cli
 def test_a_skill_the_cli_cannot_find_fails_the_turn(host: ClaudeHost, tmp_path: Path) -> None:
     item = Item(tmp_path, host)
@@ -614,6 +622,7 @@ def test_a_skill_the_cli_cannot_find_fails_the_turn(host: ClaudeHost, tmp_path: 
         item.say("Build a deck on prompt caching")
 
 
+@pytest.mark.end_to_end
 @needs_cli
 def test_denied_tool_calls_are_a_host_error(tmp_path: Path) -> None:
     strict = ClaudeHost(permission_mode="default")
@@ -636,6 +645,7 @@ def test_a_turn_past_its_timeout_is_stopped(host: ClaudeHost, tmp_path: Path) ->
     assert item.session.turns[0].error and "timed out" in item.session.turns[0].error
 
 
+@pytest.mark.end_to_end
 @needs_cli
 def test_a_timed_out_turn_keeps_the_steps_the_cli_streamed_before_it_was_stopped(host: ClaudeHost,
                                                                                   tmp_path: Path) -> None:
@@ -647,6 +657,7 @@ def test_a_timed_out_turn_keeps_the_steps_the_cli_streamed_before_it_was_stopped
     assert any(step.startswith("→ Bash:") and "deck.py plan" in step for step in turn.steps), turn.steps
 
 
+@pytest.mark.end_to_end
 @needs_cli
 def test_preflight_and_describe_name_what_would_run(host: ClaudeHost) -> None:
     assert host.check(REHEARSAL, {}, load_card(PACKAGED_SKILLS / "palette")) == []
@@ -658,6 +669,7 @@ def test_preflight_and_describe_name_what_would_run(host: ClaudeHost) -> None:
     assert len(problems) == 1 and "ANTHROPIC_API_KEY" in str(problems[0])
 
 
+@pytest.mark.end_to_end
 @needs_cli
 def test_preflight_reports_a_skill_the_cli_does_not_discover(host: ClaudeHost, tmp_path: Path) -> None:
     # No frontmatter name/description: the CLI does not offer it as a skill.

@@ -147,6 +147,7 @@ def content_failures(case: Case, evidence: Evidence) -> tuple[tuple[str, tuple[i
 TRACE = (call("find"), call("plan", context=MATERIAL, request="r"), call("start"))
 
 
+@pytest.mark.end_to_end
 def test_a_deck_that_carries_too_little_of_the_material_fails_naming_what_is_missing(tmp_path: Path) -> None:
     deck = deck_saying(tmp_path / "deck.pptx", "Finance review\n$12.4M up 12.1%")
     [(words, blame)] = content_failures(case_of(pasted=MATERIAL), evidence_of(deck, TRACE))
@@ -198,6 +199,7 @@ def run_engine(*args: str, cwd: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.end_to_end
 def test_a_deck_the_reference_engine_renders_from_the_material_carries_all_of_it(tmp_path: Path) -> None:
     run_engine("build-plan", "Make slides from these numbers", "--context", MATERIAL, "--out", "plan.md", cwd=tmp_path)
     run_engine("build-deck", "--plan", "plan.md", "--out-dir", "deck", cwd=tmp_path)

@@ -17,6 +17,8 @@ from pytest_palette.hosts.claude import find_cli
 from pytest_palette.hosts.cuga import installed_problem
 from pytest_palette.run.evidence import inspect_deck, newest_deck, read_trace
 
+pytestmark = pytest.mark.end_to_end
+
 REQUEST = "Build a 3-slide deck on prompt caching"
 
 

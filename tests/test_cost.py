@@ -138,6 +138,7 @@ def _host_unavailable(host: str) -> str | None:
     return None
 
 
+@pytest.mark.end_to_end
 @pytest.mark.parametrize("host", ["react", "cuga", "claude"])
 def test_every_host_records_tokens_offline_and_a_table_naming_the_rehearsal_model_prices_them(
         pytester: pytest.Pytester, host: str) -> None:
@@ -169,6 +170,7 @@ def test_every_host_records_tokens_offline_and_a_table_naming_the_rehearsal_mode
         f"{usage.output_tokens:,} out tokens · {money(usage.cost_usd)} (from your --palette-prices) · commands *"])
 
 
+@pytest.mark.end_to_end
 def test_without_a_price_the_rehearsal_model_gets_tokens_and_no_dollars(pytester: pytest.Pytester) -> None:
     pytester.mkdir("cases")
     (pytester.path / "cases" / "c.yaml").write_text(CASE)
@@ -233,6 +235,7 @@ SAME_FIVE = "".join(f"""
 """ for letter in "abcde")
 
 
+@pytest.mark.end_to_end
 def test_a_run_stops_starting_items_at_its_max_cost_and_records_the_rest_as_skipped(
         pytester: pytest.Pytester) -> None:
     pytester.mkdir("cases")
@@ -257,6 +260,7 @@ def test_a_run_stops_starting_items_at_its_max_cost_and_records_the_rest_as_skip
                                  f"SKIPPED*: {reason}"])
 
 
+@pytest.mark.end_to_end
 def test_the_spend_is_read_from_the_shared_ledger_counting_only_this_sessions_records(
         pytester: pytest.Pytester) -> None:
     from pytest_palette.run.session import SESSION

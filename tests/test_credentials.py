@@ -116,6 +116,7 @@ def test_a_readable_file_stops_the_session_before_anything_runs(pytester: pytest
     assert FILE_KEY not in result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.end_to_end
 @pytest.mark.skipif(problem("bubblewrap") is not None, reason="bubblewrap cannot run here")
 def test_the_files_values_reach_the_session_but_not_the_agents_commands_or_the_run(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

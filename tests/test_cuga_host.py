@@ -170,6 +170,7 @@ def test_an_sdk_that_fails_to_import_is_unavailable_with_the_error(tmp_path: Pat
     assert "No module named 'jinja2'" in reason and INSTALL_HINT in reason
 
 
+@pytest.mark.end_to_end
 def test_importing_the_host_does_not_import_cuga() -> None:
     code = ("import sys, pytest_palette.hosts.cuga as m\nm.CugaHost()\n"
             "print(any(n == 'cuga' or n.startswith('cuga.') for n in sys.modules))\n")
@@ -177,6 +178,7 @@ def test_importing_the_host_does_not_import_cuga() -> None:
     assert done.stdout.strip() == "False"
 
 
+@pytest.mark.end_to_end
 def test_the_plugin_registers_the_cuga_host() -> None:
     done = subprocess.run([sys.executable, "-m", "pytest", "--host=cuga", "--co", "-q", "-p", "no:cacheprovider",
                            "-m", "core"], cwd=Path(__file__).parent.parent, capture_output=True, text=True,
@@ -259,6 +261,7 @@ def _stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str,
      "it ended (exit code 3); the last of its log: CUGA would not import"),
     ("say('failed', error='ImportError: no module named cuga')", "CUGA could not start in its worker: ImportError"),
 ])
+@pytest.mark.end_to_end
 def test_a_worker_that_does_not_start_is_a_host_error_naming_what_it_did(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, said: str) -> None:
     host, workspace, open_session = _stand_in(tmp_path, monkeypatch, body)
@@ -271,6 +274,7 @@ def test_a_worker_that_does_not_start_is_a_host_error_naming_what_it_did(
         host.close()
 
 
+@pytest.mark.end_to_end
 def test_a_worker_line_over_the_bound_ends_the_conversation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cuga_module, "MAX_MESSAGE", 1000)
     host, _, open_session = _stand_in(tmp_path, monkeypatch, "say('ready', skills=['x' * 2000])")
@@ -303,6 +307,7 @@ hear()
 """
 
 
+@pytest.mark.end_to_end
 def test_the_harness_runs_the_workers_commands_reads_its_model_and_gives_it_no_key(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     secret = {"OPENAI_API_KEY": SECRET, "HOSTILE_SECRET": SECRET}
@@ -359,6 +364,7 @@ def test_a_provider_whose_client_holds_its_key_gets_it_in_the_worker(
     assert seen["WATSONX_APIKEY"] == SECRET and seen["WATSONX_PROJECT_ID"] == "p" and "OPENAI_API_KEY" not in seen
 
 
+@pytest.mark.end_to_end
 def test_a_worker_that_never_answers_is_stopped_at_the_turns_timeout(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cuga_module, "TURN_GRACE", 0.5)
@@ -488,6 +494,7 @@ def _talk(session: CugaSession, *messages: str) -> list[str]:
         session.close()
 
 
+@pytest.mark.end_to_end
 @needs_cuga
 def test_with_no_skill_cuga_offers_none_and_its_agent_writes_a_deck_of_its_own(
         host: CugaHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -509,6 +516,7 @@ def test_with_no_skill_cuga_offers_none_and_its_agent_writes_a_deck_of_its_own(
     assert on_disk.pptx is not None and on_disk.slides == 2 and not on_disk.has_plex and deck_by(on_disk) == "agent"
 
 
+@pytest.mark.end_to_end
 @needs_cuga
 def test_a_three_slide_deck_is_planned_approved_and_built_by_cugas_run_command(host: CugaHost,
                                                                                 tmp_path: Path) -> None:
@@ -546,6 +554,7 @@ def test_a_three_slide_deck_is_planned_approved_and_built_by_cugas_run_command(h
     assert [call["at"] for call in seen] == sorted(call["at"] for call in seen)
 
 
+@pytest.mark.end_to_end
 @needs_cuga
 def test_an_edit_conversation_edits_and_never_replans(host: CugaHost, tmp_path: Path) -> None:
     session, trace = _open(host, tmp_path)
@@ -558,6 +567,7 @@ def test_an_edit_conversation_edits_and_never_replans(host: CugaHost, tmp_path: 
     assert deck is not None and inspect_deck(deck).slides == 5
 
 
+@pytest.mark.end_to_end
 @needs_cuga
 def test_a_decline_leaves_no_deck(host: CugaHost, tmp_path: Path) -> None:
     session, trace = _open(host, tmp_path)
@@ -567,6 +577,7 @@ def test_a_decline_leaves_no_deck(host: CugaHost, tmp_path: Path) -> None:
     assert any_deck(tmp_path / "work") == []
 
 
+@pytest.mark.end_to_end
 @needs_cuga
 def test_a_skill_cuga_cannot_discover_stops_the_item_naming_the_folder(host: CugaHost, tmp_path: Path) -> None:
     broken = tmp_path / "broken" / "palette"
@@ -577,6 +588,7 @@ def test_a_skill_cuga_cannot_discover_stops_the_item_naming_the_folder(host: Cug
         _open(host, tmp_path / "run", load_card(broken))
 
 
+@pytest.mark.end_to_end
 @needs_cuga
 def test_a_turn_past_its_timeout_is_a_host_error_and_ends_the_conversation(host: CugaHost, tmp_path: Path) -> None:
     session, _ = _open(host, tmp_path)
@@ -590,6 +602,7 @@ def test_a_turn_past_its_timeout_is_a_host_error_and_ends_the_conversation(host:
         session.close()
 
 
+@pytest.mark.end_to_end
 @needs_cuga
 def test_preflight_and_describe_read_cugas_own_discovery_and_settings(host: CugaHost) -> None:
     assert host.check(REHEARSAL, {}, load_card(PACKAGED_SKILLS / "palette")) == []
@@ -599,6 +612,7 @@ def test_preflight_and_describe_read_cugas_own_discovery_and_settings(host: Cuga
     assert facts["sandbox_execution_timeout"] == "120 s" and facts["cuga_max_steps"].isdigit()
 
 
+@pytest.mark.end_to_end
 @needs_cuga
 def test_preflight_reports_a_skill_cuga_would_not_discover(host: CugaHost, tmp_path: Path) -> None:
     (tmp_path / "palette").mkdir()
@@ -629,6 +643,7 @@ for attempt in range(3):
 """
 
 
+@pytest.mark.end_to_end
 @needs_cuga
 def test_pasted_material_with_code_fences_reaches_the_plan_whole(host: CugaHost, tmp_path: Path) -> None:
     session, trace = _open(host, tmp_path)

@@ -226,6 +226,7 @@ def test_backend_gets_absolute_paths_home_cwd_dotenv_and_venv(deck: Deck) -> Non
     assert seen["dotenv_home"] == os.path.expanduser("~/x")
 
 
+@pytest.mark.end_to_end
 def test_slow_plan_detaches_then_plan_status_collects(deck: Deck) -> None:
     r = deck("plan", "--request", "tides", "--out", "plan.md", "--hold-seconds", "0.3", **deck.closed_gate())
     assert r.code == 0 and r.json["state"] == "running" and r.json["done"] is False
@@ -251,6 +252,7 @@ def test_hold_seconds_zero_returns_at_once(deck: Deck) -> None:
     assert r.code == 0 and r.json["state"] == "running"
 
 
+@pytest.mark.end_to_end
 def test_hold_returns_done_when_the_job_ends_within_it(deck: Deck) -> None:
     # How promptly a hold notices the end is a speed target, measured by scripts, not here.
     r = deck("plan", "--request", "tides", "--out", "plan.md", "--hold-seconds", "60",
@@ -291,6 +293,7 @@ def test_second_plan_collects_the_running_one(deck: Deck, monkeypatch: pytest.Mo
     assert deck.calls() == ["build-plan"]
 
 
+@pytest.mark.end_to_end
 def test_plan_wait_ignores_the_hold_limit(deck: Deck) -> None:
     r = deck("plan", "--request", "tides", "--out", "plan.md", "--wait", "--hold-seconds", "0",
              FAKE_PALETTE_SLEEP="0.5")
@@ -351,6 +354,7 @@ def test_unindent_fixes_literal_indent_but_trace_keeps_raw(deck: Deck) -> None:
     ["line\n" * 8 + "end", "word " * 81 + "\n\n\n"],
     ids=["eight-newlines", "over-400-chars-three-newlines"],
 )
+@pytest.mark.end_to_end
 def test_pasted_request_is_refused_unless_context_or_source(deck: Deck, request_text: str) -> None:
     r = deck("plan", "--request", request_text, "--out", "plan.md",
             PALETTE_TRACE=str(deck.ws / "trace.jsonl"))
@@ -380,6 +384,7 @@ def test_request_below_the_paste_rules_proceeds(deck: Deck, request_text: str) -
 # --------------------------------------------------------------------------- edit
 
 
+@pytest.mark.end_to_end
 def test_edit_overwrites_plan_and_collects_like_plan(deck: Deck) -> None:
     plan = write_plan(deck)
     r = deck("edit", "--instruction", "make it 3 slides", "--plan", "plan.md", "--hold-seconds", "10")
@@ -434,6 +439,7 @@ def test_start_then_status_done_with_state_files(deck: Deck) -> None:
                             "--palette-family", "ocean"]
 
 
+@pytest.mark.end_to_end
 def test_start_under_captured_pipes_returns_while_build_runs(deck: Deck) -> None:
     write_plan(deck)
     r = deck("start", "--plan", "plan.md", "--out-dir", "out", **deck.closed_gate())
@@ -449,6 +455,7 @@ def test_start_under_captured_pipes_returns_while_build_runs(deck: Deck) -> None
     assert s.json["next"].endswith("status --out-dir out")
 
 
+@pytest.mark.end_to_end
 def test_second_start_collects_the_running_build(deck: Deck) -> None:
     write_plan(deck)
     first = deck("start", "--plan", "plan.md", "--out-dir", "out", **deck.closed_gate())
@@ -461,6 +468,7 @@ def test_second_start_collects_the_running_build(deck: Deck) -> None:
     assert deck.calls().count("build-deck") == 1
 
 
+@pytest.mark.end_to_end
 def test_stale_exit_file_and_old_deck_do_not_read_as_done(deck: Deck) -> None:
     write_plan(deck)
     out = deck.ws / "out"
@@ -478,6 +486,7 @@ def test_stale_exit_file_and_old_deck_do_not_read_as_done(deck: Deck) -> None:
     ("mode", "exit_code", "hint"),
     [("small", 0, "under 20000 bytes"), ("fail", 3, "exit code 3")],
 )
+@pytest.mark.end_to_end
 def test_status_error_state_has_log_tail(deck: Deck, mode: str, exit_code: int, hint: str) -> None:
     write_plan(deck)
     deck("start", "--plan", "plan.md", "--out-dir", "out", FAKE_PALETTE_MODE=mode)
@@ -511,6 +520,7 @@ def test_start_with_missing_plan_is_a_json_error(deck: Deck) -> None:
 # --------------------------------------------------------------------------- find
 
 
+@pytest.mark.end_to_end
 def test_find_lists_plans_and_builds_in_each_state(deck: Deck) -> None:
     write_plan(deck, "done.md")
     # Gated, never released: these two are still running when find looks.
@@ -656,6 +666,7 @@ def test_trace_edit_error_and_lists(deck: Deck) -> None:
     assert status["args"] == {"out_dir": "nowhere", "hold_seconds": 60}
 
 
+@pytest.mark.end_to_end
 def test_status_error_state_traces_exit_1_without_error_key(deck: Deck) -> None:
     write_plan(deck)
     deck("start", "--plan", "plan.md", "--out-dir", "out", FAKE_PALETTE_MODE="small")
@@ -664,6 +675,7 @@ def test_status_error_state_traces_exit_1_without_error_key(deck: Deck) -> None:
     assert line["exit_code"] == 1 and "error" not in line and json.loads(line["stdout"]) == s.json
 
 
+@pytest.mark.end_to_end
 def test_no_trace_for_usage_errors_or_when_unset_or_blank(deck: Deck) -> None:
     trace = deck.ws / "trace.jsonl"
     usage = deck("plan", "--request", "x", PALETTE_TRACE=str(trace))  # --out missing
@@ -765,6 +777,7 @@ def test_dotenv_parser_and_unindent_units(tmp_path: Path) -> None:
     assert mod.unindent("single line") == "single line"
 
 
+@pytest.mark.end_to_end
 def test_liveness_reads_full_args_and_rejects_foreign_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     mod = load_deck_module()
     monkeypatch.setenv("COLUMNS", "40")  # ps would otherwise clip args to this width
@@ -809,6 +822,7 @@ def test_plan_out_that_is_a_directory_is_a_json_error(deck: Deck) -> None:
     assert r.code == 1 and r.json["error"] == "--out sub is a directory" and "plan.md" in r.json["fix"]
 
 
+@pytest.mark.end_to_end
 def test_killed_hold_still_answers_and_traces(deck: Deck) -> None:
     write_plan(deck)
     deck("start", "--plan", "plan.md", "--out-dir", "out", **deck.closed_gate())  # never released

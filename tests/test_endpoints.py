@@ -68,6 +68,7 @@ def test_a_local_server_without_a_key_is_told_what_to_set() -> None:
     check_model(spec, {"OPENAI_API_KEY": "none"})  # then it is ready
 
 
+@pytest.mark.end_to_end
 def test_the_key_comes_from_the_environment_and_never_shows(tmp_path: Path) -> None:
     model = build_chat_model(parse_model("openai:m", "http://127.0.0.1:9/v1"), {"OPENAI_API_KEY": FAKE_KEY},
                              max_retries=3)
@@ -159,6 +160,7 @@ def test_a_reset_closes_the_connection_without_an_answer() -> None:
         _post(server, {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
 
 
+@pytest.mark.end_to_end
 def test_the_openai_client_retries_each_fault_and_the_counter_sees_each_retry() -> None:
     with RehearsalServer(faults=FaultSchedule.parse("429:0.3,500:0.1,reset:0.1,seed=3")) as server:
         counter = RetryCounter()
@@ -180,6 +182,7 @@ def test_a_call_still_failing_after_its_retries_raises_with_the_cause() -> None:
         assert (counter.count, len(server.injected)) == (1, 2)
 
 
+@pytest.mark.end_to_end
 def test_cugas_retries_are_the_failed_answers_its_forwarder_passed_on() -> None:
     from pytest_palette.hosts.cuga import RETRIED_STATUSES
     from pytest_palette.hosts.endpoint import OPENAI_FORWARDED, KeyForwarder
@@ -215,6 +218,7 @@ def test_each_api_retry_line_of_the_cli_is_a_retry() -> None:
     assert parse_stream(lines).retries == 2 and parse_stream(lines[:1]).retries == 0
 
 
+@pytest.mark.end_to_end
 def test_the_retry_bound_reaches_every_host_description() -> None:
     from pytest_palette.hosts.claude import ClaudeHost
     from pytest_palette.hosts.cuga import CugaHost
@@ -238,6 +242,7 @@ def _files_holding(folder: Path, secret: str) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
+@pytest.mark.end_to_end
 @pytest.mark.slow
 def test_react_runs_the_core_cases_through_an_openai_compatible_endpoint(tmp_path: Path) -> None:
     with RehearsalServer() as server:
@@ -255,6 +260,7 @@ def test_react_runs_the_core_cases_through_an_openai_compatible_endpoint(tmp_pat
     assert _files_holding(tmp_path, FAKE_KEY) == []
 
 
+@pytest.mark.end_to_end
 @pytest.mark.slow
 def test_react_with_injected_429s_and_500s_judges_every_item_and_counts_each_retry(tmp_path: Path) -> None:
     with RehearsalServer(faults=FaultSchedule.parse(FAULTS)) as server:
@@ -274,6 +280,7 @@ def test_react_with_injected_429s_and_500s_judges_every_item_and_counts_each_ret
     assert _files_holding(tmp_path, FAKE_KEY) == []
 
 
+@pytest.mark.end_to_end
 @pytest.mark.slow
 @pytest.mark.skipif(find_cli() is None, reason="no Claude Code CLI: pip install claude-agent-sdk")
 def test_claude_with_injected_429s_and_500s_judges_every_item_and_counts_the_clis_retries(tmp_path: Path) -> None:
@@ -290,6 +297,7 @@ def test_claude_with_injected_429s_and_500s_judges_every_item_and_counts_the_cli
     assert f"{retries} retries" in to_markdown(build_report(load(tmp_path / "runs")))
 
 
+@pytest.mark.end_to_end
 @pytest.mark.slow
 def test_cuga_with_injected_429s_and_500s_judges_every_item_and_counts_the_sdks_retries(
         pytester: pytest.Pytester) -> None:

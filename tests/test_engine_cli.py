@@ -29,6 +29,7 @@ def last_error(result: subprocess.CompletedProcess[str]) -> str:
     return lines[-1] if lines else ""
 
 
+@pytest.mark.end_to_end
 def test_plan_edit_build_round_trip(tmp_path: Path) -> None:
     plan = tmp_path / "plan.md"
     result = engine("build-plan", "a 4-slide deck on prompt caching", "--out", str(plan))
@@ -125,6 +126,7 @@ def test_malformed_latency_fails_the_command(tmp_path: Path) -> None:
     assert not (tmp_path / "p.md").exists()
 
 
+@pytest.mark.end_to_end
 def test_latency_delays_only_its_stage(tmp_path: Path) -> None:
     plan = tmp_path / "p.md"
     started = time.monotonic()

@@ -61,6 +61,7 @@ def decks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dic
     }
 
 
+@pytest.mark.end_to_end
 @pytest.mark.parametrize(("name", "slides"), [("one", 1), ("grounded", 5), ("twelve", 12)])
 def test_slide_count_and_size_floor(decks: dict[str, tuple[Path, dict[str, Any]]], name: str,
                                     slides: int) -> None:

@@ -50,6 +50,7 @@ def errors_of(pytester: pytest.Pytester) -> dict[str, tuple[str, tuple[str, ...]
     return {key[1]: (record.outcome, record.failures) for key, record in load(run).latest.items()}
 
 
+@pytest.mark.end_to_end
 def test_a_backend_that_exits_1_is_an_error_naming_it_and_the_run_goes_on(
         pytester: pytest.Pytester, cases: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a_backend(pytester, monkeypatch, "import sys\nsys.exit(1)\n")
@@ -63,6 +64,7 @@ def test_a_backend_that_exits_1_is_an_error_naming_it_and_the_run_goes_on(
     assert errors_of(pytester) == {"three_slides": ("error", (cause,)), "held_off": ("error", (cause,))}
 
 
+@pytest.mark.end_to_end
 def test_a_full_disk_under_the_backend_is_an_error_of_the_machine(
         pytester: pytest.Pytester, cases: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # /dev/full answers every write with ENOSPC: the kernel's own "no space left", without filling a disk.
@@ -77,6 +79,7 @@ def test_a_full_disk_under_the_backend_is_an_error_of_the_machine(
                                  "OSError: [[]Errno 28[]] No space left on device"])
 
 
+@pytest.mark.end_to_end
 def test_a_backend_that_refuses_the_agents_input_is_judged_as_usual(
         pytester: pytest.Pytester, cases: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # One `error:` line and no traceback: the backend refused what it was asked. That is the agent's doing
@@ -154,6 +157,7 @@ def test_the_same_words_in_a_commands_output_or_mid_line_are_no_fault() -> None:
     assert faults.first_fault([], [quoted, mid_line]) is None
 
 
+@pytest.mark.end_to_end
 def test_the_harness_unable_to_write_is_an_error_naming_the_file(pytester: pytest.Pytester, cases: Path) -> None:
     # The run folder goes read-only under the harness mid-run (root ignores permissions, so the write itself
     # is made to fail as the kernel would fail it).
@@ -195,6 +199,7 @@ def a_long_paste(pytester: pytest.Pytester, host: str) -> pytest.RunResult:
     return result
 
 
+@pytest.mark.end_to_end
 @pytest.mark.parametrize("host", ["react", "cuga"])
 def test_a_paste_longer_than_one_argument_reaches_the_skill_whole(pytester: pytest.Pytester, host: str) -> None:
     a_long_paste(pytester, host).assert_outcomes(passed=1)
@@ -209,6 +214,7 @@ def test_a_paste_longer_than_one_argument_reaches_the_skill_whole(pytester: pyte
     assert "finding 8999" in (pasted.parent / "plan.md").read_text()
 
 
+@pytest.mark.end_to_end
 def test_on_claude_the_paste_reaches_the_agent_and_the_clis_own_limit_is_an_error(pytester: pytest.Pytester) -> None:
     result = a_long_paste(pytester, "claude")
     # The CLI read the whole message on its standard input; its Bash tool then cannot start a 400 KB
@@ -275,6 +281,7 @@ def pytest_runtest_setup(item):
 """
 
 
+@pytest.mark.end_to_end
 def test_a_dead_model_endpoint_is_named_and_replaced_before_the_next_item(pytester: pytest.Pytester,
                                                                           cases: Path) -> None:
     # The claude host; cuga's shares the endpoint (the same check ran by hand there). The dead server is found
@@ -291,6 +298,7 @@ def test_a_dead_model_endpoint_is_named_and_replaced_before_the_next_item(pytest
                                   r"127\.0\.0\.1:\d+ stopped answering \(.*timed out.*\)"])
 
 
+@pytest.mark.end_to_end
 def test_rejudge_turns_a_verdict_over_a_fault_into_an_error(pytester: pytest.Pytester, cases: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     pytester.runpytest("-p", "no:cacheprovider", "-k", "held_off").assert_outcomes(passed=1)
@@ -305,6 +313,7 @@ def test_rejudge_turns_a_verdict_over_a_fault_into_an_error(pytester: pytest.Pyt
            "device" in out
 
 
+@pytest.mark.end_to_end
 def test_a_bug_of_the_harness_is_an_error_that_still_leaves_its_record(pytester: pytest.Pytester,
                                                                        cases: Path) -> None:
     pytester.makeconftest("""

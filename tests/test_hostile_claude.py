@@ -98,6 +98,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, listener: tuple[int, list[st
 pytestmark = [needs_bubblewrap, pytest.mark.skipif(find_cli() is None, reason="no Claude Code CLI")]
 
 
+@pytest.mark.end_to_end
 def test_the_agent_tried_every_route_and_both_items_were_judged(sweep: dict[str, Any]) -> None:
     assert set(CLAUDE_SETTINGS_ATTACK) <= set(sweep["ran"]) and set(CLAUDE_SETTINGS_CHECK) <= set(sweep["ran"])
     hostile, after = sweep["records"]["hostile_settings"], sweep["records"]["next_item"]

@@ -177,6 +177,7 @@ def _section(said: str, title: str) -> str:
     return match.group(1)
 
 
+@pytest.mark.end_to_end
 @needs_bubblewrap
 def test_the_attacked_item_is_judged_and_passes(session: Session) -> None:
     assert session.record["outcome"] == "pass", session.record["failures"]

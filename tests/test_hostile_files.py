@@ -76,6 +76,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
     yield Session(folder, run, secret, done.stdout + done.stderr, records)
 
 
+@pytest.mark.end_to_end
 @pytest.mark.parametrize("host", HOSTS)
 def test_the_attacked_item_is_judged_with_a_note_for_each_link_and_the_next_passes(session: Session,
                                                                                   host: str) -> None:

@@ -75,6 +75,7 @@ def _stopped_at(said: str) -> int:
     return int(said.split("stopped at ")[1].split()[0])
 
 
+@pytest.mark.end_to_end
 @needs_bubblewrap
 def test_the_item_held_beside_the_attacker_passes_untouched(run: Run) -> None:
     assert run.records["bystander"]["outcome"] == "pass", run.records["bystander"]["failures"]
@@ -118,6 +119,7 @@ def test_a_fork_loop_stops_at_the_item_process_limit(run: Run) -> None:
     assert int(said.split("fork refused after ")[1].split()[0]) < Limits().processes
 
 
+@pytest.mark.end_to_end
 @needs_bubblewrap
 def test_no_key_anywhere_and_nothing_left_running(run: Run) -> None:
     for path in run.files:

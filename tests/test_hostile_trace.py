@@ -201,6 +201,7 @@ CASES = f"""
 
 @pytest.mark.skipif(problem("bubblewrap") is not None, reason="no sandbox here")
 # One session a host, each with one variant: the rewritten trace on react, the truncated and forged one on claude.
+@pytest.mark.end_to_end
 @pytest.mark.parametrize(("host", "agent"), [("react", "hostile_trace"), ("claude", "hostile_trace_forged")])
 def test_an_agent_that_rewrites_its_trace_still_fails_the_gate(pytester: pytest.Pytester, host: str,
                                                                agent: str) -> None:

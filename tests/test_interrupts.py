@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from interrupting import interrupt
 
+pytestmark = pytest.mark.end_to_end
+
 
 @pytest.mark.parametrize(("host", "conversations"), [("react", 1), ("cuga", 8), ("claude", 1)])
 def test_ctrl_c_mid_turn_ends_the_session_and_leaves_no_process(tmp_path: Path, host: str,

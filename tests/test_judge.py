@@ -616,6 +616,7 @@ def stub_deck(path: Path, slides: int = 1) -> Path:
     return path
 
 
+@pytest.mark.end_to_end
 def test_inspect_a_rendered_deck(rendered: Path) -> None:
     facts = inspect_deck(rendered / "deck" / "deck.pptx")
     assert facts.slides == 3

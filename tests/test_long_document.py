@@ -124,6 +124,7 @@ def test_deck_pys_answer_for_it_is_over_the_old_clip_and_under_the_new_default()
 # -- the limit: options and what each host is given ------------------------------------------------------------
 
 
+@pytest.mark.end_to_end
 def test_the_limit_reaches_the_hosts_and_a_bad_one_is_one_line(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\npalette_output_limit = 60_000\n")
     from_ini, given = resolve(pytester.parseconfigure()), resolve(pytester.parseconfigure("--palette-output-limit",
@@ -140,6 +141,7 @@ def test_the_limit_reaches_the_hosts_and_a_bad_one_is_one_line(pytester: pytest.
     assert "Traceback" not in not_a_number.stderr.str() + too_small.stderr.str()
 
 
+@pytest.mark.end_to_end
 def test_each_host_is_told_the_limit_and_says_so() -> None:
     settings = HostSettings(output_limit=40_000)
     assert ReactHost().describe(parse_model("rehearsal"), settings)["output_limit"] == "40,000 characters"
@@ -217,6 +219,7 @@ def test_an_answer_cut_before_deck_py_said_done_is_not_taken_for_a_plan() -> Non
 # -- end to end ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.end_to_end
 @pytest.mark.parametrize("host", HOSTS)
 def test_the_good_agent_passes_the_35_kb_document(three_hosts: tuple[Path, dict[str, ET.Element]],
                                                   host: str) -> None:
@@ -231,6 +234,7 @@ def test_the_good_agent_passes_the_35_kb_document(three_hosts: tuple[Path, dict[
     assert plan_calls and all(len(str(c["command"])) > 35_000 for c in plan_calls)
 
 
+@pytest.mark.end_to_end
 def test_past_the_limit_react_shows_the_marker_and_the_agent_reads_the_plan_from_disk(
         clipped_react: tuple[Path, dict[str, ET.Element]]) -> None:
     folder, results = clipped_react

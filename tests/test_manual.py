@@ -27,6 +27,7 @@ CASES = """
 DECK = "python3 .claude/skills/palette/scripts/deck.py"
 
 
+@pytest.mark.end_to_end
 def test_prepare_writes_folders_and_a_run_sheet_then_collect_judges_the_disk(pytester: pytest.Pytester) -> None:
     pytester.mkdir("cases")
     (pytester.path / "cases" / "c.yaml").write_text(CASES)

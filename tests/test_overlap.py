@@ -104,6 +104,7 @@ def _most_at_once(windows: list[tuple[float, float]]) -> int:
     return max(sum(start <= at < end for start, end in windows) for at, _ in windows)
 
 
+@pytest.mark.end_to_end
 def test_conversations_run_together_and_every_item_is_still_judged(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(CORE, *_here(pytester), "-m", "core", "--palette-conversations", "5",
                                            "--palette-rehearsal-latency", "0.2")
@@ -113,6 +114,7 @@ def test_conversations_run_together_and_every_item_is_still_judged(pytester: pyt
     assert _most_at_once(_windows(run)) > 1
 
 
+@pytest.mark.end_to_end
 def test_cuga_has_its_conversations_side_by_side_each_in_its_own_worker(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(CORE, *_here(pytester), "-m", "core", "--host", "cuga",
                                            "--palette-conversations", "5")
@@ -136,6 +138,7 @@ def pytest_palette_add_hosts(hosts, config):
 """
 
 
+@pytest.mark.end_to_end
 def test_a_host_with_process_wide_state_has_one_conversation_at_a_time(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(SERIAL_HOST)
     cases = pytester.path / "interaction.yaml"  # beside the conftest.py that adds the host
@@ -152,6 +155,7 @@ def test_a_host_with_process_wide_state_has_one_conversation_at_a_time(pytester:
     (["--palette-conversations", "4", "-n", "2"], "--palette-conversations and -n (xdist) both spread*"),
     (["--palette-rehearsal-latency", "2,jitter=5"], "--palette-rehearsal-latency '2,jitter=5': jitter 5 is*"),
 ])
+@pytest.mark.end_to_end
 def test_bad_concurrency_settings_are_one_line_usage_errors(pytester: pytest.Pytester, given: list[str],
                                                             said: str) -> None:
     result = pytester.runpytest_subprocess(CORE, *_here(pytester), *given)

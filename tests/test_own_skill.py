@@ -150,6 +150,7 @@ def test_the_case_file_gives_every_known_bad_agent_cases_to_fail_and_cases_to_pa
     assert any(not case.expect.skill for case in CASES)  # a near miss: the skill must not be used at all
 
 
+@pytest.mark.end_to_end
 @pytest.mark.slow
 @pytest.mark.parametrize("host", HOSTS)
 def test_the_good_agent_passes_every_case_judged_by_the_projects_rules(project_runs: ProjectRuns,
@@ -171,6 +172,7 @@ def test_the_good_agent_passes_every_case_judged_by_the_projects_rules(project_r
         assert record.judged.calls[0] == "plan" and ("write" in record.judged.calls) == approved(case)
 
 
+@pytest.mark.end_to_end
 @pytest.mark.slow
 @pytest.mark.parametrize("host", HOSTS)
 @pytest.mark.parametrize("flaw", sorted(EXPECTED))
@@ -203,6 +205,7 @@ def test_palette_bench_report_shows_the_projects_cases(project_runs: ProjectRuns
         assert rows[case.name].count("pass") == (0 if case.name in failing else ran), rows[case.name]
 
 
+@pytest.mark.end_to_end
 def test_a_wrong_expect_of_the_skill_is_one_line_naming_its_file_and_line(tmp_path: Path) -> None:
     project = copy_project(tmp_path)
     cases = project / "cases" / "changelog.yaml"

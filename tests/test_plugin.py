@@ -90,6 +90,7 @@ def test_a_case_file_named_on_the_command_line_is_collected_wherever_it_lives(py
     result.stdout.fnmatch_lines(["my_repo/mine.yaml::three_slides[[]react[]]", "2 tests collected*"])
 
 
+@pytest.mark.end_to_end
 def test_a_run_passes_prints_the_table_and_keeps_inputs_and_outputs(pytester: pytest.Pytester, cases: Path) -> None:
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
@@ -114,6 +115,7 @@ def test_a_run_passes_prints_the_table_and_keeps_inputs_and_outputs(pytester: py
     assert not list((item / "work").rglob("replies.txt"))
 
 
+@pytest.mark.end_to_end
 def test_each_trace_holds_only_its_own_items_calls(pytester: pytest.Pytester, cases: Path) -> None:
     pytester.makepyfile(test_after="""
         import os
@@ -128,6 +130,7 @@ def test_each_trace_holds_only_its_own_items_calls(pytester: pytest.Pytester, ca
     assert "tides" in held and "tides" not in built and '"start"' not in held
 
 
+@pytest.mark.end_to_end
 @pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_junit_carries_the_properties_on_every_testcase(pytester: pytest.Pytester, cases: Path,
                                                         xdist: list[str]) -> None:
@@ -149,6 +152,7 @@ def test_junit_carries_the_properties_on_every_testcase(pytester: pytest.Pyteste
     assert len(seen) == 4
 
 
+@pytest.mark.end_to_end
 def test_a_failing_verdict_is_a_failure_with_every_rule_in_words(pytester: pytest.Pytester) -> None:
     pytester.mkdir("cases")
     (pytester.path / "cases" / "c.yaml").write_text(textwrap.dedent("""
@@ -183,6 +187,7 @@ def test_a_host_failure_is_an_error_of_the_run_not_a_verdict(pytester: pytest.Py
     ])
 
 
+@pytest.mark.end_to_end
 def test_a_turn_that_times_out_is_an_error(pytester: pytest.Pytester, cases: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PALETTE_ENGINE_LATENCY", "plan=5")
@@ -212,6 +217,7 @@ def test_a_turn_that_times_out_is_an_error(pytester: pytest.Pytester, cases: Pat
     ("name: a\n", 1, "a case file is a list of cases*"),
     ("- name: a\n  covers: [x\n", 3, "not valid YAML*"),
 ])
+@pytest.mark.end_to_end
 def test_a_mistake_in_a_case_file_is_a_collection_error_naming_file_and_line(
         pytester: pytest.Pytester, yaml_text: str, line: int, message: str) -> None:
     pytester.mkdir("cases")
@@ -231,6 +237,7 @@ def test_a_name_used_twice_across_files_is_a_collection_error(pytester: pytest.P
     result.stdout.fnmatch_lines(["*cases/b.yaml:4: case name 'same' is already used at *cases/a.yaml:1"])
 
 
+@pytest.mark.end_to_end
 def test_an_unset_corpus_variable_errors_those_items_and_the_others_still_run(
         pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PALETTE_BENCH_INPUTS", raising=False)
@@ -301,6 +308,7 @@ def test_usage_errors_come_before_any_case_runs(pytester: pytest.Pytester, cases
     listing.stdout.fnmatch_lines(["2 tests collected*"])
 
 
+@pytest.mark.end_to_end
 def test_a_project_replaces_a_host_of_the_same_name(pytester: pytest.Pytester, cases: Path) -> None:
     pytester.makeconftest("""
         from pytest_palette.hosts.react import ReactHost
@@ -357,6 +365,7 @@ def test_a_projects_host_adds_and_reads_options_of_its_own(pytester: pytest.Pyte
     default.stdout.fnmatch_lines(["palette: mine: steps 40, eager False"])
 
 
+@pytest.mark.end_to_end
 def test_path_options_work_with_a_space_as_with_an_equals_sign_wherever_the_path_is(
         pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory) -> None:
     import shutil

@@ -60,6 +60,7 @@ LONG_PLAN = re.compile(r"^  three_slides\[react\] turn 1/2 · (running|ran) pyth
 
 @pytest.mark.parametrize("spread", [[], ["--palette-conversations", "3"], ["-n", "2"]],
                          ids=["serial", "conversations", "xdist"])
+@pytest.mark.end_to_end
 def test_with_v_every_item_shows_each_turn_and_a_long_command(pytester: pytest.Pytester, cases: Path,
                                                               monkeypatch: pytest.MonkeyPatch,
                                                               spread: list[str]) -> None:
@@ -76,6 +77,7 @@ def test_with_v_every_item_shows_each_turn_and_a_long_command(pytester: pytest.P
     assert long and all(int(found.group(2)) >= 1 for found in long), "\n".join(lines)
 
 
+@pytest.mark.end_to_end
 def test_without_v_no_progress_line(pytester: pytest.Pytester, cases: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PALETTE_ENGINE_LATENCY", "plan=2")
     result = pytester.runpytest_subprocess("-k", "three_slides", "--palette-progress-after", "1",

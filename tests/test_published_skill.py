@@ -99,6 +99,7 @@ def published_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[
     return folder / "runs", outcomes, done.stdout
 
 
+@pytest.mark.end_to_end
 @pytest.mark.slow
 def test_ibms_published_skill_passes_every_shipped_case_sandboxed_with_python_from_shims(
         published_run: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
@@ -146,6 +147,7 @@ def test_the_sandbox_binds_the_managers_root_read_only_and_not_the_home(tmp_path
     assert ".ssh" not in shown.stdout and "bin" in shown.stdout  # the home's bin, not the home
 
 
+@pytest.mark.end_to_end
 def test_with_the_shims_folder_hidden_an_item_is_an_error_naming_python_not_a_fail(
         pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path, _ = shims_path(tmp_path)

@@ -48,6 +48,7 @@ def test_lazy_offers_two_tools_and_eager_drops_the_loader(tmp_path: Path) -> Non
     assert "Available: palette" in loader.invoke({"name": "slides"})
 
 
+@pytest.mark.end_to_end
 def test_a_three_slide_deck_with_a_plain_yes(session: ReactSession, tmp_path: Path) -> None:
     first = session.send("Build a 3-slide deck on prompt caching", timeout=120)
     assert "Reply **yes**" in first.answer and newest_deck(tmp_path) is None
@@ -61,6 +62,7 @@ def test_a_three_slide_deck_with_a_plain_yes(session: ReactSession, tmp_path: Pa
     assert session.turns[0].steps[0].startswith("→ load_skill")
 
 
+@pytest.mark.end_to_end
 def test_a_change_is_edited_not_replanned_and_then_approved(session: ReactSession, tmp_path: Path) -> None:
     for message in ("Build a 3-slide deck on prompt caching", "make it 5 slides", "yes"):
         session.send(message, timeout=120)
@@ -70,6 +72,7 @@ def test_a_change_is_edited_not_replanned_and_then_approved(session: ReactSessio
     assert deck is not None and inspect_deck(deck).slides == 5
 
 
+@pytest.mark.end_to_end
 def test_holding_off_builds_nothing(session: ReactSession, tmp_path: Path) -> None:
     session.send("Build a 3-slide deck on prompt caching", timeout=120)
     session.send("actually, hold off for now", timeout=120)
@@ -98,6 +101,7 @@ def test_an_exhausted_step_budget_is_a_host_error(tmp_path: Path) -> None:
     assert session.turns[-1].error
 
 
+@pytest.mark.end_to_end
 def test_a_turn_that_outlives_its_timeout_is_a_host_error(tmp_path: Path) -> None:
     env = agent_environment(tmp_path / TRACE_NAME, {**os.environ, "PALETTE_ENGINE_LATENCY": "plan=5"})
     session = ReactSession(RehearsalChatModel(), [load_skill("palette")], tmp_path, env)
@@ -107,6 +111,7 @@ def test_a_turn_that_outlives_its_timeout_is_a_host_error(tmp_path: Path) -> Non
         session.send("yes", timeout=5)
 
 
+@pytest.mark.end_to_end
 def test_each_turn_records_the_tokens_the_model_reported(tmp_path: Path) -> None:
     def conversation(folder: Path) -> list[dict[str, int]]:
         talk = ReactSession(RehearsalChatModel(), [load_skill("palette")], folder,

@@ -603,6 +603,7 @@ class CodeactClient:
         return printed.getvalue()
 
 
+@pytest.mark.end_to_end
 def test_the_server_drives_the_real_skill_to_a_deck(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PALETTE_PYTHON", sys.executable)
     card = install(load_skill("palette"), tmp_path)

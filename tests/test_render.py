@@ -82,6 +82,7 @@ def _fake_tools(folder: Path, soffice: str) -> Path:
     return folder
 
 
+@pytest.mark.end_to_end
 @needs_renderer
 def test_libreoffice_renders_each_slide_once(built: dict[str, tuple[Path, list[str]]], tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,6 +117,7 @@ def test_libreoffice_renders_each_slide_once(built: dict[str, tuple[Path, list[s
     assert _listing(folder) == cached  # same files, same inodes, untouched
 
 
+@pytest.mark.end_to_end
 @needs_renderer
 def test_the_cache_is_keyed_by_the_bytes_not_the_path(built: dict[str, tuple[Path, list[str]]],
                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,6 +130,7 @@ def test_the_cache_is_keyed_by_the_bytes_not_the_path(built: dict[str, tuple[Pat
     assert elsewhere.images == first.images
 
 
+@pytest.mark.end_to_end
 @needs_renderer
 def test_a_hidden_slide_is_rendered_too(built: dict[str, tuple[Path, list[str]]], tmp_path: Path) -> None:
     """python-pptx counts hidden slides, so the images must too, or they would not match the texts."""
@@ -140,6 +143,7 @@ def test_a_hidden_slide_is_rendered_too(built: dict[str, tuple[Path, list[str]]]
     assert len(result.images) == len(result.texts) == 3
 
 
+@pytest.mark.end_to_end
 @needs_renderer
 def test_renders_at_once_do_not_collide(built: dict[str, tuple[Path, list[str]]], tmp_path: Path) -> None:
     """Three LibreOffices at once, two of them on the same bytes: each has its own profile; one rendering
@@ -238,6 +242,7 @@ def test_a_missing_deck_is_named(tmp_path: Path) -> None:
     assert result.kind == "text" and result.note.startswith(f"{tmp_path / 'gone.pptx'}: cannot read it (")
 
 
+@pytest.mark.end_to_end
 def test_a_hung_renderer_is_killed_with_its_whole_tree(built: dict[str, tuple[Path, list[str]]], tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A fake soffice that starts a child, and a grandchild in a session of its own, then hangs: all go."""
@@ -283,6 +288,7 @@ def test_a_real_libreoffice_out_of_time_leaves_nothing_running(built: dict[str, 
     assert list(cache.iterdir()) == []
 
 
+@pytest.mark.end_to_end
 @needs_renderer
 def test_renderer_names_libreoffice_and_its_version() -> None:
     name = renderer()

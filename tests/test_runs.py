@@ -55,6 +55,7 @@ def only_run(pytester: pytest.Pytester) -> Path:
     return run
 
 
+@pytest.mark.end_to_end
 def test_repeats_run_each_item_in_its_own_workspace_and_leave_one_record_each(pytester: pytest.Pytester,
                                                                               cases: Path) -> None:
     result = pytester.runpytest("--palette-runs", "2", "-p", "no:cacheprovider", "-k", "three or held")
@@ -101,6 +102,7 @@ def test_a_bad_shard_is_a_usage_error(pytester: pytest.Pytester, cases: Path) ->
         result.stderr.fnmatch_lines([f"*--palette-shard {bad!r}*"])
 
 
+@pytest.mark.end_to_end
 def test_resume_after_kill_9_ends_with_one_record_per_item(pytester: pytest.Pytester, cases: Path) -> None:
     runs = pytester.path / "runs"
     process = subprocess.Popen(
@@ -127,6 +129,7 @@ def test_resume_after_kill_9_ends_with_one_record_per_item(pytester: pytest.Pyte
     assert {r.outcome for r in after} == {"pass"}
 
 
+@pytest.mark.end_to_end
 def test_an_existing_run_id_without_resume_is_refused_and_no_byte_of_it_changes(pytester: pytest.Pytester,
                                                                                   cases: Path) -> None:
     pytester.runpytest("--palette-run-id", "first", "-k", "held_off", "-p", "no:cacheprovider").assert_outcomes(
@@ -140,6 +143,7 @@ def test_an_existing_run_id_without_resume_is_refused_and_no_byte_of_it_changes(
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.end_to_end
 def test_a_second_session_on_the_same_run_at_once_is_refused(pytester: pytest.Pytester, cases: Path) -> None:
     import fcntl
 
@@ -154,6 +158,7 @@ def test_a_second_session_on_the_same_run_at_once_is_refused(pytester: pytest.Py
     refused.stderr.fnmatch_lines(["*another pytest session is writing this run's ledger (results.jsonl)*"])
 
 
+@pytest.mark.end_to_end
 def test_a_resumed_item_runs_in_a_new_folder_and_the_earlier_attempt_is_kept(pytester: pytest.Pytester,
                                                                             cases: Path) -> None:
     pytester.runpytest("--palette-run-id", "again", "-k", "held_off", "-p", "no:cacheprovider").assert_outcomes(
@@ -174,6 +179,7 @@ def test_a_resumed_item_runs_in_a_new_folder_and_the_earlier_attempt_is_kept(pyt
     assert [r.workspace for r in latest] == ["react/held_off~2"] and (run / "react" / "held_off~2").is_dir()
 
 
+@pytest.mark.end_to_end
 def test_resume_refuses_a_different_configuration(pytester: pytest.Pytester, cases: Path) -> None:
     pytester.runpytest("--palette-run-id", "first", "-k", "held_off", "-p", "no:cacheprovider").assert_outcomes(
         passed=1)
@@ -182,6 +188,7 @@ def test_resume_refuses_a_different_configuration(pytester: pytest.Pytester, cas
     refused.stderr.fnmatch_lines(["*written under another configuration*"])
 
 
+@pytest.mark.end_to_end
 def test_show_and_rejudge_read_a_saved_run(pytester: pytest.Pytester, cases: Path,
                                           capsys: pytest.CaptureFixture[str],
                                           monkeypatch: pytest.MonkeyPatch) -> None:
@@ -231,6 +238,7 @@ def comparable(report: dict[str, object]) -> dict[str, object]:
     return data
 
 
+@pytest.mark.end_to_end
 def test_two_shards_reported_together_equal_the_unsharded_run(pytester: pytest.Pytester, cases: Path) -> None:
     from pytest_palette.results.report import build_report, to_json, to_markdown
 
@@ -252,6 +260,7 @@ def test_two_shards_reported_together_equal_the_unsharded_run(pytester: pytest.P
     assert tables(to_markdown(merged)) == tables(to_markdown(whole))
 
 
+@pytest.mark.end_to_end
 def test_a_ledger_forged_inside_a_workspace_changes_no_number(pytester: pytest.Pytester, cases: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=3)
@@ -311,6 +320,7 @@ def pytest_palette_add_hosts(hosts, config):
 """
 
 
+@pytest.mark.end_to_end
 def test_a_case_with_its_own_poll_ceiling_is_judged_and_reported_against_it(pytester: pytest.Pytester) -> None:
     from pytest_palette.results.report import build_report
 

@@ -287,6 +287,7 @@ def probe_port() -> Iterator[tuple[int, list[str]]]:
     listener.close()
 
 
+@pytest.mark.end_to_end
 @needs_bubblewrap
 @pytest.mark.parametrize("host", ["react", "cuga", "claude"])
 def test_a_hostile_agent_is_contained_on_every_host_and_still_judged(
@@ -328,6 +329,7 @@ def test_a_hostile_agent_is_contained_on_every_host_and_still_judged(
     assert "commands bubblewrap" in result.stdout.str()
 
 
+@pytest.mark.end_to_end
 @needs_bubblewrap
 def test_unconfined_runs_say_so_in_the_record_the_table_and_the_report(pytester: pytest.Pytester) -> None:
     pytester.makefile(".yaml", cases=CASE)
@@ -345,6 +347,7 @@ def test_unconfined_runs_say_so_in_the_record_the_table_and_the_report(pytester:
         (pytester.path / "report.md").read_text()
 
 
+@pytest.mark.end_to_end
 def test_a_run_without_bubblewrap_refuses_in_one_line(pytester: pytest.Pytester, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     pytester.makefile(".yaml", cases=CASE)

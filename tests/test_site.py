@@ -44,6 +44,7 @@ def site(offline_runs: OfflineRuns, tmp_path_factory: pytest.TempPathFactory) ->
     return out
 
 
+@pytest.mark.end_to_end
 def test_every_item_has_a_page_and_the_matrix_links_each_cell(site: Path, offline_runs: OfflineRuns) -> None:
     index = (site / "index.html").read_text(encoding="utf-8")
     for run in (offline_runs.good, offline_runs.bad):
@@ -85,6 +86,7 @@ def test_two_hosts_of_one_run_are_compared_too(site: Path) -> None:
     assert pages == ["good--bad.html", "good--claude--cuga.html", "good--claude--react.html", "good--cuga--react.html"]
 
 
+@pytest.mark.end_to_end
 def test_the_runs_are_only_read_and_the_previews_are_shown_as_they_are(offline_runs: OfflineRuns,
                                                                        tmp_path: Path) -> None:
     before = snapshot(offline_runs.good)
@@ -108,6 +110,7 @@ def test_thumbnails_are_made_once(offline_runs: OfflineRuns, tmp_path: Path, mon
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "site" / "thumbs").rglob("*.png")} == thumbs
 
 
+@pytest.mark.end_to_end
 @pytest.mark.parametrize("renderer", ["libreoffice", "text"])
 def test_a_deck_without_previews_is_rendered_or_shown_as_its_text(offline_runs: OfflineRuns, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch,
@@ -153,6 +156,7 @@ def test_a_folder_with_no_ledger_is_named(tmp_path: Path, capsys: pytest.Capture
     assert not (tmp_path / "site").exists()
 
 
+@pytest.mark.end_to_end
 def test_palette_html_writes_the_sessions_site_and_refuses_a_folder_it_may_not_write(tmp_path: Path) -> None:
     def pytest_run(*extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "pytest", str(REPO / "cases"), "-p", "no:cacheprovider",

@@ -20,7 +20,7 @@ from pytest_palette.site.build import write
 
 #: Whole sessions on several hosts: the suite's 600 s hang guard (make test) is too tight for them when the
 #: machine is oversubscribed; this one still ends a hang.
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.end_to_end]
 
 #: Screenshots of this session, beside earlier ones (never over them).
 ARTIFACTS = REPO / "test-artifacts" / f"site-{time.strftime('%Y%m%d-%H%M%S')}"

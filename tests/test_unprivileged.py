@@ -38,6 +38,7 @@ def outcomes(output: str) -> dict[str, int]:
 
 
 # The whole hostile suite on every host, once: longer than `make test`'s --timeout 600 per test.
+@pytest.mark.end_to_end
 @pytest.mark.timeout(1800)
 def test_the_hostile_suite_passes_as_an_unprivileged_user(unprivileged: Unprivileged) -> None:
     assert unprivileged.uid != 0 and os.geteuid() == 0

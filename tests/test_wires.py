@@ -38,6 +38,7 @@ def context_of(command: str) -> str:
     return words[words.index("--context") + 1] if "--context" in words else ""
 
 
+@pytest.mark.end_to_end
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(material.filter(lambda t: t.strip() and "\x00" not in t))
 def test_pasted_material_reaches_context_verbatim(text: str) -> None:
@@ -46,6 +47,7 @@ def test_pasted_material_reaches_context_verbatim(text: str) -> None:
     assert f"--out {PLAN_FILE}" in command.command
 
 
+@pytest.mark.end_to_end
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(material)
 def test_a_command_survives_the_codeact_wire(text: str) -> None:
@@ -115,6 +117,7 @@ DOCUMENTS = {
 }
 
 
+@pytest.mark.end_to_end
 @pytest.mark.timeout(1800)  # a whole session on three hosts: more than the suite's 600 s guard on a busy machine
 def test_generated_documents_pass_on_every_host(pytester: pytest.Pytester) -> None:
     from pytest_palette.hosts.claude import find_cli
