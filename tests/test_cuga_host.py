@@ -621,6 +621,7 @@ def test_preflight_reports_a_skill_cuga_would_not_discover(host: CugaHost, tmp_p
     assert "discover_skills does not find 'palette'" in str(problem)
 
 
+@pytest.mark.end_to_end
 @needs_cuga
 def test_one_process_cannot_switch_cugas_models_file(host: CugaHost) -> None:
     host.describe(REHEARSAL, HostSettings())  # CUGA is loaded for the OpenAI-compatible file by now
