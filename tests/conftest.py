@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from browser import Browser, require
@@ -27,6 +28,14 @@ _PALETTE_VARIABLES = ("PALETTE_HOME", "PALETTE_URL", "PALETTE_TRACE", "PALETTE_E
 def _clean_palette_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _PALETTE_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def cases(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> Path:
+    """The calling module's `CASES` (a YAML list of cases) as `cases/cases.yaml` in the test's pytester folder."""
+    path = pytester.mkdir("cases") / "cases.yaml"
+    path.write_text(request.module.CASES)
+    return path
 
 
 @pytest.fixture(scope="module")

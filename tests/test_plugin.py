@@ -65,14 +65,6 @@ def pytest_palette_add_hosts(hosts, config):
 """
 
 
-@pytest.fixture
-def cases(pytester: pytest.Pytester) -> Path:
-    pytester.mkdir("cases")
-    path = pytester.path / "cases" / "cases.yaml"
-    path.write_text(CASES)
-    return path
-
-
 def test_cases_collect_as_items_with_host_ids_and_co_runs_nothing(pytester: pytest.Pytester, cases: Path) -> None:
     pytester.makeconftest(TWIN_HOST)
     result = pytester.runpytest("--co", "-q", "--host", "react,twin")
