@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from browser import Browser, require
@@ -39,6 +40,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _clean_palette_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in _PALETTE_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def cases(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> Path:
+    """The calling module's `CASES` (a YAML list of cases) as `cases/cases.yaml` in the test's pytester folder."""
+    path = pytester.mkdir("cases") / "cases.yaml"
+    path.write_text(request.module.CASES)
+    return path
 
 
 @pytest.fixture(scope="module")

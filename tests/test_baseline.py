@@ -50,14 +50,6 @@ CASES = """
 """
 
 
-@pytest.fixture
-def cases(pytester: pytest.Pytester) -> Path:
-    pytester.mkdir("cases")
-    path = pytester.path / "cases" / "cases.yaml"
-    path.write_text(CASES)
-    return path
-
-
 # -- the option --------------------------------------------------------------------------------------
 
 

@@ -46,14 +46,6 @@ FAILED_WORDS = ("asked for 4 slides, got 3; the user asked for a change but edit
                 "(calls: find, plan, find, start, status)")
 
 
-@pytest.fixture
-def cases(pytester: pytest.Pytester) -> Path:
-    pytester.mkdir("cases")
-    path = pytester.path / "cases" / "cases.yaml"
-    path.write_text(CASES)
-    return path
-
-
 def _testcases(path: Path) -> dict[str, ET.Element]:
     return {str(case.get("name")): case for case in ET.parse(path).getroot().iter("testcase")}
 

@@ -30,14 +30,6 @@ CASES = """
 """
 
 
-@pytest.fixture
-def cases(pytester: pytest.Pytester) -> Path:
-    pytester.mkdir("cases")
-    path = pytester.path / "cases" / "cases.yaml"
-    path.write_text(CASES)
-    return path
-
-
 def a_backend(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
     """A Palette checkout whose palette.py does `body`: deck.py runs it for every stage (PALETTE_HOME)."""
     home = pytester.mkdir("palette-home")

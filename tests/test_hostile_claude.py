@@ -12,14 +12,14 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import ProbePort
+from sweeps import Sweeps
 from test_sandbox import FAKE_KEYS, needs_bubblewrap
 
 from pytest_palette.arena.sandbox import Limits
@@ -44,44 +44,23 @@ CASES = f"""
 LEAKS = [form for value in FAKE_KEYS.values() for form in (value, base64.b64encode(value.encode()).decode())]
 
 
-@pytest.fixture(scope="module")
-def listener() -> Iterator[tuple[int, list[str]]]:
-    """A loopback port that is neither the model nor its forwarder: whoever connects is recorded."""
-    knocked: list[str] = []
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-
-    def serve() -> None:
-        while True:
-            try:
-                connection, peer = server.accept()
-            except OSError:
-                return
-            knocked.append(str(peer))
-            connection.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield server.getsockname()[1], knocked
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def sweep(tmp_path_factory: pytest.TempPathFactory, listener: tuple[int, list[str]]) -> dict[str, Any]:
-    """The one session every test here reads (pytester is per test; this is run as a user runs it)."""
-    port, knocked = listener
-    folder = tmp_path_factory.mktemp("hostile-claude")
+def _session(folder: Path) -> dict[str, Any]:
+    """The session, with a loopback port that is neither the model nor its forwarder open for its whole length:
+    what reached that port is part of what it returns."""
     (folder / "cases.yaml").write_text(CASES)
     (folder / "pytest.ini").write_text("[pytest]\npalette_cases = .\n")
     gateway = RehearsalServer(rehearsal_policy(parse_model("rehearsal:hostile_claude_settings"))).start()
     env = {name: value for name, value in os.environ.items() if not name.startswith(("PALETTE_", "ANTHROPIC_"))}
-    env.update({**FAKE_KEYS, "PALETTE_PROBE_PORT": str(port), "ANTHROPIC_BASE_URL": gateway.base_url})
     args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", f"--rootdir={folder}",
             "--host=claude", "--model=anthropic:claude-sonnet-4-5"]
     if os.environ.get("PYTHONPATH"):  # a checkout run with PYTHONPATH: deck.py's engine must import it too
         args.append("--palette-sandbox-env=PYTHONPATH")
     try:
-        result = subprocess.run(args, cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False)
+        with ProbePort() as probe:
+            env.update({**FAKE_KEYS, "PALETTE_PROBE_PORT": str(probe.port), "ANTHROPIC_BASE_URL": gateway.base_url})
+            result = subprocess.run(args, cwd=folder, env=env, capture_output=True, text=True, timeout=600,
+                                    check=False)
+        knocked = list(probe.knocked)
         served = list(gateway.served)
     finally:
         gateway.stop()
@@ -93,6 +72,13 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, listener: tuple[int, list[st
     ran = {c["command"]: c["stdout"] + c["stderr"] for c in map(json.loads, (item / "commands.jsonl").open())}
     return {"output": result.stdout + result.stderr, "run": run, "records": records, "item": item, "ran": ran,
             "knocked": knocked, "served": served}
+
+
+@pytest.fixture(scope="module")
+def sweep(sweeps: Sweeps) -> dict[str, Any]:
+    """The one session every test here reads, once per test session (pytester is per test; this is run as a user
+    runs it)."""
+    return sweeps.shared("hostile-claude", _session)
 
 
 pytestmark = [needs_bubblewrap, pytest.mark.skipif(find_cli() is None, reason="no Claude Code CLI")]

@@ -10,16 +10,15 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ports import ProbePort
+from sweeps import Sweeps
 from test_sandbox import FAKE_KEYS, needs_bubblewrap
 
 from pytest_palette.rehearsal import openai_wire
@@ -93,71 +92,63 @@ class Session:
     knocked: list[str]
     output: str
     record: dict[str, object]
+    tmp_escaped: bool  #: its escape into the harness's /tmp was there when the session ended
 
     def __repr__(self) -> str:
         return f"Session({self.folder})"
 
 
-def _listen() -> tuple[socket.socket, list[str]]:
-    """A loopback port that is no model's, listening: it records whoever connects."""
-    knocked: list[str] = []
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-
-    def serve() -> None:
-        while True:
-            try:
-                connection, peer = listener.accept()
-            except OSError:
-                return
-            knocked.append(str(peer))
-            connection.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    return listener, knocked
-
-
-@pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
-    """One cuga session of the attacked case, in a process of its own (its environment is what /proc gives away),
-    with canaries in that environment: a model key and a variable of no concern to Palette."""
-    if needs_bubblewrap.args[0]:
-        pytest.skip(needs_bubblewrap.kwargs["reason"])
-    folder = tmp_path_factory.mktemp("hostile-cuga")
-    probe = tmp_path_factory.mktemp("outside")
-    (folder / "cases.yaml").write_text(CASES, encoding="utf-8")
-    (folder / "pytest.ini").write_text("[pytest]\npalette_cases = cases.yaml\n", encoding="utf-8")
+def _session(folder: Path) -> Session:
+    """The session, in a process of its own, with a probe port open for its whole length; its escape into the
+    harness's /tmp, if it got out, is seen and then removed (unless another process of that id left it)."""
+    probe = folder / "outside"
+    probe.mkdir()
+    project = folder / "project"
+    project.mkdir()
+    (project / "cases.yaml").write_text(CASES, encoding="utf-8")
+    (project / "pytest.ini").write_text("[pytest]\npalette_cases = cases.yaml\n", encoding="utf-8")
     canary = uuid.uuid4().hex
     secrets = {**FAKE_KEYS, "OPENAI_API_KEY": f"sk-canary-{canary}", "HOSTILE_CANARY": f"canary-{canary}"}
-    listener, knocked = _listen()
     env = {name: value for name, value in os.environ.items() if not name.startswith("PALETTE_")}
-    env |= {**secrets, "PALETTE_PROBE_PORT": str(listener.getsockname()[1]), PROBE_DIR: str(probe)}
     passed = ["--palette-sandbox-env=PYTHONPATH"] if os.environ.get("PYTHONPATH") else []
-    process = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--host=cuga",
-                                "--model=rehearsal:hostile_cuga_code", *passed], cwd=folder, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    tmp_marker = Path(escaped_tmp(process.pid))
-    stale = tmp_marker.exists()  # another process of that id left it: not this session's to judge or remove
-    try:
-        output, _ = process.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGINT)  # as a user's Ctrl-C: the session ends what it started
-        output, _ = process.communicate(timeout=60)
-        pytest.fail("the cuga session did not end within 600 s")
-    finally:
-        process.kill()
-        listener.close()
-    found = list((folder / "runs").glob("*/results.jsonl"))
+    with ProbePort() as listener:
+        env |= {**secrets, "PALETTE_PROBE_PORT": str(listener.port), PROBE_DIR: str(probe)}
+        process = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--host=cuga",
+                                    "--model=rehearsal:hostile_cuga_code", *passed], cwd=project, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        tmp_marker = Path(escaped_tmp(process.pid))
+        stale = tmp_marker.exists()  # another process of that id left it: not this session's to judge or remove
+        try:
+            output, _ = process.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)  # as a user's Ctrl-C: the session ends what it started
+            output, _ = process.communicate(timeout=60)
+            pytest.fail("the cuga session did not end within 600 s")
+        finally:
+            process.kill()
+    # Seen now, removed now: the tests read the result, not the harness's /tmp, and may run after this is gone.
+    tmp_escaped = tmp_marker.exists()
+    if not stale:
+        tmp_marker.unlink(missing_ok=True)  # this session's own escape, if it got out
+    found = list((project / "runs").glob("*/results.jsonl"))
     assert len(found) == 1, f"the session wrote no results (exit code {process.returncode})"
     [results] = found
     [record] = map(json.loads, results.open())
-    [item] = (folder / "runs").glob("*/cuga/attacked")
+    [item] = (project / "runs").glob("*/cuga/attacked")
     seen = {label: (probe / f"seen-{label}.txt").read_text(encoding="utf-8")
             for label in CUGA_CODE_LABELS if (probe / f"seen-{label}.txt").is_file()}
-    yield Session(folder, item, probe, process.pid, secrets, seen, knocked, output, record)
-    if not stale:
-        tmp_marker.unlink(missing_ok=True)  # this session's own escape, if it got out
+    return Session(project, item, probe, process.pid, secrets, seen, list(listener.knocked), output, record,
+                   tmp_escaped)
+
+
+@pytest.fixture(scope="module")
+def session(sweeps: Sweeps) -> Session:
+    """One cuga session of the attacked case, in a process of its own (its environment is what /proc gives away),
+    with canaries in that environment: a model key and a variable of no concern to Palette. Once per test
+    session, whichever worker asks first."""
+    if needs_bubblewrap.args[0]:
+        pytest.skip(needs_bubblewrap.kwargs["reason"])
+    return sweeps.shared("hostile-cuga", _session)
 
 
 def _leaks(session: Session, text: str) -> list[str]:
@@ -243,7 +234,7 @@ def test_no_socket_reached_the_probe_or_the_harness(session: Session) -> None:
 def test_nothing_was_written_outside_the_items_folder(session: Session) -> None:
     _said(session, "cuga-code-write")
     assert not (session.outside / "escaped-cuga.txt").exists()
-    assert not Path(escaped_tmp(session.harness)).exists()
+    assert not session.tmp_escaped
     outside_work = [path for path in (session.folder / "runs").rglob("escaped-cuga.txt")
                     if (session.item / "work") not in path.parents]
     assert outside_work == []

@@ -9,11 +9,11 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sweeps import Sweeps
 from test_sandbox import FAKE_KEYS, needs_bubblewrap
 
 from pytest_palette.commands import main
@@ -53,27 +53,34 @@ def _leaks(path: Path) -> list[str]:
 HOSTS = ("react", "cuga", "claude")
 
 
-@pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
-    """One session of the two cases on the three hosts, fake keys in its environment; only `attacked` plants
-    links."""
-    if needs_bubblewrap.args[0]:
-        pytest.skip(needs_bubblewrap.kwargs["reason"])
-    secret = tmp_path_factory.mktemp("caller") / "root-only.txt"
+def _session(folder: Path) -> Session:
+    """The session, in a process of its own, as a user runs it: its environment is what /proc/self/environ would
+    give away. The root-only file sits outside the session's folder."""
+    secret = folder / "caller" / "root-only.txt"
+    secret.parent.mkdir()
     secret.write_text(SECRET, encoding="utf-8")
     secret.chmod(0o600)
-    folder = tmp_path_factory.mktemp("hostile-files")
+    folder = folder / "hostile-files"
+    folder.mkdir()
     (folder / "cases.yaml").write_text(CASES, encoding="utf-8")
     (folder / "pytest.ini").write_text("[pytest]\npalette_cases = cases.yaml\n", encoding="utf-8")
     passed = "HOSTILE_SECRET_FILE" + (",PYTHONPATH" if os.environ.get("PYTHONPATH") else "")
     env = {**os.environ, **FAKE_KEYS, "HOSTILE_SECRET_FILE": str(secret)}
-    # A process of its own, as a user runs it: its environment is what /proc/self/environ would give away.
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--host={','.join(HOSTS)}",
                            "--model=rehearsal:hostile_links", f"--palette-sandbox-env={passed}"],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=900)
     [run] = (folder / "runs").iterdir()
     records = {f'{r["case"]}[{r["host"]}]': r for r in map(json.loads, (run / "results.jsonl").open())}
-    yield Session(folder, run, secret, done.stdout + done.stderr, records)
+    return Session(folder, run, secret, done.stdout + done.stderr, records)
+
+
+@pytest.fixture(scope="module")
+def session(sweeps: Sweeps) -> Session:
+    """One session of the two cases on the three hosts, fake keys in its environment; only `attacked` plants
+    links. Once per test session, whichever worker asks first."""
+    if needs_bubblewrap.args[0]:
+        pytest.skip(needs_bubblewrap.kwargs["reason"])
+    return sweeps.shared("hostile-files", _session)
 
 
 @pytest.mark.end_to_end
@@ -114,10 +121,15 @@ def test_no_file_of_the_run_holds_a_key_or_the_root_only_file(session: Session) 
 
 
 @pytest.fixture(scope="module")
-def site(session: Session) -> Path:
-    out = session.folder / "site"
-    assert main(["view", str(session.run), "--out", str(out)]) == 0
-    return out
+def site(session: Session, sweeps: Sweeps) -> Path:
+    """The site of the session's run, built once per test session beside it (the run is only read)."""
+
+    def build(folder: Path) -> Path:
+        out = folder / "site"
+        assert main(["view", str(session.run), "--out", str(out)]) == 0
+        return out
+
+    return sweeps.shared("hostile-files-site", build)
 
 
 def test_the_site_holds_no_link_no_key_and_no_root_only_file(site: Path, session: Session) -> None:

@@ -3,6 +3,7 @@ held at the same time runs untouched. One session, asserted on many times."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from sweeps import Sweeps
 from test_sandbox import FAKE_KEYS, needs_bubblewrap
 
 from pytest_palette.arena.sandbox import Limits, problem
@@ -41,14 +43,8 @@ class Run:
     output: str
 
 
-@pytest.fixture(scope="module", params=["react", "cuga", "claude"])
-def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """One session per host (react runs each command itself; claude's CLI runs them through its shell prefix),
-    the two items held at once (--palette-conversations 2), fake keys in the caller's environment."""
-    host: str = request.param
-    if problem("bubblewrap") is not None:
-        pytest.skip(f"no sandbox here: {problem('bubblewrap')}")
-    folder = tmp_path_factory.mktemp("hostile-limits")
+def _session(host: str, folder: Path) -> Run:
+    """The session on `host`, in a process of its own, and what the attacker's commands printed."""
     (folder / "cases.yaml").write_text(CASES, encoding="utf-8")
     (folder / "pytest.ini").write_text("[pytest]\npalette_cases = .\n", encoding="utf-8")
     env = {**os.environ, **FAKE_KEYS}
@@ -63,6 +59,17 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     shown = {command: entry["stdout"] + entry["stderr"] for command, entry in ran.items()}
     return Run(host, folder, records, shown, [path for path in (folder / "runs").rglob("*") if path.is_file()],
                done.stdout + done.stderr)
+
+
+@pytest.fixture(scope="module", params=["react", "cuga", "claude"])
+def run(request: pytest.FixtureRequest, sweeps: Sweeps) -> Run:
+    """One session per host (react runs each command itself; claude's CLI runs them through its shell prefix),
+    the two items held at once (--palette-conversations 2), fake keys in the caller's environment. Each once per
+    test session, whichever worker asks first."""
+    host: str = request.param
+    if problem("bubblewrap") is not None:
+        pytest.skip(f"no sandbox here: {problem('bubblewrap')}")
+    return sweeps.shared(f"hostile-limits-{host}", functools.partial(_session, host))
 
 
 def _said(run: Run, number: int) -> str:

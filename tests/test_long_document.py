@@ -13,14 +13,11 @@ answer, to show the clipped path end to end. The rest needs no session.
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import subprocess
-import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from sweeps import ItemResult, Sweeps, run_session
 
 from pytest_palette.arena.sandbox import problem as sandbox_problem
 from pytest_palette.hosts.base import OUTPUT_LIMIT, HostSettings
@@ -63,23 +60,14 @@ DECK = "python3 skills/palette/scripts/deck.py"
 SYSTEM = "Available skills:\n- palette: REQUIRED for every request that produces slides: a deck.\n"
 
 
-def run_session(folder: Path, *args: str) -> dict[str, ET.Element]:
-    """Run the long-document case in a pytest subprocess; each host's <testcase>, by host."""
+def long_document_run(folder: Path, *args: str) -> tuple[Path, dict[str, ItemResult]]:
+    """Run the long-document case in a pytest subprocess: the folder, and each host's result by host."""
     cases = folder / "cases"
     cases.mkdir(parents=True)
     (cases / "long.yaml").write_text(CASE, encoding="utf-8")
     (cases / "long_document.md").write_bytes(DOCUMENT.read_bytes())
-    junit = folder / "junit.xml"
-    # PYTHONPATH reaches the agent's commands: a checkout run from its own folder (a worktree) starts its engine.
-    passed = ("--palette-sandbox-env=PYTHONPATH",) if os.environ.get("PYTHONPATH") else ()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", str(cases), "-p", "no:cacheprovider", "-p", "no:randomly",
-         f"--rootdir={folder}", f"--palette-run-dir={folder / 'runs'}", f"--palette-sandbox={SANDBOX}",
-         f"--junitxml={junit}", "-q", *passed, *args],
-        cwd=folder, capture_output=True, text=True, timeout=1500, check=False)
-    assert junit.exists(), done.stdout[-3000:] + done.stderr[-3000:]
-    testcases = ET.parse(junit).getroot().iter("testcase")
-    return {str(case.get("name")).split("[")[1].rstrip("]"): case for case in testcases}
+    sweep = run_session(folder, [str(cases), f"--rootdir={folder}", f"--palette-sandbox={SANDBOX}", *args], cwd=folder)
+    return folder, {name.split("[")[1].rstrip("]"): result for name, result in sweep.items.items()}
 
 
 def item_folder(folder: Path, host: str) -> Path:
@@ -93,15 +81,16 @@ def commands(folder: Path, host: str) -> list[dict[str, object]]:
 
 
 @pytest.fixture(scope="module")
-def three_hosts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, ET.Element]]:
-    folder = tmp_path_factory.mktemp("long-document")
-    return folder, run_session(folder, f"--host={','.join(HOSTS)}")
+def three_hosts(sweeps: Sweeps) -> tuple[Path, dict[str, ItemResult]]:
+    """The three hosts at the default limit, once per test session."""
+    return sweeps.shared("long-document", lambda folder: long_document_run(folder, f"--host={','.join(HOSTS)}"))
 
 
 @pytest.fixture(scope="module")
-def clipped_react(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, ET.Element]]:
-    folder = tmp_path_factory.mktemp("long-document-clipped")
-    return folder, run_session(folder, "--host=react", "--palette-output-limit=4000")
+def clipped_react(sweeps: Sweeps) -> tuple[Path, dict[str, ItemResult]]:
+    """react with a limit under deck.py's answer, once per test session."""
+    return sweeps.shared("long-document-clipped",
+                         lambda folder: long_document_run(folder, "--host=react", "--palette-output-limit=4000"))
 
 
 # -- the document and deck.py's answer -------------------------------------------------------------------------
@@ -221,14 +210,13 @@ def test_an_answer_cut_before_deck_py_said_done_is_not_taken_for_a_plan() -> Non
 
 @pytest.mark.end_to_end
 @pytest.mark.parametrize("host", HOSTS)
-def test_the_good_agent_passes_the_35_kb_document(three_hosts: tuple[Path, dict[str, ET.Element]],
+def test_the_good_agent_passes_the_35_kb_document(three_hosts: tuple[Path, dict[str, ItemResult]],
                                                   host: str) -> None:
     folder, results = three_hosts
-    case = results[host]
-    skipped = case.find("skipped")
-    if skipped is not None:
-        pytest.skip(f"{host}: {skipped.get('message')}")
-    assert case.find("failure") is None and case.find("error") is None, ET.tostring(case)[:2000]
+    result = results[host]
+    if result.outcome == "skipped":
+        pytest.skip(f"{host}: {' '.join(result.said)}")
+    assert result.outcome == "pass", result.said
     # The whole document reached deck.py as --context (the judge checks it too, for a corpus case).
     plan_calls = [c for c in commands(folder, host) if " plan " in str(c["command"])]
     assert plan_calls and all(len(str(c["command"])) > 35_000 for c in plan_calls)
@@ -236,10 +224,10 @@ def test_the_good_agent_passes_the_35_kb_document(three_hosts: tuple[Path, dict[
 
 @pytest.mark.end_to_end
 def test_past_the_limit_react_shows_the_marker_and_the_agent_reads_the_plan_from_disk(
-        clipped_react: tuple[Path, dict[str, ET.Element]]) -> None:
+        clipped_react: tuple[Path, dict[str, ItemResult]]) -> None:
     folder, results = clipped_react
-    case = results["react"]
-    assert case.find("failure") is None and case.find("error") is None, ET.tostring(case)[:2000]
+    result = results["react"]
+    assert result.outcome not in ("fail", "error"), result.said
     ran = [str(c["command"]) for c in commands(folder, "react")]
     plan = item_folder(folder, "react") / "work" / "plan.md"
     assert f"cat {shlex.quote(str(plan))}" in ran

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_palette.arena import leftovers
 
-TWO_CASES = """
+CASES = """
 - name: three_slides
   covers: a plain yes builds what was asked
   tags: [approval, core]
@@ -64,14 +64,6 @@ def pytest_palette_add_hosts(hosts, config):
 """
 
 
-@pytest.fixture
-def cases(pytester: pytest.Pytester) -> Path:
-    pytester.mkdir("cases")
-    path = pytester.path / "cases" / "cases.yaml"
-    path.write_text(TWO_CASES)
-    return path
-
-
 def test_cases_collect_as_items_with_host_ids_and_co_runs_nothing(pytester: pytest.Pytester, cases: Path) -> None:
     pytester.makeconftest(TWIN_HOST)
     result = pytester.runpytest("--co", "-q", "--host", "react,twin")
@@ -84,7 +76,7 @@ def test_cases_collect_as_items_with_host_ids_and_co_runs_nothing(pytester: pyte
 
 def test_a_case_file_named_on_the_command_line_is_collected_wherever_it_lives(pytester: pytest.Pytester) -> None:
     elsewhere = pytester.mkdir("my_repo")
-    (elsewhere / "mine.yaml").write_text(TWO_CASES)
+    (elsewhere / "mine.yaml").write_text(CASES)
     (elsewhere / "not_cases.yaml").write_text("just: config\n")
     result = pytester.runpytest("my_repo/mine.yaml", "--co", "-q")
     result.stdout.fnmatch_lines(["my_repo/mine.yaml::three_slides[[]react[]]", "2 tests collected*"])
@@ -374,7 +366,7 @@ def test_path_options_work_with_a_space_as_with_an_equals_sign_wherever_the_path
 
     pytester.makeini("[pytest]\ntestpaths = cases\naddopts = -p no:cacheprovider\n")
     pytester.mkdir("cases")
-    (pytester.path / "cases" / "cases.yaml").write_text(TWO_CASES)
+    (pytester.path / "cases" / "cases.yaml").write_text(CASES)
     pytester.makepyfile(test_stray="def test_not_a_case():\n    pass\n")  # collected only if rootdir is lost
     outside = tmp_path_factory.mktemp("elsewhere")
     skill = outside / "my-skill"

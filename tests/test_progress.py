@@ -39,14 +39,6 @@ CASES = """
 """
 
 
-@pytest.fixture
-def cases(pytester: pytest.Pytester) -> Path:
-    pytester.mkdir("cases")
-    path = pytester.path / "cases" / "cases.yaml"
-    path.write_text(CASES)
-    return path
-
-
 def turn_lines(cases: Path) -> list[str]:
     """Every line the turns of every case should print: `  <case>[react] turn i of n`, n its messages."""
     return [f"  {case.name}[react] turn {i} of {1 + len(case.replies)}"

@@ -19,6 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from sweeps import Sweeps
 from test_backend import real_style_skill
 from test_benchmark_suite import ALL, DECK
 
@@ -47,12 +48,16 @@ def published_skill(folder: Path) -> Path:
     return skill
 
 
+def skip_if_system_python() -> None:
+    if any(os.path.lexists(f"{folder}/python") for folder in SYSTEM_BIN):
+        pytest.skip("this machine has a `python` of its own in a system folder")
+
+
 def shims_path(folder: Path) -> tuple[str, Path]:
     """A PATH as pyenv makes one, and the manager's root: `python` is only `<root>/shims/python`, a script that
     hands over to the manager's own script in its root, which runs the version its `version` file names from
     `<root>/versions/` — here the venv this harness runs from, the one with python-pptx."""
-    if any(os.path.lexists(f"{folder}/python") for folder in SYSTEM_BIN):
-        pytest.skip("this machine has a `python` of its own in a system folder")
+    skip_if_system_python()
     root = folder / "manager"
     (root / "versions").mkdir(parents=True)
     (root / "versions" / "harness").symlink_to(sys.prefix)
@@ -77,10 +82,14 @@ def sandbox_env_args() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def published_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tuple[str, str]], str]:
+def published_run(sweeps: Sweeps) -> tuple[Path, dict[str, tuple[str, str]], str]:
     """The 50 shipped cases on react with IBM's skill, sandboxed, run as the README says: the run folder, each
-    case's outcome and text (JUnit), and the terminal output."""
-    folder = tmp_path_factory.mktemp("published")
+    case's outcome and text (JUnit), and the terminal output. Once per test session, whichever worker asks first."""
+    skip_if_system_python()  # shims_path's own skip, said here: a skip inside the shared run would be kept as a failure
+    return sweeps.shared("published", _published_run)
+
+
+def _published_run(folder: Path) -> tuple[Path, dict[str, tuple[str, str]], str]:
     path, _ = shims_path(folder)
     env = {name: value for name, value in os.environ.items() if name != "VIRTUAL_ENV"}  # the venv not activated
     env.update(PATH=path, PALETTE_HOME=str(REFERENCE_HOME))

@@ -42,14 +42,6 @@ CASES = """
 """
 
 
-@pytest.fixture
-def cases(pytester: pytest.Pytester) -> Path:
-    pytester.mkdir("cases")
-    path = pytester.path / "cases" / "c.yaml"
-    path.write_text(CASES)
-    return path
-
-
 def only_run(pytester: pytest.Pytester) -> Path:
     [run] = (pytester.path / "runs").iterdir()
     return run

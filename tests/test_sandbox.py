@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from ports import ProbePort
 
 from pytest_palette.arena.sandbox import (
     ENDED,
@@ -268,23 +269,8 @@ CASE = """
 @pytest.fixture
 def probe_port() -> Iterator[tuple[int, list[str]]]:
     """A loopback port that is not the model's, listening: it records whoever connects."""
-    knocked: list[str] = []
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-
-    def serve() -> None:
-        while True:
-            try:
-                connection, peer = listener.accept()
-            except OSError:
-                return
-            knocked.append(str(peer))
-            connection.close()
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield listener.getsockname()[1], knocked
-    listener.close()
+    with ProbePort() as probe:
+        yield probe.port, probe.knocked
 
 
 @pytest.mark.end_to_end

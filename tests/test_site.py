@@ -15,6 +15,7 @@ import markupsafe
 import msgspec
 import pytest
 from sites import REPO, OfflineRuns
+from sweeps import Sweeps
 
 from pytest_palette.arena.workspace import Workspace
 from pytest_palette.commands import main
@@ -37,11 +38,20 @@ def page(site: Path, run: str, workspace: str) -> str:
     return (site / "items" / run / f"{workspace}.html").read_text(encoding="utf-8")
 
 
+def built_site(sweeps: Sweeps, offline_runs: OfflineRuns) -> Path:
+    """The site of the good and the bad run, built once per test session for this module and
+    tests/test_site_browser.py alike: its tests read it, never write it."""
+
+    def build(folder: Path) -> Path:
+        write([offline_runs.good, offline_runs.bad], folder / "site")
+        return folder / "site"
+
+    return sweeps.shared("site", build)
+
+
 @pytest.fixture(scope="module")
-def site(offline_runs: OfflineRuns, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site") / "site"
-    write([offline_runs.good, offline_runs.bad], out)
-    return out
+def site(sweeps: Sweeps, offline_runs: OfflineRuns) -> Path:
+    return built_site(sweeps, offline_runs)
 
 
 @pytest.mark.end_to_end

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from browser import Browser, dead_links
 from sites import REPO, OfflineRuns
+from sweeps import Sweeps
+from test_site import built_site
 
 from pytest_palette.arena.workspace import Workspace
 from pytest_palette.results.ledger import load
-from pytest_palette.site.build import write
 
 #: Whole sessions on several hosts: the suite's 600 s hang guard (make test) is too tight for them when the
 #: machine is oversubscribed; this one still ends a hang.
@@ -27,10 +28,9 @@ ARTIFACTS = REPO / "test-artifacts" / f"site-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 @pytest.fixture(scope="module")
-def site(offline_runs: OfflineRuns, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("browser-site") / "site"
-    write([offline_runs.good, offline_runs.bad], out)
-    return out
+def site(sweeps: Sweeps, offline_runs: OfflineRuns) -> Path:
+    """The one site test_site.py reads too, built once per test session."""
+    return built_site(sweeps, offline_runs)
 
 
 def item_page(site: Path, runs: OfflineRuns, run: Path, host: str, outcome: str) -> Path:
