@@ -27,8 +27,6 @@ CASES = """
 CRASHING_HOST = """
 from pytest_palette.hosts.base import Host, HostError, HostSession
 
-pytestmark = pytest.mark.end_to_end
-
 class Crashes(HostSession):
     def send(self, message, timeout):
         raise HostError("the client crashed")
