@@ -329,7 +329,8 @@ def test_the_harness_runs_the_workers_commands_reads_its_model_and_gives_it_no_k
     assert (workspace.work / "cuga_workspace" / "t" / "made.txt").read_text() == "inside\n"
     # A command gets the worker's allow-listed variables (CUGA's own), never one off the list.
     assert variables["stdout"].split() == ["1"]
-    commands = [run.command for run in read_commands(workspace.command_log().path)]
+    # The two run at once, so the log holds them in the order they ended: compare without order.
+    commands = sorted(run.command for run in read_commands(workspace.command_log().path))
     assert commands == ["echo $HOME; echo inside > made.txt", "echo $UV_NO_CONFIG $HOSTILE_SECRET"]
     # The model is reached through the harness's forwarder, whose record of its answer makes the turn's steps.
     assert "load_skill" in said["model"] or "run_command" in said["model"]
