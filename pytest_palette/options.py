@@ -55,6 +55,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-rehearsal-latency", default=None, dest="palette_rehearsal_latency", metavar="SPEC",
                     help="the rehearsal model's time per call, on every host: SECONDS[,jitter=SECONDS][,seed=N], "
                          "e.g. 2,jitter=0.5 (a real model's latency, to measure the harness under it)")
+    group.addoption("--palette-record", action="store_true", default=False, dest="palette_record",
+                    help="save every model call of every item (the messages sent, the tools offered, the answer) "
+                         "into the item's folder as cassette.jsonl; no key is written (react)")
     group.addoption("--palette-cases", action="append", default=[], dest="palette_cases", metavar="DIR",
                     help="folders whose *.yaml files are case files (default: ini palette_cases, else 'cases')")
     group.addoption("--palette-skill", default=None, dest="palette_skill", metavar="DIR",
@@ -400,6 +403,7 @@ def resolve(config: pytest.Config) -> Settings:
             output_limit=_output_limit(config),
             rehearsal_faults=faults,
             rehearsal_latency=latency,
+            record=bool(config.getoption("palette_record")),
         ),
     )
 
@@ -413,6 +417,12 @@ def configure_hosts(config: pytest.Config, hosts: Mapping[str, Host], settings: 
             host.configure(given, skill=settings.skill_dir is not None)
         except OptionRefused as refused:
             raise pytest.UsageError(f"--palette-{refused.option} {refused}") from None
+    unrecorded = sorted(name for name in settings.hosts if not hosts[name].records)
+    if settings.host.record and unrecorded:
+        recording = " or ".join(sorted(name for name, host in hosts.items() if host.records))
+        plural = "s" if len(unrecorded) > 1 else ""
+        raise pytest.UsageError(f"--palette-record: the {' and '.join(unrecorded)} host{plural} cannot record a "
+                                f"cassette yet; record on {recording}")
     faults = settings.host.rehearsal_faults
     if faults is not None and (settings.model.provider != "rehearsal" or
                                not any(hosts[name].serves_rehearsal for name in settings.hosts)):

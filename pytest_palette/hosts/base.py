@@ -141,6 +141,8 @@ class HostSettings:
     rehearsal_faults: str | None = None
     #: The rehearsal model's time per call (`--palette-rehearsal-latency`); None: it answers at once.
     rehearsal_latency: str | None = None
+    #: `--palette-record`: each model call of each item goes to the item's cassette (arena/cassette.py).
+    record: bool = False
 
 
 class HostSession(abc.ABC):
@@ -167,6 +169,8 @@ class Host(abc.ABC):
     #: Whether its rehearsal model is a server it reaches over HTTP, where `--palette-rehearsal-faults` injects
     #: transient errors (an in-process rehearsal model has no wire to break).
     serves_rehearsal: bool = False
+    #: Whether it can write each model call to the item's cassette (`--palette-record`).
+    records: bool = False
     #: Whether it holds no conversation itself but prepares each for a person (HandedOver): `palette-bench
     #: converse`, which drives one conversation there and then, has nothing to drive on it.
     hands_over: bool = False

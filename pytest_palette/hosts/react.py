@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..arena.cassette import CASSETTE_NAME, Cassette, Exchange
 from ..arena.command_log import CommandLog
-from ..models import ModelSpec, ModelUnavailable, RetryCounter, build_chat_model, check_model
+from ..models import PROVIDER_KEYS, ModelSpec, ModelUnavailable, RetryCounter, build_chat_model, check_model
 from ..skill import SkillCard, install
 from .base import (
     COMMAND_TIMEOUT,
@@ -129,8 +130,13 @@ class ReactSession(HostSession):
         sandbox: Sandbox | None = None,
         retries: RetryCounter | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        cassette: Cassette | None = None,
+        model_spec: ModelSpec | None = None,
     ) -> None:
         workspace.mkdir(parents=True, exist_ok=True)
+        #: Where each model call is recorded (`--palette-record`); None: not recorded.
+        self.cassette = cassette
+        self.model_spec = model_spec
         #: Counts the model client's retries, when its client lets us (openai:<model>); None: not counted.
         self.retries = retries
         self.workspace = workspace
@@ -216,6 +222,10 @@ class ReactSession(HostSession):
         from langgraph.errors import GraphRecursionError
 
         config: Any = {"configurable": {"thread_id": self.thread_id}, "recursion_limit": self.recursion_limit}
+        if self.cassette is not None:
+            spec = self.model_spec
+            config["callbacks"] = [recorder(self.cassette, len(self.turns), spec.text if spec else "",
+                                            spec.provider if spec else "")]
         try:
             for chunk in self.graph.stream({"messages": [{"role": "user", "content": message}]},
                                            config=config, stream_mode="updates"):
@@ -225,6 +235,42 @@ class ReactSession(HostSession):
             updates.put(("error", f"the agent exhausted its step budget (recursion limit {self.recursion_limit})"))
         except Exception as error:
             updates.put(("error", f"{type(error).__name__}: {error}"))
+
+
+def recorder(cassette: Cassette, turn: int, model: str, provider: str) -> Any:
+    """A LangChain callback that writes each chat model call of one turn to the cassette: the messages and tools
+    the graph sent, and the answer (or the error) it got."""
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.messages import message_to_dict, messages_to_dict
+
+    class Recorder(BaseCallbackHandler):
+        run_inline = True  # in the graph's own thread, in call order
+
+        def __init__(self) -> None:
+            self.started: dict[Any, tuple[float, list[dict[str, Any]], list[dict[str, Any]]]] = {}
+
+        def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[Any]], *, run_id: Any,
+                                **kwargs: Any) -> None:
+            tools = list((kwargs.get("invocation_params") or {}).get("tools") or [])
+            self.started[run_id] = (time.time(), messages_to_dict(messages[0]), tools)
+
+        def on_llm_end(self, response: Any, *, run_id: Any, **kwargs: Any) -> None:
+            generation = response.generations[0][0]
+            self._add(run_id, message_to_dict(generation.message), "")
+
+        def on_llm_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
+            self._add(run_id, None, f"{type(error).__name__}: {error}")
+
+        def _add(self, run_id: Any, answer: dict[str, Any] | None, error: str) -> None:
+            if run_id not in self.started:
+                return
+            started, messages, tools = self.started.pop(run_id)
+            cassette.calls += 1
+            cassette.add(Exchange(index=cassette.calls, turn=turn, model=model, provider=provider,
+                                  started_at=round(started, 3), ended_at=round(time.time(), 3), messages=messages,
+                                  tools=tools, answer=answer, error=error))
+
+    return Recorder()
 
 
 def _usage(chunk: dict[str, Any]) -> dict[str, int]:
@@ -269,6 +315,7 @@ class ReactHost(Host):
     """LangGraph's prebuilt ReAct agent, lazy skill loading by default (`--palette-eager` inlines it)."""
 
     name = "react"
+    records = True
     options = (
         HostOption("recursion-limit", f"step budget of the react host (default {RECURSION_LIMIT})", type=int,
                    metavar="N"),
@@ -322,4 +369,7 @@ class ReactHost(Host):
         return ReactSession(chat, [skill] if skill is not None else [], workspace.work, env, eager=self.eager,
                             recursion_limit=self.recursion_limit, command_timeout=settings.command_timeout,
                             log=workspace.command_log(), sandbox=sandbox, retries=retries,
-                            output_limit=settings.output_limit)
+                            output_limit=settings.output_limit, model_spec=model,
+                            cassette=Cassette(workspace.own(CASSETTE_NAME),
+                                              [env[name] for names in PROVIDER_KEYS.values() for name in names
+                                               if env.get(name)]) if settings.record else None)
