@@ -5,9 +5,13 @@ the package: the package's agents must not know the cases they are judged on."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
 
+from pytest_palette.arena.cassette import read_cassette
 from pytest_palette.cases import Case
 from pytest_palette.rehearsal.known_bad import Spins
+from pytest_palette.rehearsal.policy import RehearsalPolicy
 from pytest_palette.replies import ReplyKind, classify_reply, named_slide, named_topic
 from pytest_palette.run.content import figures, headings
 
@@ -50,3 +54,33 @@ def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], 
         "vague_edits": (named_what, "but the edit left"),
         "questions_are_changes": (question, "asked a question, but the agent acted on it"),
     }
+
+
+def _said(message: Any) -> tuple[str, list[tuple[str, Any]]]:
+    return str(message.content), [(call["name"], call["args"]) for call in message.tool_calls]
+
+
+def first_divergence(folder: Path, policy: RehearsalPolicy) -> int | None:
+    """The first model call of a recorded react item (its cassette, `--palette-record`) at which `policy` would
+    have answered otherwise than the recording did, or None when it agrees at every call.
+
+    The rehearsal model decides from the conversation alone and the harness is deterministic given the agent's
+    actions, so a scripted agent that agrees at every call of a recorded conversation would have held that same
+    conversation, and its item would get the recorded verdict: only the items where it diverges need a run of their
+    own. A folder without a cassette diverges at once (call 0): nothing says it would not."""
+    from langchain_core.messages import messages_from_dict
+
+    from pytest_palette.rehearsal.langchain_model import to_conversation, to_message
+    from pytest_palette.rehearsal.openai_wire import tool_roles
+
+    exchanges = read_cassette(folder)
+    if not exchanges or any(exchange.answer is None for exchange in exchanges):
+        return 0
+    for exchange in exchanges:
+        messages = messages_from_dict(exchange.messages)
+        roles = tool_roles(exchange.tools)
+        mine = to_message(policy.next_action(to_conversation(messages, roles)), roles, call_number=len(messages))
+        [recorded] = messages_from_dict([exchange.answer])
+        if _said(mine) != _said(recorded):
+            return exchange.index
+    return None

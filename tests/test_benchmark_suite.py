@@ -2,6 +2,11 @@
 the 14 near misses that need none), and each known-bad agent fails exactly the cases its mistake is documented to
 fail (docs/known-bad-agents.md).
 
+The good agent's run is recorded (`--palette-record`). A known-bad agent is run for real on the cases where, replayed
+against that recording, it would answer otherwise at some call (`first_divergence`); on every other case it would
+have held the good agent's very conversation, so it passes there as the good agent did. Every case it must fail is
+among those it is run on, or the test says which is not.
+
 This is the benchmark's equivalent of running gold and empty patches: a judge that passes a known-bad
 agent where it should fail turns an unnoticed regression into evidence that there is none.
 """
@@ -14,17 +19,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from known_bad_cases import expected_failures
+from known_bad_cases import expected_failures, first_divergence
 from sweeps import Sweep, Sweeps, run_session
 
 from pytest_palette.cases import Case, load_cases
+from pytest_palette.rehearsal.known_bad import KNOWN_BAD
+from pytest_palette.rehearsal.policy import RehearsalPolicy
 
 #: Whole sessions on several hosts: the suite's 600 s hang guard (make test) is too tight for them when the
 #: machine is oversubscribed; this one still ends a hang.
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.end_to_end]
 
 REPO = Path(__file__).resolve().parent.parent
-CASES = [case for path in sorted((REPO / "cases").glob("*.yaml")) for case in load_cases(path)]
+FILES = {path: load_cases(path) for path in sorted((REPO / "cases").glob("*.yaml"))}
+CASES = [case for cases in FILES.values() for case in cases]
+#: Each case's item on react, as a node id a session is given to run only that item.
+NODE = {case.name: f"{path.relative_to(REPO)}::{case.name}[react]" for path, cases in FILES.items() for case in cases}
 ALL = {case.name for case in CASES}
 
 
@@ -84,13 +94,32 @@ def test_a_reply_that_asks_for_a_change_expects_an_edit_whatever_the_tags(tmp_pa
 
 
 def good(sweeps: Sweeps) -> Sweep:
-    """The good rehearsal model over every shipped case on react: one sweep the whole test session shares."""
-    return sweeps.run("--model=rehearsal")
+    """The good rehearsal model over every shipped case on react, each model call recorded: one sweep the whole
+    test session shares."""
+    return sweeps.run("--model=rehearsal", "--palette-record")
+
+
+def diverging(sweeps: Sweeps) -> dict[str, frozenset[str]]:
+    """Each known-bad agent's cases where it would answer otherwise than the good agent did at some call of the
+    good run's recording (and "" for the good agent itself, which must agree everywhere); once per session."""
+    def replay(folder: Path) -> dict[str, frozenset[str]]:
+        [run] = good(sweeps).runs.iterdir()
+        items = {item.name: item for item in (run / "react").iterdir()}
+        assert set(items) == ALL, sorted(items)
+        policies: dict[str, RehearsalPolicy] = {"": RehearsalPolicy()}
+        policies |= {flaw: agent() for flaw, agent in KNOWN_BAD.items()}
+        return {flaw: frozenset(case for case, item in items.items() if first_divergence(item, policy) is not None)
+                for flaw, policy in policies.items()}
+
+    return sweeps.shared("diverging", replay)
 
 
 def flawed(sweeps: Sweeps, flaw: str) -> Sweep:
-    """A known-bad agent over every shipped case on react, shared likewise."""
-    return sweeps.run(f"--model=rehearsal:{flaw}")
+    """A known-bad agent on react, on the cases where it diverges from the good agent's recorded run; shared."""
+    chosen = diverging(sweeps)[flaw]
+    assert chosen, f"{flaw} agrees with the good agent on every case: it could fail none"
+    return sweeps.session([*(NODE[case] for case in sorted(chosen)), f"--rootdir={REPO}",
+                           f"--model=rehearsal:{flaw}"])
 
 
 def failed(results: dict[str, list[str]]) -> set[str]:
@@ -102,6 +131,8 @@ def test_the_good_rehearsal_model_passes_every_case(sweeps: Sweeps) -> None:
     results = good(sweeps).by_case()
     assert set(results) == ALL
     assert {case: failures for case, failures in results.items() if failures} == {}
+    # Its recording replays: the good agent, asked again at every recorded call, answers as it did.
+    assert diverging(sweeps)[""] == frozenset()
 
 
 @pytest.mark.slow
@@ -181,9 +212,12 @@ def test_the_report_gives_trigger_recall_and_precision_over_near_misses_and_deck
     from pytest_palette.results.report import build_report, to_markdown
     from pytest_palette.results.tally import ratio
 
-    sweep = flawed(sweeps, flaw) if flaw else good(sweeps)
-    needing = ALL - NEAR_MISS
+    # The known-bad one on the near misses and the core cases: both sides of each ratio, at a fraction of the cost.
+    sweep = sweeps.run(f"--model=rehearsal:{flaw}", "-m", "trigger or core") if flaw else good(sweeps)
+    cases = set(sweep.by_case())
+    needing = cases - NEAR_MISS
     fires = bool(flaw)  # on every request; the good model on the cases that need the skill only
+    assert cases == (NEAR_MISS | names(lambda c: "core" in c.tags) if fires else ALL) and needing
     assert failed(sweep.by_case()) == (NEAR_MISS if fires else set())
     used = len(needing) + (len(NEAR_MISS) if fires else 0)
     markdown = to_markdown(build_report(load(sweep.runs)))
@@ -196,8 +230,11 @@ def test_the_report_gives_trigger_recall_and_precision_over_near_misses_and_deck
 @pytest.mark.parametrize("flaw", sorted(EXPECTED))
 def test_each_known_bad_agent_fails_exactly_its_documented_cases(sweeps: Sweeps, flaw: str) -> None:
     expected, phrase = EXPECTED[flaw]
+    chosen = diverging(sweeps)[flaw]
+    assert expected <= chosen, f"{flaw} agrees with the good agent's recording on {sorted(expected - chosen)}"
     results = flawed(sweeps, flaw).by_case()
-    assert set(results) == ALL
+    assert set(results) == chosen
+    # The cases it agrees on pass by construction: it fails exactly its set among those it diverges on.
     assert failed(results) == expected, \
         f"{flaw}: unexpected {sorted(failed(results) - expected)}, missed {sorted(expected - failed(results))}"
     for case in expected:
@@ -223,12 +260,13 @@ def test_a_skill_that_writes_no_trace_is_judged_from_our_own_record(sweeps: Swee
                                                                       host: str) -> None:
     from pytest_palette.results.ledger import load
 
-    sweep = sweeps.run("--model=rehearsal", "-m", "core", "--host=react,cuga,claude",
-                       f"--palette-skill={untraced_skill}")
+    # Two core cases, one with an edit: on cuga and claude each conversation costs seconds of CPU to start.
+    sweep = sweeps.run("--model=rehearsal", "-m", "core", "-k", "plain_request or edit_slide_count",
+                       "--host=react,cuga,claude", f"--palette-skill={untraced_skill}")
     results = sweep.by_case(host)
     records = [r for r in load(sweep.runs).latest.values() if r.host == host]
-    assert len(results) == 5 and not any(results.values())
-    assert len(records) == 5 and {r.outcome for r in records} == {"pass"}  # judged, not skipped
+    assert set(results) == {"plain_request", "edit_slide_count"} and not any(results.values())
+    assert len(records) == 2 and {r.outcome for r in records} == {"pass"}  # judged, not skipped
     assert {r.judged.calls_from for r in records if r.judged} == {"host"}
     assert all(r.judged and "the skill wrote no trace" in r.judged.notes[0] for r in records)
     assert not any(path.stat().st_size for path in sweep.runs.glob(f"*/{host}/*/palette-calls.jsonl"))
@@ -253,7 +291,7 @@ def test_known_bad_agents_still_fail_their_sets_when_the_skill_writes_no_trace(s
         trace.write_bytes(b"")
     records = {record.case: record for record in load(run).latest.values()}
     judged, changes, unjudgeable = rejudge(run)
-    assert judged == len(ALL) and not unjudgeable
+    assert judged == len(diverging(sweeps)[flaw]) and not unjudgeable
     after = {case: (record.outcome, record.failures) for case, record in records.items()}
     after |= {change.label.partition("[")[0]: (change.after, change.failures) for change in changes}
     assert {case for case, (outcome, _) in after.items() if outcome != "pass"} == expected
