@@ -43,6 +43,16 @@ def _clean_palette_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """pytest's own, plus: with PYTHONPATH set (a git worktree beside the venv's checkout), its sessions pass it to
+    the agent's sandbox, which keeps no PYTHONPATH — else deck.py's engine would import the venv's copy, or none.
+    pytester clears PYTEST_ADDOPTS; this sets it again for its sessions only."""
+    if os.environ.get("PYTHONPATH"):
+        pytester._monkeypatch.setenv("PYTEST_ADDOPTS", "--palette-sandbox-env=PYTHONPATH")
+    return pytester
+
+
+@pytest.fixture
 def cases(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> Path:
     """The calling module's `CASES` (a YAML list of cases) as `cases/cases.yaml` in the test's pytester folder."""
     path = pytester.mkdir("cases") / "cases.yaml"
