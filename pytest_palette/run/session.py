@@ -10,7 +10,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,7 +204,9 @@ def _start(config: pytest.Config, settings: Settings) -> Session:
             host_terms.setdefault(term, value)
     session = Session(settings, hosts, run_id, skill, digest, fingerprint(settings, digest, judged_as, host_terms),
                       rules=rules, rule_sets=rule_sets)
-    if not config.option.collectonly and not config.getoption("palette_check"):
+    # A session of no palette cases (`pytest tests`) makes no run folder: nothing would ever be written in it.
+    if not config.option.collectonly and not config.getoption("palette_check") and \
+            collects_cases(config, settings.case_dirs):
         ready = readiness({name: hosts[name] for name in settings.hosts}, settings.model, settings.host,
                           settings.run_root if settings.collect_dir is None else None)
         session.unavailable.update(ready.unavailable())
@@ -386,6 +388,9 @@ def arguments(config: pytest.Config) -> list[Path]:
 
 def measuring(config: pytest.Config) -> bool:
     """Whether this session collects palette cases: an argument is, holds or lies in a case folder, or is YAML."""
-    case_dirs = config.stash[SESSION].settings.case_dirs
+    return collects_cases(config, config.stash[SESSION].settings.case_dirs)
+
+
+def collects_cases(config: pytest.Config, case_dirs: Sequence[Path]) -> bool:
     return any(path.suffix in (".yaml", ".yml") or any(path.is_relative_to(d) or d.is_relative_to(path)
                                                        for d in case_dirs) for path in arguments(config))
