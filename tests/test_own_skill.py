@@ -4,9 +4,11 @@ tests/fixtures/changelog_project/ is such a project, laid out as its user keeps 
 (skills/changelog/: SKILL.md and scripts/changelog.py, plan → approve → write), its judge rules, the check of its
 `expect: {changelog: …}` and its scripted agents, registered from its conftest.py (changelog_bench.py), its cases
 and its pytest.ini. Here a copy of it runs as its user runs it — `pytest --palette-skill skills/changelog` in a
-subprocess, on react, cuga and claude offline: the good agent passes every case, and each known-bad agent fails
-exactly the cases its flaw applies to, derived here from the case file, never pinned. A host whose client is not
-installed here has its tests skipped with the reason, never passed.
+subprocess, offline: the good agent passes every case on react, cuga and claude, its calls read from the skill's
+trace on each; and each known-bad agent fails exactly the cases its flaw applies to, derived here from the case file,
+never pinned. The known-bad agents run on react only: the verdict comes from the item's folder by one judge whatever
+the host (the good runs show each host's folder read whole), and a cuga conversation costs ten times a react one. A
+host whose client is not installed here has its tests skipped with the reason, never passed.
 """
 
 from __future__ import annotations
@@ -89,9 +91,9 @@ class ProjectRuns:
 
     sweeps: Sweeps
 
-    def of(self, model: str) -> tuple[Path, dict[tuple[str, str], ItemResult]]:
-        """The run folder of `model` on the three hosts, and each item's result."""
-        sweep = self.sweeps.session(["--palette-run-id=run", f"--model={model}", f"--host={','.join(HOSTS)}",
+    def of(self, model: str, hosts: tuple[str, ...] = HOSTS) -> tuple[Path, dict[tuple[str, str], ItemResult]]:
+        """The run folder of `model` on `hosts`, and each item's result."""
+        sweep = self.sweeps.session(["--palette-run-id=run", f"--model={model}", f"--host={','.join(hosts)}",
                                      f"--palette-skill=skills/{SKILL}"], project=PROJECT)
         # Exit 1 is a run with failed items (a known-bad agent's); anything else left no verdicts.
         assert sweep.returncode in (0, 1), sweep.stdout[-3000:] + sweep.stderr[-3000:]
@@ -174,12 +176,12 @@ def test_the_good_agent_passes_every_case_judged_by_the_projects_rules(project_r
 
 @pytest.mark.end_to_end
 @pytest.mark.slow
-@pytest.mark.parametrize("host", HOSTS)
+@pytest.mark.parametrize("host", ["react"])
 @pytest.mark.parametrize("flaw", sorted(EXPECTED))
 def test_each_known_bad_agent_fails_exactly_the_cases_its_flaw_applies_to(project_runs: ProjectRuns, flaw: str,
                                                                           host: str) -> None:
     expected, phrase = EXPECTED[flaw]
-    _, results = project_runs.of(f"rehearsal:{flaw}")
+    _, results = project_runs.of(f"rehearsal:{flaw}", (host,))
     mine = on_host(results, host)
     failed = {case for case, result in mine.items() if result.outcome == "fail"}
     assert failed == expected, f"{flaw} on {host}: unexpected {sorted(failed - expected)}, " \
@@ -190,7 +192,7 @@ def test_each_known_bad_agent_fails_exactly_the_cases_its_flaw_applies_to(projec
 
 @pytest.mark.slow
 def test_palette_bench_report_shows_the_projects_cases(project_runs: ProjectRuns, tmp_path: Path) -> None:
-    run, results = project_runs.of("rehearsal:replans")
+    run, results = project_runs.of("rehearsal:replans", ("react",))
     ran = len({host for (_, host), result in results.items() if result.outcome != "skipped"})
     out = tmp_path / "report.md"
     done = subprocess.run([sys.executable, "-m", "pytest_palette.commands", "report", str(run), "--out", str(out)],
