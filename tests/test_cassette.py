@@ -26,7 +26,7 @@ def exchange(index: int, text: str) -> Exchange:
 
 
 def test_a_cassette_replaces_every_key_it_was_given_and_reads_back_in_order(tmp_path: Path) -> None:
-    cassette = Cassette(tmp_path / CASSETTE_NAME, [KEY, "", "abc"])  # too short to be a key: left alone
+    cassette = Cassette(tmp_path / CASSETTE_NAME, "m", "openai", [KEY, "", "abc"])  # too short to be a key: left alone
     cassette.add(exchange(1, f"my key is {KEY}, abc"))
     cassette.add(exchange(2, 'a "quoted" \\ line'))
     text = (tmp_path / CASSETTE_NAME).read_text()
@@ -42,7 +42,7 @@ def test_a_cassette_replaces_every_key_it_was_given_and_reads_back_in_order(tmp_
 def test_a_cassette_that_is_a_link_is_not_read(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    Cassette(elsewhere / CASSETTE_NAME).add(exchange(1, "outside"))
+    Cassette(elsewhere / CASSETTE_NAME, "m", "openai").add(exchange(1, "outside"))
     item = tmp_path / "item"
     item.mkdir()
     os.symlink(elsewhere / CASSETTE_NAME, item / CASSETTE_NAME)

@@ -10,7 +10,6 @@ variable the host was given is replaced before a line is written.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path, PurePath
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import msgspec
 
 from . import untrusted
+from .command_log import append_line
 
 #: The file's name in the item's folder, beside the command log and the trace.
 CASSETTE_NAME = "cassette.jsonl"
@@ -48,10 +48,13 @@ class Exchange(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
 
 
 class Cassette:
-    """Appends an item's exchanges to `path`, each line whole, with every secret given replaced."""
+    """Appends an item's exchanges with `model` (of `provider`) to `path`, each line whole, with every secret given
+    replaced."""
 
-    def __init__(self, path: Path, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, path: Path, model: str, provider: str, secrets: Iterable[str] = ()) -> None:
         self.path = path
+        self.model = model
+        self.provider = provider
         self.secrets = sorted({secret for secret in secrets if len(secret) >= 4}, key=len, reverse=True)
         self.calls = 0
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,11 +64,7 @@ class Cassette:
         line = msgspec.json.encode(exchange).decode()
         for secret in self.secrets:
             line = line.replace(msgspec.json.encode(secret).decode()[1:-1], REDACTED)
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(descriptor, (line + "\n").encode())
-        finally:
-            os.close(descriptor)
+        append_line(self.path, line.encode())
 
 
 def read_cassette(folder: Path) -> list[Exchange]:

@@ -85,14 +85,17 @@ class CommandLog:
             stderr: str = "") -> None:
         run = CommandRun(command, round(started_at, 3), round(ended_at, 3), exit_code, stdout[:OUTPUT_LIMIT],
                          stderr[:OUTPUT_LIMIT])
-        line = msgspec.json.encode(run) + b"\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # One write with O_APPEND: a line is never interleaved with another's.
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(descriptor, line)
-        finally:
-            os.close(descriptor)
+        append_line(self.path, msgspec.json.encode(run))
+
+
+def append_line(path: Path, line: bytes) -> None:
+    """`line` and a newline at the end of `path`, in one write with O_APPEND: never interleaved with another's."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(descriptor, line + b"\n")
+    finally:
+        os.close(descriptor)
 
 
 def not_found(text: str) -> list[tuple[str, str, bool]]:

@@ -131,12 +131,10 @@ class ReactSession(HostSession):
         retries: RetryCounter | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         cassette: Cassette | None = None,
-        model_spec: ModelSpec | None = None,
     ) -> None:
         workspace.mkdir(parents=True, exist_ok=True)
         #: Where each model call is recorded (`--palette-record`); None: not recorded.
         self.cassette = cassette
-        self.model_spec = model_spec
         #: Counts the model client's retries, when its client lets us (openai:<model>); None: not counted.
         self.retries = retries
         self.workspace = workspace
@@ -223,9 +221,7 @@ class ReactSession(HostSession):
 
         config: Any = {"configurable": {"thread_id": self.thread_id}, "recursion_limit": self.recursion_limit}
         if self.cassette is not None:
-            spec = self.model_spec
-            config["callbacks"] = [recorder(self.cassette, len(self.turns), spec.text if spec else "",
-                                            spec.provider if spec else "")]
+            config["callbacks"] = [recorder(self.cassette, len(self.turns))]
         try:
             for chunk in self.graph.stream({"messages": [{"role": "user", "content": message}]},
                                            config=config, stream_mode="updates"):
@@ -237,7 +233,7 @@ class ReactSession(HostSession):
             updates.put(("error", f"{type(error).__name__}: {error}"))
 
 
-def recorder(cassette: Cassette, turn: int, model: str, provider: str) -> Any:
+def recorder(cassette: Cassette, turn: int) -> Any:
     """A LangChain callback that writes each chat model call of one turn to the cassette: the messages and tools
     the graph sent, and the answer (or the error) it got."""
     from langchain_core.callbacks import BaseCallbackHandler
@@ -266,7 +262,7 @@ def recorder(cassette: Cassette, turn: int, model: str, provider: str) -> Any:
                 return
             started, messages, tools = self.started.pop(run_id)
             cassette.calls += 1
-            cassette.add(Exchange(index=cassette.calls, turn=turn, model=model, provider=provider,
+            cassette.add(Exchange(index=cassette.calls, turn=turn, model=cassette.model, provider=cassette.provider,
                                   started_at=round(started, 3), ended_at=round(time.time(), 3), messages=messages,
                                   tools=tools, answer=answer, error=error))
 
@@ -369,7 +365,7 @@ class ReactHost(Host):
         return ReactSession(chat, [skill] if skill is not None else [], workspace.work, env, eager=self.eager,
                             recursion_limit=self.recursion_limit, command_timeout=settings.command_timeout,
                             log=workspace.command_log(), sandbox=sandbox, retries=retries,
-                            output_limit=settings.output_limit, model_spec=model,
-                            cassette=Cassette(workspace.own(CASSETTE_NAME),
+                            output_limit=settings.output_limit,
+                            cassette=Cassette(workspace.own(CASSETTE_NAME), model.text, model.provider,
                                               [env[name] for names in PROVIDER_KEYS.values() for name in names
                                                if env.get(name)]) if settings.record else None)
