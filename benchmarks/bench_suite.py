@@ -29,9 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pytest_args", nargs="*", help="after --: what to run instead of tests/")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-suite-") as folder:
-        # As make test: the venv's bin first on PATH. The plugin is found from the project's folder (no PYTHONPATH:
-        # the tests would pass it on to the agent's sandbox).
-        env = {**os.environ, "SUITE_CPU_DIR": folder,
+        # As make test: the venv's bin first on PATH, bytecode written. The plugin is found from the project's
+        # folder (no PYTHONPATH: the tests would pass it on to the agent's sandbox).
+        env = {**os.environ, "SUITE_CPU_DIR": folder, "PYTHONDONTWRITEBYTECODE": "",
                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "pytest", *(args.pytest_args or ["tests"]), "-n", args.workers,

@@ -124,8 +124,11 @@ class Unprivileged:
         path = [str(folder / "venv" / "bin"), "/usr/local/bin", "/usr/bin", "/bin",
                 # Last: this venv's tools (uv), which the venv of its own does not have.
                 str(Path(sys.executable).parent)]
+        # Bytecode goes to a cache in the folder: the user cannot write beside root's sources, and without a cache
+        # every session it starts would rewrite the asserts of all the plugins' modules again.
         return {"HOME": str(self.home), "USER": self.name, "LOGNAME": self.name, "PATH": os.pathsep.join(path),
-                "PYTHONDONTWRITEBYTECODE": "1", **{name: os.environ[name] for name in KEPT if name in os.environ}}
+                "PYTHONPYCACHEPREFIX": str(folder / "pycache"),
+                **{name: os.environ[name] for name in KEPT if name in os.environ}}
 
     def run(self, argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 120,
             check: bool = False) -> subprocess.CompletedProcess[str]:

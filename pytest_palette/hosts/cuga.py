@@ -21,7 +21,6 @@ Three things about CUGA shape this module:
 
 from __future__ import annotations
 
-import atexit
 import collections
 import contextlib
 import json
@@ -35,7 +34,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,7 +59,7 @@ CUGA_OUTPUT_DEFAULT = 70_000
 RUN_COMMAND_CEILING = 120
 INSTALL_HINT = ("pip install -r requirements-cuga.txt && pip install --no-deps cuga==" + CUGA_VERSION
                 + " (the lean set the SDK path needs; a plain `pip install cuga` pulls several GB)")
-#: The import probe (a subprocess, so this process's CUGA configuration stays unchosen) may take this long.
+#: The probe (cuga_probe.py, a process of its own: CUGA reads its models file once, at import) may take this long.
 IMPORT_PROBE_TIMEOUT = 180.0
 
 
@@ -174,103 +173,62 @@ def agent_path(path: str, uv: Path | None) -> str:
     return os.pathsep.join([entry for entry in path.split(os.pathsep) if entry] + [str(uv.parent)])
 
 
-# -- CUGA in this process: only to describe it and to check a skill's discovery (--palette-check) ------
+# -- CUGA asked before a run, in a process of its own (cuga_probe.py) ----------------------------------------
 
-@dataclass
-class _ProcessCuga:
-    """What this process has decided about CUGA: both are fixed the first time CUGA is imported."""
-
-    settings_file: str | None = None
-    state_dir: Path | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+#: The probe the host runs once per model (run by path: the standard library and CUGA only).
+PROBE = Path(__file__).with_name("cuga_probe.py")
 
 
-_PROCESS = _ProcessCuga()
+@dataclass(frozen=True)
+class Probe:
+    """What cuga_probe.py found: why CUGA cannot run here (and then nothing else), or the skills its discovery
+    finds in the folder it was given, the model its settings resolve to, and its step limit."""
+
+    problem: str | None = None
+    skills: tuple[str, ...] | None = None
+    model: str = "?"
+    max_steps: str = "?"
 
 
-def cuga_state_dir() -> Path:
-    """Where CUGA keeps its databases and logs in this process: a temp folder, never the repo."""
-    if _PROCESS.state_dir is None:
-        _PROCESS.state_dir = Path(tempfile.mkdtemp(prefix="palette-cuga-"))
-        # CUGA holds these paths for the life of the process, so they go when the process does.
-        atexit.register(shutil.rmtree, _PROCESS.state_dir, True)
-    return _PROCESS.state_dir
+def probe(settings_file: str, variables: Mapping[str, str], skills: Path | None = None,
+          python: str = sys.executable) -> Probe:
+    """Run cuga_probe.py with CUGA's models file `settings_file` and the model's `variables`, asking its discovery
+    about `skills` (a folder holding `skills/<name>/`) when given.
 
+    With the OpenAI-compatible models file it builds an agent's graph too, which imports the rest of the lean set.
+    With another provider's, CUGA's agents would make that provider's clients (a key exchange, the network): not
+    before a run."""
+    graph = ["--graph"] if settings_file == SETTINGS_FILES["openai"] else []
+    import importlib.util
 
-def load_cuga(settings_file: str) -> Any:
-    """Import CUGA configured with `settings_file` and return its `settings`.
-
-    CUGA reads its models file at import, so a process can only ever use the first one; asking for
-    another afterwards is a HostError naming the fix.
-    """
-    with _PROCESS.lock:
-        if _PROCESS.settings_file is None and "cuga.config" in sys.modules:
-            # Someone else imported CUGA first: whatever file it chose is the one in force.
-            _PROCESS.settings_file = os.environ.get("AGENT_SETTING_CONFIG", "settings.openai.toml")
-        if _PROCESS.settings_file is None:
-            _import_cuga_config(settings_file)
-            _PROCESS.settings_file = settings_file
-        if _PROCESS.settings_file != settings_file:
-            raise HostError(f"CUGA in this process was configured with {_PROCESS.settings_file} and cannot switch "
-                            f"to {settings_file} (CUGA reads its models file once, at import): run one model per "
-                            "pytest session")
-        from cuga.config import settings  # type: ignore[import-untyped,import-not-found,unused-ignore]
-
-        return settings
-
-
-def _import_cuga_config(settings_file: str) -> None:
-    """The first import of `cuga.config`, with what it reads at import time set first."""
-    state = cuga_state_dir()
-    os.environ["AGENT_SETTING_CONFIG"] = settings_file
-    os.environ.setdefault("CUGA_DBS_DIR", str(state / "dbs"))
-    os.environ.setdefault("CUGA_LOGGING_DIR", str(state / "logging"))
-    # Without ENV_FILE CUGA loads the first .env above the cwd: keep a stray one out of the run.
-    if not os.environ.get("ENV_FILE"):
-        empty = state / "empty.env"
-        empty.touch()
-        os.environ["ENV_FILE"] = str(empty)
-    _quiet_cuga_logging()
-    saved_cwd = os.getcwd()
-    try:
-        # CUGA prefers a settings.toml / eval_config.toml in the cwd: import where there is none.
-        os.chdir(state)
-        import cuga.config  # type: ignore[import-untyped,import-not-found,unused-ignore]  # noqa: F401
-    finally:
-        os.chdir(saved_cwd)
-        os.environ.pop("AGENT_SETTING_CONFIG", None)
-
-
-def _quiet_cuga_logging() -> None:
-    """CUGA logs hundreds of lines per turn through loguru's default stderr sink: each item gets a log file
-    instead (see CugaSession). This project itself does not use loguru."""
-    with contextlib.suppress(ImportError, ValueError):
-        from loguru import logger
-
-        logger.remove()
+    if importlib.util.find_spec("cuga") is None:
+        return Probe(f"the CUGA SDK is not installed: {INSTALL_HINT}")
+    with tempfile.TemporaryDirectory(prefix="palette-cuga-probe-") as scratch:
+        # CUGA prefers a settings.toml in the cwd and loads the first .env above it: the scratch folder has neither.
+        env = {**os.environ, "CUGA_DBS_DIR": f"{scratch}/dbs", "CUGA_LOGGING_DIR": f"{scratch}/logging",
+               "ENV_FILE": os.devnull, "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY") or "dummy",
+               **variables, "AGENT_SETTING_CONFIG": settings_file}
+        try:
+            argv = [python, str(PROBE), *graph, *([str(skills)] if skills is not None else [])]
+            done = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, text=True,
+                                  timeout=IMPORT_PROBE_TIMEOUT, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return Probe(f"importing the CUGA SDK took longer than {IMPORT_PROBE_TIMEOUT:g} s")
+    answer = done.stdout.strip().rpartition("\n")[2]
+    if done.returncode == 0:
+        with contextlib.suppress(ValueError):
+            found = json.loads(answer)
+            named = found["skills"]
+            return Probe(skills=None if named is None else tuple(map(str, named)), model=str(found["model"]),
+                         max_steps=str(found["max_steps"]))
+    lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith(" ")]
+    last = lines[-1] if lines else f"exit code {done.returncode}" if done.returncode else f"no answer: {answer[:200]!r}"
+    return Probe(f"the CUGA SDK cannot be imported ({last}): {INSTALL_HINT}")
 
 
 def cuga_output_limit(output_limit: int) -> int:
     """What CUGA trims a code block's output at: `--palette-output-limit`, or CUGA's own default if that is more."""
     return max(output_limit, CUGA_OUTPUT_DEFAULT)
-
-
-def discovered_names(cuga_folder: Path) -> list[str]:
-    """The skill names CUGA's own discovery finds under `<cuga_folder>/skills`."""
-    from cuga.backend.skills.loader import discover_skills  # type: ignore[import-untyped,import-not-found,unused-ignore]
-
-    return [entry.name for entry in discover_skills(str(cuga_folder))]
-
-
-def configured_model(settings: Any) -> str:
-    """The model CUGA's code agent will use, as CUGA resolves it (settings file, then MODEL_NAME)."""
-    try:
-        model_settings = settings.agent.code.model
-        platform = str(model_settings.get("platform") or "unknown")
-        name = os.environ.get("MODEL_NAME") or model_settings.get("model_name") or "(the provider's default)"
-        return f"{platform}/{name}"
-    except Exception as error:  # a report line must not fail a run
-        return f"unknown (could not read CUGA's model settings: {type(error).__name__})"
 
 
 # -- what the model answered ---------------------------------------------------------------------
@@ -672,16 +630,6 @@ def _ran(ident: int, stdout: str, stderr: str, code: int | None) -> dict[str, An
 
 # -- the host ------------------------------------------------------------------------------------
 
-#: What the import probe runs: the SDK, its skill discovery, and one agent's graph (which pulls in
-#: the rest of the lean set: mcp, jinja2, browsergym, …). A fake model, so no provider is contacted.
-_IMPORT_PROBE = """
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from cuga.backend.skills.loader import discover_skills
-from cuga.sdk import CugaAgent
-CugaAgent(model=GenericFakeChatModel(messages=iter([])), auto_load_policies=False, enable_knowledge=False).graph
-"""
-
-
 def installed_problem() -> str | None:
     """Why CUGA is not installed here (no uv, no SDK), found without importing it: import_problem() is the full
     check, and costs a second of CPU in a process of its own."""
@@ -696,25 +644,8 @@ def installed_problem() -> str | None:
 
 
 def import_problem(python: str = sys.executable) -> str | None:
-    """Why the CUGA SDK cannot be imported here (checked in a subprocess), or None."""
-    import importlib.util
-
-    if importlib.util.find_spec("cuga") is None:
-        return f"the CUGA SDK is not installed: {INSTALL_HINT}"
-    with tempfile.TemporaryDirectory(prefix="palette-cuga-probe-") as scratch:
-        env = {**os.environ, "CUGA_DBS_DIR": f"{scratch}/dbs", "CUGA_LOGGING_DIR": f"{scratch}/logging",
-               "AGENT_SETTING_CONFIG": "settings.openai.toml", "ENV_FILE": os.devnull,
-               "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY") or "dummy"}
-        try:
-            done = subprocess.run([python, "-c", _IMPORT_PROBE], cwd=scratch, env=env, capture_output=True,
-                                  text=True, timeout=IMPORT_PROBE_TIMEOUT, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            return f"importing the CUGA SDK took longer than {IMPORT_PROBE_TIMEOUT:g} s"
-    if done.returncode == 0:
-        return None
-    lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith(" ")]
-    last = lines[-1] if lines else f"exit code {done.returncode}"
-    return f"the CUGA SDK cannot be imported ({last}): {INSTALL_HINT}"
+    """Why the CUGA SDK cannot be imported here (checked in a process of its own), or None."""
+    return probe(SETTINGS_FILES["openai"], {}, python=python).problem
 
 
 class CugaHost(Host):
@@ -725,44 +656,52 @@ class CugaHost(Host):
 
     def __init__(self) -> None:
         self._endpoint = RehearsalEndpoint()
-        self._unavailable: tuple[str | None] | None = None
+        #: One probe per model, and per skill asked about: a process importing CUGA costs 5 CPU-s.
+        self._probes: dict[tuple[ModelSpec, Path | None], Probe] = {}
 
     def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
         reason = unsupported_reason(model)
         if reason:
             return [Problem(reason)]
         problems = [Problem(message) for message in credentials_needed(model, env)]
-        missing = self.unavailable()
+        missing = installed_problem()
         if missing:
             return [*problems, Problem(missing, skip=True)]
-        if skill is not None:
-            problems += [Problem(message) for message in self._discovery_problems(skill, model)]
+        drifted: list[str] = []
+        if skill is None:
+            found = self._probe(model, env)
+        else:
+            found, drifted = self._discover(model, env, skill)
+        if found.problem:
+            return [*problems, Problem(found.problem, skip=True)]
+        problems += [Problem(f"the installed copy drifted: {d}") for d in drifted]
+        if skill is not None and skill.name not in (found.skills or ()):
+            problems.append(Problem(f"CUGA's discover_skills does not find {skill.name!r} in the installed copy's "
+                                    f".cuga/skills (found: {', '.join(found.skills or ()) or 'nothing'}): check "
+                                    "SKILL.md's frontmatter"))
         return problems
 
-    def unavailable(self) -> str | None:
-        """Why CUGA cannot run on this machine (no uv, an SDK that does not import), found once."""
-        if self._unavailable is None:
-            self._unavailable = (self._find_unavailable(),)
-        return self._unavailable[0]
+    def _probe(self, model: ModelSpec, env: Mapping[str, str], skills: Path | None = None,
+               key: Path | None = None) -> Probe:
+        if (model, key) not in self._probes:
+            variables = cuga_model(model, env, rehearsal_url="http://127.0.0.1:0/v1").env
+            self._probes[model, key] = probe(SETTINGS_FILES[model.provider], variables, skills)
+        return self._probes[model, key]
 
-    def _find_unavailable(self) -> str | None:
-        return installed_problem() or import_problem()
-
-    def _discovery_problems(self, card: SkillCard, model: ModelSpec) -> list[str]:
+    def _discover(self, model: ModelSpec, env: Mapping[str, str], card: SkillCard) -> tuple[Probe, list[str]]:
         """Install the skill in a scratch folder exactly as a run would, and ask CUGA whether it sees it."""
         with tempfile.TemporaryDirectory(prefix="palette-cuga-check-") as scratch:
             folder = Path(scratch) / ".cuga"
             try:
-                load_cuga(SETTINGS_FILES[model.provider])
                 installed = install(card, folder).directory
-                found = [f"the installed copy drifted: {d}" for d in drift(card.directory, installed)]
-                names = discovered_names(folder)
             except HostError as error:
-                return [str(error)]
-            if card.name not in names:
-                found.append(f"CUGA's discover_skills does not find {card.name!r} in {folder / 'skills'} "
-                             f"(found: {', '.join(names) or 'nothing'}): check SKILL.md's frontmatter")
-            return found
+                return Probe(), [str(error)]
+            return self._probe(model, env, folder, key=card.directory), drift(card.directory, installed)
+
+    def _described(self, model: ModelSpec) -> Probe:
+        """The probe already run for `model` (by the check, with the skill), else one run now."""
+        done = next((found for (probed, _), found in self._probes.items() if probed == model), None)
+        return done if done is not None else self._probe(model, os.environ)
 
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
         facts = {"model": model.label, "provider": model.provider,
@@ -776,21 +715,17 @@ class CugaHost(Host):
                  # CUGA builds its OpenAI client itself, with the SDK's default bound.
                  "model_retries": "2 (the openai SDK's default in CUGA's client; --palette-model-retries does "
                                   "not reach it)"}
-        if self.unavailable() or unsupported_reason(model):
+        if unsupported_reason(model) or installed_problem():
             return facts
-        try:
-            cuga = cuga_model(model, os.environ, rehearsal_url="http://127.0.0.1:0/v1")
-            cuga_settings = load_cuga(cuga.settings_file)
-            with _variables(cuga.env):
-                configured = configured_model(cuga_settings)
-            steps = cuga_settings.advanced_features.get("cuga_lite_max_steps", "?")
-        except HostError as error:
-            return {**facts, "cuga": str(error)}
-        facts.update({"cuga_model": f"{configured} ({cuga.settings_file})", "cuga_max_steps": str(steps),
+        found = self._described(model)
+        if found.problem:
+            return facts
+        facts.update({"cuga_model": f"{found.model} ({SETTINGS_FILES[model.provider]})",
+                      "cuga_max_steps": found.max_steps,
                       "scaffold": f"cuga {_cuga_version()} CugaAgent, codeact, skills + shell tool"})
-        expected = cuga.env.get("MODEL_NAME")
-        if expected and not configured.endswith("/" + expected):
-            facts["model"] = configured  # the truth, when CUGA would not run what was asked for
+        expected = cuga_model(model, os.environ, rehearsal_url="http://127.0.0.1:0/v1").env.get("MODEL_NAME")
+        if expected and not found.model.endswith("/" + expected):
+            facts["model"] = found.model  # the truth, when CUGA would not run what was asked for
         return facts
 
     def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
@@ -819,18 +754,3 @@ def _cuga_version() -> str:
         return version("cuga")
     except PackageNotFoundError:
         return "?"
-
-
-@contextlib.contextmanager
-def _variables(values: Mapping[str, str]) -> Iterator[None]:
-    """Set a few variables for the block and restore them."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
