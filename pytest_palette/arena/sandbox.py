@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import itertools
 import json
 import os
@@ -580,16 +581,16 @@ def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
     from). Never a home, nor the folders where every program keeps its data (~/.local/share, ~/.config …), nor a
     folder above one, nor one holding, above or inside a `keep_out` folder (the item's run folder): `~/bin` or
     `~/.local/bin` is bound alone, not the home; a folder that cannot be is left out."""
-    keep, homes = [Path(path).resolve() for path in keep_out], _homes()
+    keep, homes = [str(Path(path).resolve()) for path in keep_out], [str(home) for home in _homes()]
 
     def allowed(folder: Path) -> bool:
         try:
-            path = folder.resolve()
+            path = str(folder.resolve())
         except (OSError, RuntimeError):  # a loop of links
             return False
-        if _under_system(path) or any(path == home or path in home.parents for home in homes):
+        if _under_system(path) or any(_inside(home, path) for home in homes):
             return False  # the system is bound already; a home (or "/") would show the caller's keys
-        return not any(path == kept or path in kept.parents or kept in path.parents for kept in keep)
+        return not any(_inside(kept, path) or _inside(path, kept) for kept in keep)
 
     chosen: list[Path] = []
     seen: set[Path] = set()
@@ -607,17 +608,40 @@ def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
                 chosen.append(candidate)
                 return
 
-    for entry in dict.fromkeys(search_path.split(os.pathsep)):
-        folder = Path(os.path.normpath(entry)) if os.path.isabs(entry) else None
-        if folder is None or not os.path.isdir(folder) or not allowed(folder):
-            continue  # a relative entry (".") names the agent's own folder, which it has already
-        add(folder)
-        for command in _commands(folder):
-            for hop in _leads_through(command):
-                add(hop.parent)
+    for folder, leads in _scan(search_path, _signature(search_path)):
+        if allowed(folder):
+            add(folder)
+            for lead in leads:
+                add(lead)
     # In PATH's order, one bind per tree: a folder inside another chosen one is already there.
     unique = list(dict.fromkeys(chosen))
     return [path for path in unique if not any(other in path.parents for other in unique)]
+
+
+def _signature(search_path: str) -> tuple[int, ...]:
+    """What changes when a command is added to, removed from or replaced in a PATH folder: their times."""
+    times = []
+    for entry in search_path.split(os.pathsep):
+        try:
+            times.append(os.stat(entry).st_mtime_ns)
+        except OSError:
+            times.append(0)
+    return tuple(times)
+
+
+@functools.lru_cache(maxsize=8)
+def _scan(search_path: str, signature: tuple[int, ...]) -> tuple[tuple[Path, tuple[Path, ...]], ...]:
+    """Each absolute folder on `search_path`, with the folders its commands lead through (links, `#!`
+    interpreters): read once per PATH and `signature` (`_signature`), not per item — a PATH of a venv and a
+    version manager holds thousands of commands."""
+    scanned = []
+    for entry in dict.fromkeys(search_path.split(os.pathsep)):
+        folder = Path(os.path.normpath(entry)) if os.path.isabs(entry) else None
+        if folder is None or not os.path.isdir(folder):
+            continue  # a relative entry (".") names the agent's own folder, which it has already
+        leads = dict.fromkeys(hop.parent for command in _commands(folder) for hop in _leads_through(command))
+        scanned.append((folder, tuple(leads)))
+    return tuple(scanned)
 
 
 def _commands(folder: Path) -> list[Path]:
@@ -670,8 +694,13 @@ def _homes() -> list[Path]:
     return [path.resolve() for home in homes for path in (home, *(home / store for store in _STORES))]
 
 
-def _under_system(path: Path) -> bool:
-    return any(path == system or system in path.parents for system in map(Path, SYSTEM))
+def _under_system(path: Path | str) -> bool:
+    return any(_inside(str(path), system) for system in SYSTEM)
+
+
+def _inside(path: str, folder: str) -> bool:
+    """`path` is `folder` or below it, both resolved: by text, as this runs for every command on PATH, per item."""
+    return folder == "/" or path == folder or path.startswith(folder + "/")
 
 
 def _of_user(uid: int, *, zombies: bool = False) -> list[psutil.Process]:
