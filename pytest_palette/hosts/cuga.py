@@ -198,9 +198,9 @@ def probe(settings_file: str, variables: Mapping[str, str], skills: Path | None 
     With the OpenAI-compatible models file it builds an agent's graph too, which imports the rest of the lean set.
     With another provider's, CUGA's agents would make that provider's clients (a key exchange, the network): not
     before a run."""
-    graph = ["--graph"] if settings_file == SETTINGS_FILES["openai"] else []
     import importlib.util
 
+    graph = ["--graph"] if settings_file == SETTINGS_FILES["openai"] else []
     if importlib.util.find_spec("cuga") is None:
         return Probe(f"the CUGA SDK is not installed: {INSTALL_HINT}")
     with tempfile.TemporaryDirectory(prefix="palette-cuga-probe-") as scratch:
@@ -692,10 +692,7 @@ class CugaHost(Host):
         """Install the skill in a scratch folder exactly as a run would, and ask CUGA whether it sees it."""
         with tempfile.TemporaryDirectory(prefix="palette-cuga-check-") as scratch:
             folder = Path(scratch) / ".cuga"
-            try:
-                installed = install(card, folder).directory
-            except HostError as error:
-                return Probe(), [str(error)]
+            installed = install(card, folder).directory
             return self._probe(model, env, folder, key=card.directory), drift(card.directory, installed)
 
     def _described(self, model: ModelSpec) -> Probe:
