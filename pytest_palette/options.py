@@ -412,6 +412,7 @@ def configure_hosts(config: pytest.Config, hosts: Mapping[str, Host], settings: 
     """Every host takes its own options (a refused value is one line naming its flag); then what depends on which
     hosts run. Every host, not the selected only: each one's terms are in the run's fingerprint."""
     for host in hosts.values():
+        host.cache = getattr(config, "cache", None)
         given = {option.name: config.getoption(option.dest(), None) for option in host.options}
         try:
             host.configure(given, skill=settings.skill_dir is not None)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from browser import Browser, require
 from sites import OfflineRuns, make_offline_runs
-from sweeps import Sweeps
+from sweeps import CACHE_VARIABLE, Sweeps
 from unprivileged import Unprivileged
 from unprivileged import problem as unprivileged_problem
 
@@ -55,6 +55,22 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PYTEST_ADDOPTS"] = " ".join(filter(None, (os.environ.get("PYTEST_ADDOPTS"), *UNRELATED_PLUGINS)))
 
 
+def common_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test session's temporary folder: under xdist each worker has its own inside it, and this is their parent."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session", autouse=True)
+def inner_cache_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One pytest cache for every session the tests start (`sweeps.inner_cache()`), in the test session's common
+    folder: what a host learned of this machine in one (the cuga host's probe) the next reuses. (Not through
+    `sweeps`: a test asking for that fixture is an end-to-end one, out of the quick tier.)"""
+    folder = common_folder(tmp_path_factory) / "inner-cache"
+    os.environ[CACHE_VARIABLE] = str(folder)
+    return folder
+
+
 @pytest.fixture
 def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
     """pytest's own, plus: its sessions leave out UNRELATED_PLUGINS and, with PYTHONPATH set (a git worktree beside
@@ -86,9 +102,7 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture(scope="session")
 def sweeps(tmp_path_factory: pytest.TempPathFactory) -> Sweeps:
     """Real runs of cases, each once per test session across the xdist workers (tests/sweeps.py)."""
-    base = tmp_path_factory.getbasetemp()
-    # Under xdist each worker has its own base folder inside the session's: the common one is its parent.
-    return Sweeps(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
+    return Sweeps(common_folder(tmp_path_factory))
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from sweeps import inner_cache
 
 from pytest_palette.arena import leftovers
 
@@ -102,7 +103,7 @@ def interrupt(folder: Path, host: str, conversations: int = 1) -> Interrupted:
     env = {**os.environ, "PALETTE_ENGINE_LATENCY": LATENCY}
     log = (folder / "session.log").open("w+")
     inherited = signal.getsignal(signal.SIGINT)
-    command = [sys.executable, "-m", "pytest", "cases", "--host", host, "-p", "no:cacheprovider", "-p",
+    command = [sys.executable, "-m", "pytest", "cases", "--host", host, *inner_cache(), "-p",
                "no:randomly", "--palette-turn-timeout", "900", "--palette-conversations", str(conversations)]
     # A terminal's session takes Ctrl-C. An ignored SIGINT is inherited across exec, and Python then installs no
     # KeyboardInterrupt at all: a launcher restores the default before it becomes the session (a C library's

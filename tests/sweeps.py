@@ -93,6 +93,18 @@ class Sweep:
         return where
 
 
+#: The variable naming the folder every session the tests start keeps pytest's cache in (set by conftest.py for
+#: the whole test session): there the cuga host keeps its probe of CUGA, 5 CPU-s a session otherwise.
+CACHE_VARIABLE = "TESTS_INNER_PYTEST_CACHE"
+
+
+def inner_cache() -> list[str]:
+    """The options that give a session the tests start the test session's common pytest cache, or none at all
+    (`-p no:cacheprovider`) outside a test session: never a `.pytest_cache` in the repository or a test's folder."""
+    folder = os.environ.get(CACHE_VARIABLE)
+    return ["-o", f"cache_dir={folder}"] if folder else ["-p", "no:cacheprovider"]
+
+
 def run_session(folder: Path, args: Sequence[str], *, cwd: Path = REPO, env: Mapping[str, str] | None = None,
                 timeout: float = SWEEP_TIMEOUT) -> Sweep:
     """`python -m pytest *args` in `cwd`, into `folder/runs`, with a JUnit report read back."""
@@ -100,7 +112,7 @@ def run_session(folder: Path, args: Sequence[str], *, cwd: Path = REPO, env: Map
     junit = folder / "junit.xml"
     environment = {name: value for name, value in os.environ.items() if not name.startswith("PALETTE_")}
     environment.update(env or {})
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+    argv = [sys.executable, "-m", "pytest", *inner_cache(), "-p", "no:randomly",
             f"--palette-run-dir={folder / 'runs'}", f"--junitxml={junit}", "-q", *args]
     if environment.get("PYTHONPATH") and not any(a.startswith("--palette-sandbox-env") for a in args):
         # The sandbox keeps no PYTHONPATH: without it, deck.py's engine would import whatever copy of the package

@@ -9,6 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from ledger_records import as_record, record
+from sweeps import inner_cache
 
 from pytest_palette.commands import main as palette_bench
 from pytest_palette.hosts.base import TurnRecord
@@ -149,7 +150,7 @@ def test_every_host_records_tokens_offline_and_a_table_naming_the_rehearsal_mode
     (pytester.path / "cases" / "c.yaml").write_text(CASE)
     pytester.makefile(".yaml", prices=PRICES)
     # In a process of its own: CUGA's numpy cannot be imported twice in one process.
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--host", host, "--palette-prices",
+    result = pytester.runpytest_subprocess(*inner_cache(), "--host", host, "--palette-prices",
                                            "prices.yaml")
     result.assert_outcomes(passed=1)
     [run] = (pytester.path / "runs").iterdir()

@@ -637,6 +637,59 @@ def test_each_models_file_is_read_by_a_probe_of_its_own(host: CugaHost) -> None:
     assert watsonx["cuga_model"] == "watsonx/openai/gpt-oss-120b (settings.watsonx.toml)"
 
 
+class DictCache:
+    """pytest's Cache as far as the host uses it: JSON values by key."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def get(self, key: str, default: Any) -> Any:
+        try:
+            return json.loads(self.values[key])
+        except (KeyError, ValueError):
+            return default
+
+    def set(self, key: str, value: Any) -> None:
+        self.values[key] = json.dumps(value)
+
+
+def test_a_probe_is_kept_per_interpreter_models_file_and_skill_and_a_problem_is_asked_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, str | None]] = []
+    answers = {"settings.openai.toml": cuga_module.Probe(skills=("palette",), model="openai/rehearsal",
+                                                         max_steps="30"),
+               "settings.broken.toml": cuga_module.Probe("the CUGA SDK cannot be imported (boom)")}
+
+    def probe(settings_file: str, variables: Any, skills: Path | None = None) -> cuga_module.Probe:
+        asked.append((settings_file, variables.get("MODEL_NAME")))
+        return answers[settings_file]
+
+    monkeypatch.setattr(cuga_module, "probe", probe)
+    cache: Any = DictCache()
+    model = {"MODEL_NAME": "rehearsal", "OPENAI_API_KEY": "sk-the-key"}
+    first = cuga_module.cached_probe(cache, "settings.openai.toml", model, Path("x"), "skill-a")
+    again = cuga_module.cached_probe(cache, "settings.openai.toml", {**model, "OPENAI_API_KEY": "another"},
+                                     Path("y"), "skill-a")
+    assert first == again == answers["settings.openai.toml"] and len(asked) == 1
+    # Another skill, another model or no cache at all is a probe of its own.
+    cuga_module.cached_probe(cache, "settings.openai.toml", model, Path("x"), "skill-b")
+    cuga_module.cached_probe(cache, "settings.openai.toml", {"MODEL_NAME": "gpt"}, Path("x"), "skill-a")
+    cuga_module.cached_probe(None, "settings.openai.toml", model, Path("x"), "skill-a")
+    assert asked[1:] == [("settings.openai.toml", "rehearsal"), ("settings.openai.toml", "gpt"),
+                         ("settings.openai.toml", "rehearsal")]
+    # A problem is never kept: the next session asks again, and sees its fix.
+    for _ in range(2):
+        assert cuga_module.cached_probe(cache, "settings.broken.toml", model).problem
+    assert len(asked) == 6 and len(cache.values) == 3
+    # No key is written, and an entry that is not a probe's answer is asked again.
+    assert not any("sk-the-key" in key + value for key, value in cache.values.items())
+    for torn in ('{"skills": 3}', '{"model": "m"}', "[1]"):
+        for key in cache.values:
+            cache.values[key] = torn
+        cuga_module.cached_probe(cache, "settings.openai.toml", model, Path("x"), "skill-a")
+    assert len(asked) == 9
+
+
 FENCED = """Release notes, as our engineers wrote them
 
 ## What changed

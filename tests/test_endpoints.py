@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from sweeps import inner_cache
 from test_benchmark_suite import REPO, run_suite
 
 from pytest_palette.hosts.base import HostSettings
@@ -312,7 +313,7 @@ def test_cuga_with_injected_429s_and_500s_judges_every_item_and_counts_the_sdks_
         pytest.skip(f"cuga host unavailable: {_REASON}")
     runs = pytester.path / "runs"
     result = pytester.runpytest_subprocess(
-        str(REPO / "cases"), "-m", "core", "-k", THREE, "--host", "cuga", "-p", "no:cacheprovider", "-p",
+        str(REPO / "cases"), "-m", "core", "-k", THREE, "--host", "cuga", *inner_cache(), "-p",
         "no:randomly", f"--rootdir={REPO}", f"--palette-run-dir={runs}", "--palette-rehearsal-faults", FAULTS,
         timeout=1200)
     result.assert_outcomes(passed=len(CORE_THREE))

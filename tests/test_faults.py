@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from sweeps import inner_cache
 
 from pytest_palette.arena import leftovers
 from pytest_palette.arena.command_log import CommandLog, CommandRun
@@ -184,7 +185,7 @@ def a_long_paste(pytester: pytest.Pytester, host: str) -> pytest.RunResult:
         "name": "big_paste", "covers": "a long paste reaches the skill", "request": "Build a deck from these notes",
         "context": MATERIAL, "replies": ["actually, hold off for now"], "expect": {"deck": False}}]))
     # In a process of its own: CUGA's numpy cannot be imported twice in one process.
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--host", host, "--palette-max-context",
+    result = pytester.runpytest_subprocess(*inner_cache(), "--host", host, "--palette-max-context",
                                            "1000000")
     if "skipped" in result.parseoutcomes():
         pytest.skip(f"the {host} host's client is not installed here")
@@ -243,7 +244,7 @@ def pytest_palette_add_hosts(hosts, config):
 def test_what_an_agent_leaves_running_is_stopped_when_its_item_ends_even_on_a_pass(
         pytester: pytest.Pytester, cases: Path) -> None:
     pytester.makeconftest(BACKGROUND_HOST)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--host", "leaving", "-k", "held_off")
+    result = pytester.runpytest(*inner_cache(), "--host", "leaving", "-k", "held_off")
     result.assert_outcomes(passed=1)
     [item] = (pytester.path / "runs").glob("*/leaving/held_off")
     assert leftovers.processes_of(item / "palette-calls.jsonl") == []
@@ -281,7 +282,7 @@ def test_a_dead_model_endpoint_is_named_and_replaced_before_the_next_item(pytest
     # machine (the whole of the dying item's wait is this test's cost).
     host = "claude"
     pytester.makeconftest(DYING_ENDPOINT)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--host", host,
+    result = pytester.runpytest_subprocess(*inner_cache(), "-p", "no:randomly", "--host", host,
                                            "--palette-turn-timeout", "60")
     if "skipped" in result.parseoutcomes():
         pytest.skip(f"the {host} host's client is not installed here")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from ports import ProbePort
-from sweeps import Sweeps
+from sweeps import Sweeps, inner_cache
 from test_sandbox import FAKE_KEYS, needs_bubblewrap
 
 from pytest_palette.rehearsal import openai_wire
@@ -113,7 +113,7 @@ def _session(folder: Path) -> Session:
     passed = ["--palette-sandbox-env=PYTHONPATH"] if os.environ.get("PYTHONPATH") else []
     with ProbePort() as listener:
         env |= {**secrets, "PALETTE_PROBE_PORT": str(listener.port), PROBE_DIR: str(probe)}
-        process = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--host=cuga",
+        process = subprocess.Popen([sys.executable, "-m", "pytest", *inner_cache(), "--host=cuga",
                                     "--model=rehearsal:hostile_cuga_code", *passed], cwd=project, env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         tmp_marker = Path(escaped_tmp(process.pid))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sweeps import Sweeps
+from sweeps import Sweeps, inner_cache
 from test_sandbox import FAKE_KEYS, needs_bubblewrap
 
 from pytest_palette.commands import main
@@ -66,7 +66,7 @@ def _session(folder: Path) -> Session:
     (folder / "pytest.ini").write_text("[pytest]\npalette_cases = cases.yaml\n", encoding="utf-8")
     passed = "HOSTILE_SECRET_FILE" + (",PYTHONPATH" if os.environ.get("PYTHONPATH") else "")
     env = {**os.environ, **FAKE_KEYS, "HOSTILE_SECRET_FILE": str(secret)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--host={','.join(HOSTS)}",
+    done = subprocess.run([sys.executable, "-m", "pytest", *inner_cache(), f"--host={','.join(HOSTS)}",
                            "--model=rehearsal:hostile_links", f"--palette-sandbox-env={passed}"],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=900)
     [run] = (folder / "runs").iterdir()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from sweeps import Sweeps
+from sweeps import Sweeps, inner_cache
 from test_sandbox import FAKE_KEYS, needs_bubblewrap
 
 from pytest_palette.arena.sandbox import Limits, problem
@@ -49,7 +49,7 @@ def _session(host: str, folder: Path) -> Run:
     (folder / "pytest.ini").write_text("[pytest]\npalette_cases = .\n", encoding="utf-8")
     env = {**os.environ, **FAKE_KEYS}
     passed = ["--palette-sandbox-env=PYTHONPATH"] if os.environ.get("PYTHONPATH") else []
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--host={host}",
+    done = subprocess.run([sys.executable, "-m", "pytest", *inner_cache(), f"--host={host}",
                            "--model=rehearsal:hostile_limits", "--palette-conversations", "2", *passed],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=600, check=False)
     [results] = (folder / "runs").glob("*/results.jsonl")

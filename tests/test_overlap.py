@@ -8,6 +8,7 @@ from concurrent.futures import CancelledError
 from pathlib import Path
 
 import pytest
+from sweeps import inner_cache
 
 from pytest_palette.hosts.base import HostSession, TurnRecord
 from pytest_palette.rehearsal.latency import ModelLatency
@@ -91,7 +92,7 @@ def test_a_serial_hosts_conversations_never_overlap() -> None:
 
 def _here(pytester: pytest.Pytester) -> list[str]:
     """The shipped cases run from the test's own folder, their runs written there too."""
-    return ["-p", "no:cacheprovider", "--rootdir", str(pytester.path), "--palette-run-dir",
+    return [*inner_cache(), "--rootdir", str(pytester.path), "--palette-run-dir",
             str(pytester.path / "runs")]
 
 

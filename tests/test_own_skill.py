@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from browser import required
-from sweeps import ItemResult, Sweeps
+from sweeps import ItemResult, Sweeps, inner_cache
 
 from pytest_palette.arena.sandbox import problem
 from pytest_palette.cases import Case, Expect, load_cases
@@ -116,7 +116,7 @@ def run_project(project: Path, runs: Path, *args: str) -> subprocess.CompletedPr
     # A developer's PALETTE_* settings (a trace path, a latency) would change the runs.
     env = {name: value for name, value in os.environ.items() if not name.startswith("PALETTE_")}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
+        [sys.executable, "-m", "pytest", *inner_cache(), "-p", "no:randomly",
          f"--palette-skill=skills/{SKILL}", f"--palette-run-dir={runs}", "-q", *args],
         cwd=project, capture_output=True, text=True, timeout=RUN_TIMEOUT, env=env)
 

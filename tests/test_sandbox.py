@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 from ports import ProbePort
+from sweeps import inner_cache
 
 from pytest_palette.arena.sandbox import (
     ENDED,
@@ -288,7 +289,7 @@ def test_a_hostile_agent_is_contained_on_every_host_and_still_judged(
     # The probe's port reaches the agent only because it is named: no other PALETTE_* of the caller's does.
     passed = ["--palette-sandbox-env=PALETTE_PROBE_PORT"] + \
         (["--palette-sandbox-env=PYTHONPATH"] if os.environ.get("PYTHONPATH") else [])
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--host={host}", "--model=rehearsal:hostile",
+    result = pytester.runpytest_subprocess(*inner_cache(), f"--host={host}", "--model=rehearsal:hostile",
                                            *passed)
     [record] = [json.loads(line) for line in next((pytester.path / "runs").glob("*/results.jsonl")).open()]
     assert record["outcome"] in ("pass", "fail"), record["failures"]  # judged, not an error of the run

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage
+from sweeps import inner_cache
 
 from pytest_palette.rehearsal import anthropic_wire, langchain_model, openai_wire
 from pytest_palette.rehearsal.conversation import Reply, RunCommand, ToolResult, UserSaid
@@ -130,5 +131,5 @@ def test_generated_documents_pass_on_every_host(pytester: pytest.Pytester) -> No
     pytester.mkdir("cases")
     (pytester.path / "cases" / "c.yaml").write_text(
         f'- documents: "{corpus}/*.md"\n  covers: hard documents\n  request: Turn this into a deck\n')
-    result = pytester.runpytest_subprocess("--host", ",".join(hosts), "-p", "no:cacheprovider", "-n", "2")
+    result = pytester.runpytest_subprocess("--host", ",".join(hosts), *inner_cache(), "-n", "2")
     result.assert_outcomes(passed=len(DOCUMENTS) * len(hosts))

@@ -176,6 +176,9 @@ class Host(abc.ABC):
     hands_over: bool = False
     #: Options of this host's own; a subclass inherits them, and reads them in `configure`.
     options: ClassVar[tuple[HostOption, ...]] = ()
+    #: Where the host may keep what it learned of this machine from one session to the next (pytest's cache,
+    #: `.pytest_cache`); set before `check`, None with `-p no:cacheprovider`. Nothing the agent wrote goes here.
+    cache: pytest.Cache | None = None
 
     @classmethod
     def add_options(cls, parser: pytest.Parser) -> None:

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -43,12 +45,14 @@ import msgspec
 
 from ..arena.sandbox import Sandbox, allowed_environment
 from ..models import NO_KEY_HINT, ModelSpec, missing_credentials
-from ..skill import SkillCard, drift, install
+from ..skill import SkillCard, drift, install, skill_hash
 from .base import Host, HostError, HostSession, HostSettings, Problem, TurnRecord
 from .endpoint import OPENAI_FORWARDED, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint
 from .shell import Shell
 
 if TYPE_CHECKING:
+    import pytest
+
     from ..arena.workspace import Workspace
 
 #: The version the host and its lean dependency set were proven against.
@@ -188,6 +192,53 @@ class Probe:
     skills: tuple[str, ...] | None = None
     model: str = "?"
     max_steps: str = "?"
+
+
+#: The environment a probe's answer may depend on beside its models file and variables: CUGA's own settings.
+PROBE_ENVIRONMENT = ("CUGA_", "AGENT_", "PYTHON")
+#: Names of variables that hold a credential: left out of a probe's fingerprint.
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+
+
+def probe_fingerprint(settings_file: str, variables: Mapping[str, str], skills: str | None) -> str:
+    """What a probe by this interpreter would answer depends on, as one digest: the probe itself, the models file,
+    the model's variables (keys left out: no answer depends on them, and a key is written nowhere), CUGA's settings
+    in the environment, the skill's content (`skill_hash`), and every folder this interpreter imports from, whose
+    modification time changes when a package is installed, upgraded or removed there."""
+    digest = hashlib.sha256()
+    plain = {name: value for name, value in variables.items() if not SECRET_NAME.search(name)}
+    environment = {name: value for name, value in os.environ.items()
+                   if name.startswith(PROBE_ENVIRONMENT) and not SECRET_NAME.search(name)}
+    folders = {}
+    for entry in sys.path:
+        with contextlib.suppress(OSError):
+            folders[entry] = os.stat(entry or ".").st_mtime_ns
+    for part in (sys.executable, PROBE.read_text(encoding="utf-8"), settings_file, plain, environment, skills,
+                 folders):
+        digest.update(json.dumps(part, sort_keys=True).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:24]
+
+
+def cached_probe(cache: pytest.Cache | None, settings_file: str, variables: Mapping[str, str],
+                 skills: Path | None = None, skill: str | None = None) -> Probe:
+    """`probe`, answered from `cache` when this interpreter probed the same inputs before (a probe costs 5 CPU-s
+    at every session's start). Only an answer that found CUGA working is kept: a problem is asked again, so its fix
+    is seen at once. `skill` is the content hash of the skill in `skills`."""
+    if cache is None:
+        return probe(settings_file, variables, skills)
+    key = f"palette/cuga-probe/{probe_fingerprint(settings_file, variables, skill)}"
+    kept = cache.get(key, None)
+    if isinstance(kept, dict):
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            named = kept["skills"]
+            return Probe(skills=None if named is None else tuple(map(str, named)), model=str(kept["model"]),
+                         max_steps=str(kept["max_steps"]))
+    found = probe(settings_file, variables, skills)
+    if found.problem is None:
+        cache.set(key, {"skills": None if found.skills is None else list(found.skills), "model": found.model,
+                        "max_steps": found.max_steps})
+    return found
 
 
 def probe(settings_file: str, variables: Mapping[str, str], skills: Path | None = None,
@@ -685,7 +736,8 @@ class CugaHost(Host):
                key: Path | None = None) -> Probe:
         if (model, key) not in self._probes:
             variables = cuga_model(model, env, rehearsal_url="http://127.0.0.1:0/v1").env
-            self._probes[model, key] = probe(SETTINGS_FILES[model.provider], variables, skills)
+            self._probes[model, key] = cached_probe(self.cache, SETTINGS_FILES[model.provider], variables, skills,
+                                                    None if key is None else skill_hash(key))
         return self._probes[model, key]
 
     def _discover(self, model: ModelSpec, env: Mapping[str, str], card: SkillCard) -> tuple[Probe, list[str]]:
