@@ -30,8 +30,10 @@ import queue
 import re
 import shutil
 import signal
+import site
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -203,16 +205,17 @@ SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 def probe_fingerprint(settings_file: str, variables: Mapping[str, str], skills: str | None) -> str:
     """What a probe by this interpreter would answer depends on, as one digest: the probe itself, the models file,
     the model's variables (keys left out: no answer depends on them, and a key is written nowhere), CUGA's settings
-    in the environment, the skill's content (`skill_hash`), and every folder this interpreter imports from, whose
-    modification time changes when a package is installed, upgraded or removed there."""
+    and PYTHONPATH in the environment, the skill's content (`skill_hash`), and this interpreter's site-packages
+    folders, whose modification time changes when a package is installed, upgraded or removed there."""
     digest = hashlib.sha256()
     plain = {name: value for name, value in variables.items() if not SECRET_NAME.search(name)}
     environment = {name: value for name, value in os.environ.items()
                    if name.startswith(PROBE_ENVIRONMENT) and not SECRET_NAME.search(name)}
     folders = {}
-    for entry in sys.path:
+    # Where the probe imports from: the probe runs in a scratch folder, so the caller's folder is not among them.
+    for entry in {sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), site.getusersitepackages()}:
         with contextlib.suppress(OSError):
-            folders[entry] = os.stat(entry or ".").st_mtime_ns
+            folders[entry] = os.stat(entry).st_mtime_ns
     for part in (sys.executable, PROBE.read_text(encoding="utf-8"), settings_file, plain, environment, skills,
                  folders):
         digest.update(json.dumps(part, sort_keys=True).encode())
