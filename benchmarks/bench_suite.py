@@ -33,21 +33,27 @@ def main(argv: list[str] | None = None) -> int:
         # folder (no PYTHONPATH: the tests would pass it on to the agent's sandbox).
         env = {**os.environ, "SUITE_CPU_DIR": folder, "PYTHONDONTWRITEBYTECODE": "",
                "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-        started = time.monotonic()
+        started, began = time.monotonic(), time.time()
         done = subprocess.run([sys.executable, "-m", "pytest", *(args.pytest_args or ["tests"]), "-n", args.workers,
                                "--dist", "worksteal", "--timeout", "600", "-p", "benchmarks.suite_cpu", "-q"],
                               cwd=REPO, env=env, capture_output=True, text=True, check=False)
         wall = time.monotonic() - started
         rows: list[tuple[str, float, float]] = []
         processes = 0.0
+        ends: dict[str, float] = {}
         for path in Path(folder).glob("*.json"):
             saved = json.loads(path.read_text())
             rows += [tuple(row) for row in saved["rows"]]
             processes += saved["cpu"]
+            if len(saved.get("span", [])) == 2:
+                ends[path.stem] = saved["span"][1] - began
     print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:])
     cpu = sum(row[1] for row in rows)
     print(f"wall {wall / 60:.1f} min · CPU of the tests {cpu:,.0f} s (of the pytest processes in all "
           f"{processes:,.0f} s) · {cpu / wall:.2f} cores busy on average")
+    # A worker that ran out of tests long before the last one did is a core left idle at the end.
+    print("each worker's last test ended at: " + ", ".join(f"{name} {end / 60:.1f} min"
+                                                           for name, end in sorted(ends.items())))
     modules: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     for name, spent, took in rows:
         module = modules[name.split("::")[0]]

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 _ROWS: list[tuple[str, float, float]] = []
+#: When this process's first test started and its last one ended (time.time()): a worker idle at the end shows.
+_SPAN: list[float] = []
 
 
 def _cpu() -> float:
@@ -23,12 +25,15 @@ def _cpu() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     cpu, wall = _cpu(), time.monotonic()
+    if not _SPAN:
+        _SPAN.append(time.time())
     yield
     _ROWS.append((item.nodeid, round(_cpu() - cpu, 2), round(time.monotonic() - wall, 2)))
+    _SPAN[1:] = [time.time()]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     folder = os.environ.get("SUITE_CPU_DIR")
     if folder:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        Path(folder, f"{worker}.json").write_text(json.dumps({"rows": _ROWS, "cpu": _cpu()}))
+        Path(folder, f"{worker}.json").write_text(json.dumps({"rows": _ROWS, "cpu": _cpu(), "span": _SPAN}))
