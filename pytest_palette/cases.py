@@ -16,13 +16,15 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .replies import asks_for_change
+from .results.checks import COMMON_CHECKS, PALETTE_CHECKS
+from .results.record import GATE, Role
 
 NAME = re.compile(r"[a-z0-9_]+")
 #: A case name becomes a folder name and a test id: short enough for any file system, long enough for a title.
@@ -48,9 +50,10 @@ KERNEL_FILE_SYSTEMS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "debugfs
                                  "binfmt_misc", "autofs", "hugetlbfs", "rpc_pipefs", "nsfs"})
 
 CASE_KEYS = ("name", "covers", "tags", "request", "context", "context_file", "replies", "expect", "documents")
-EXPECT_KEYS = ("skill", "deck", "slides", "edit", "context", "max_polls", "content")
-#: What a case that needs no skill (`skill: false`) cannot also expect: each is about driving the skill.
-DRIVING_KEYS = ("slides", "edit", "context", "max_polls", "content")
+EXPECT_KEYS = ("skill", "deck", "slides", "edit", "context", "max_polls", "content", "checks", "rubric")
+#: What a case that needs no skill (`skill: false`) cannot also expect: each is about driving the skill (a rubric
+#: grades a deck).
+DRIVING_KEYS = ("slides", "edit", "context", "max_polls", "content", "rubric")
 
 
 #: Checks the value a case gives under `expect: {<skill>: …}` (a skill's rules register it); raises ValueError
@@ -152,6 +155,11 @@ class Expect:
     #: What a case expects under another skill's name (`expect: {changelog: {…}}`), as JSON text per name: that
     #: skill's rules read it (`of`), its own check refused a wrong one at collection.
     own: tuple[tuple[str, str], ...] = ()
+    #: `checks:` — the weights this case gives its checks, and the scored checks it makes gates (checks.py).
+    weights: tuple[tuple[str, float], ...] = ()
+    gates: tuple[str, ...] = ()
+    #: What a model grades the deck by (`--palette-grader`), in the case's words; None for no rubric.
+    rubric: str | None = None
 
     def of(self, skill: str, default: Any = None) -> Any:
         """The value this case gives under `expect: {<skill>: …}`, or `default`."""
@@ -164,7 +172,9 @@ class Expect:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Expect:
         own = tuple((name, json.dumps(value, sort_keys=True)) for name, value in data.get("own", {}).items())
-        return cls(**{key: value for key, value in data.items() if key != "own"}, own=own)
+        plain = {key: value for key, value in data.items() if key not in ("own", "weights", "gates")}
+        return cls(**plain, own=own, weights=tuple((str(n), float(w)) for n, w in data.get("weights", ())),
+                   gates=tuple(data.get("gates", ())))
 
 
 @dataclass(frozen=True)
@@ -203,9 +213,10 @@ class Case:
 
     def digest(self) -> str:
         """A hash of what the case asks and expects: two runs of the same digest asked the same question."""
-        # `skill` and `content` left out at their defaults, so a case written before the keys existed keeps its hash.
+        # Keys left out at their defaults, so a case written before they existed keeps its hash.
         expect = {k: v for k, v in self.expect.to_json().items()
-                  if not (k == "skill" and v) and not (k == "content" and v == DEFAULT_CONTENT)}
+                  if not (k == "skill" and v) and not (k == "content" and v == DEFAULT_CONTENT)
+                  and not (k in ("weights", "gates", "rubric") and not v)}
         payload = json.dumps([self.request, self.context, list(self.replies), expect], sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
@@ -235,11 +246,13 @@ class _Reader:
     """Walks one file's YAML node tree, so every error can name the line it is on."""
 
     def __init__(self, path: Path, env: Mapping[str, str], max_context: int = MAX_CONTEXT,
-                 namespaces: Mapping[str, ExpectCheck | None] | None = None) -> None:
+                 namespaces: Mapping[str, ExpectCheck | None] | None = None,
+                 checks: Mapping[str, Role] | None = None) -> None:
         self.path = path
         self.env = env
         self.max_context = max_context
         self.namespaces = dict(namespaces or {})
+        self.checks = dict(checks) if checks is not None else known_checks()
         data = path.read_bytes()
         try:
             text = data.decode("utf-8")
@@ -424,8 +437,12 @@ class _Reader:
         what = f"'expect' of {label}:"
         own = tuple(self.own(given, name, check, what) for name, check in sorted(self.namespaces.items())
                     if name in given and name not in EXPECT_KEYS)
+        weights, gates = self.weights(given, what, label)
         if not self.typed(given, "skill", bool, what, True):
-            return self.near_miss(given, what, own)
+            return replace(self.near_miss(given, what, own), weights=weights, gates=gates)
+        rubric = self.typed(given, "rubric", str, what)
+        if rubric is not None and not rubric.strip():
+            raise self.error(given["rubric"][0], f"{what} rubric is empty: write what the grader should look for")
         slides = self.typed(given, "slides", (int, type(None)), what)
         max_polls = self.typed(given, "max_polls", int, what, DEFAULT_MAX_POLLS)
         if slides is not None and slides < 1:
@@ -447,7 +464,35 @@ class _Reader:
             max_polls=max_polls,
             content=float(content),
             own=own,
+            weights=weights,
+            gates=gates,
+            rubric=rubric.strip() if rubric is not None else None,
         )
+
+    def weights(self, given: dict[str, tuple[yaml.Node, Any]], what: str,
+                label: str) -> tuple[tuple[tuple[str, float], ...], tuple[str, ...]]:
+        """`checks: {slides: 2, content: gate}`: a weight (0 or more) per scored check, or `gate` to make one a
+        gate; each name is a check the rules know."""
+        if "checks" not in given:
+            return (), ()
+        named = self.fields(given["checks"][0], tuple(self.checks), f"'expect: checks' of {label}")
+        weights: list[tuple[str, float]] = []
+        gates: list[str] = []
+        for name, (node, value) in named.items():
+            if value == GATE:
+                gates.append(name)
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                if self.checks[name] == GATE:
+                    raise self.error(node, f"{what} checks: {name} is a gate, which has no weight (it fails the run "
+                                           "whatever it weighs): drop it")
+                if not 0 <= value < float("inf"):
+                    raise self.error(node, f"{what} checks: the weight of {name} must be a number, 0 or more, "
+                                           f"not {shown(value)}")
+                weights.append((name, float(value)))
+            else:
+                raise self.error(node, f"{what} checks: {name} must be a weight (a number, 0 or more) or "
+                                       f"'gate', not {shown(value)}")
+        return tuple(weights), tuple(gates)
 
     def own(self, given: dict[str, tuple[yaml.Node, Any]], name: str, check: ExpectCheck | None,
             what: str) -> tuple[str, str]:
@@ -539,10 +584,20 @@ class _Reader:
 
 
 def load_cases(path: Path, env: Mapping[str, str] | None = None, max_context: int = MAX_CONTEXT,
-               namespaces: Mapping[str, ExpectCheck | None] | None = None) -> list[Case]:
+               namespaces: Mapping[str, ExpectCheck | None] | None = None,
+               checks: Mapping[str, Role] | None = None) -> list[Case]:
     """Every case in one file, in file order; CaseFileError on the first mistake. `namespaces` are the skills
-    whose rules take keys of their own under `expect:` (name → the check of its value)."""
-    return list(_Reader(path, os.environ if env is None else env, max_context, namespaces).cases())
+    whose rules take keys of their own under `expect:` (name → the check of its value); `checks` the checks a
+    case may weigh under `expect: {checks: …}` (name → role; Palette's and the common ones unless given)."""
+    return list(_Reader(path, os.environ if env is None else env, max_context, namespaces, checks).cases())
+
+
+def known_checks(*specs: Mapping[str, Any]) -> dict[str, Role]:
+    """The checks a case may name: the common ones, Palette's, and those of `specs` (each a SkillRules.checks)."""
+    found: dict[str, Role] = {}
+    for each in (COMMON_CHECKS, PALETTE_CHECKS, *specs):
+        found.update({name: spec.role for name, spec in each.items()})
+    return dict(sorted(found.items()))
 
 
 def shown(value: object) -> str:

@@ -14,7 +14,9 @@ from typing import Any
 
 from .cases import DEFAULT_MAX_POLLS, Case, item_name
 from .replies import ReplyKind, classify_reply, named_slide, named_topic
-from .rules import Failure, Finding, Note, SkillRules
+from .results.checks import COMMON_CHECKS, NEAR_MISS, PALETTE_CHECKS, RULES, Outcome, merged, score
+from .results.record import GATE, Check
+from .rules import Failure, Finding, Note, Passed, SkillRules
 from .run.content import coverage, deck_text, figures, headings, not_mentioned, topic_words
 from .run.evidence import MIN_PPTX_BYTES, Evidence
 
@@ -66,10 +68,17 @@ class Verdict:
     blame: tuple[tuple[int, ...], ...] = field(default=(), compare=False)
     #: The skill whose rules judged the case (`pytest_palette_add_rules`).
     rules: str = PALETTE
+    #: Every check the rules made of the case, with its role and weight (pytest_palette/checks.py).
+    checks: tuple[Check, ...] = field(default=(), compare=False)
 
     @property
     def ok(self) -> bool:
         return not self.failures
+
+    @property
+    def score(self) -> float:
+        """The run's score in [0, 1] from its checks: 0 when a gate failed (docs/judge.md, "Checks")."""
+        return score(self.checks) if self.checks or self.ok else 0.0
 
     def __eq__(self, other: object) -> bool:
         # `assert verdict == PASSED` reads like what it asks, and lets pytest_assertrepr_compare explain it.
@@ -98,20 +107,30 @@ def judge(case: Case, evidence: Evidence, host: str = "", rules: SkillRules | No
     """Apply the rules of `skill` (Palette's unless given) and return every failure in words, with the facts of
     the calls beside them. A near miss (`expect.skill` false) is judged by `near_miss` alone, for any skill."""
     facts = CallFacts.of(evidence)
-    findings = near_miss(case, evidence) if not case.expect.skill else (rules or PALETTE_RULES).judge(case, evidence)
+    rules = rules or PALETTE_RULES
+    findings = near_miss(case, evidence) if not case.expect.skill else rules.judge(case, evidence)
     failures: list[str] = []
     blame: list[tuple[int, ...]] = []
     notes: list[str] = []
+    found: dict[str, list[Outcome]] = {}
     for finding in findings:
         if isinstance(finding, Note):
             notes.append(finding.words)
+        elif isinstance(finding, Passed):
+            found.setdefault(finding.check, []).append(Outcome(True, finding.credit, finding.share, finding.words))
         elif isinstance(finding, Failure):
             failures.append(finding.words)
             blame.append(finding.calls)
+            found.setdefault(finding.check or RULES, []).append(
+                Outcome(False, finding.credit, finding.share, finding.words))
         else:
             failures.append(str(finding))
             blame.append(())
+            found.setdefault(RULES, []).append(Outcome(False, 0.0, None, str(finding)))
     expect = case.expect
+    specs = {**COMMON_CHECKS, **rules.checks}
+    checks = tuple(merged(name, outcomes, specs.get(name), dict(expect.weights), expect.gates)
+                   for name, outcomes in found.items())
     return Verdict(
         case=case.name, host=host, failures=tuple(failures), slides=evidence.slides, polls=facts.polls,
         commands=tuple(evidence.commands), pptx=str(evidence.pptx) if evidence.pptx else None,
@@ -119,7 +138,7 @@ def judge(case: Case, evidence: Evidence, host: str = "", rules: SkillRules | No
         context_expected=expect.context, context_reached=facts.context_reached, edit_expected=expect.edit,
         edit_called=facts.first_edit is not None, replanned_after_edit=facts.replanned, spins=len(facts.spinning),
         calls_from=evidence.calls_from, skill_expected=expect.skill, skill_used=bool(evidence.calls),
-        blame=tuple(blame), rules=skill)
+        blame=tuple(blame), rules=skill, checks=checks)
 
 
 @dataclass(frozen=True)
@@ -157,47 +176,65 @@ def palette_rules(case: Case, evidence: Evidence) -> Iterator[Finding]:
         # Nothing else is judged: the user never approved, so there is no deck to inspect.
         if evidence.decks:
             yield Failure(f"a deck was built although the user never approved it — the confirmation gate "
-                          f"was skipped ({evidence.decks[0].name})", tuple(starts[:1]))
+                          f"was skipped ({evidence.decks[0].name})", tuple(starts[:1]), "declined")
         elif evidence.unfinished:
             yield Failure(f"a build was started although the user never approved it — the confirmation gate "
-                          f"was skipped (still running in {evidence.unfinished[0]})", tuple(starts[:1]))
+                          f"was skipped (still running in {evidence.unfinished[0]})", tuple(starts[:1]), "declined")
+        else:
+            yield Passed("declined")
         return
     early = built_before_approval(case, evidence)
     if early:
-        yield Failure(early[0], (early[1],))
+        yield Failure(early[0], (early[1],), "confirmation")
+    elif case.replies:  # with no reply there is no approval to wait for
+        yield Passed("confirmation")
     if evidence.pptx is None:
         yield Failure(f"no .pptx was produced (no deck.pptx of at least {MIN_PPTX_BYTES:,} bytes under the "
-                      "workspace)", tuple(starts[-1:]))
+                      "workspace)", tuple(starts[-1:]), "deck")
         if evidence.unfinished:
             yield Failure(f"a build was still running when the conversation ended: {evidence.unfinished[0]}",
-                          tuple(starts[-1:]))
+                          tuple(starts[-1:]), "deck")
         return
     if not evidence.has_plex:
-        yield Failure("the .pptx does not carry IBM Plex — it was not rendered by Palette", tuple(starts[-1:]))
-    if expect.slides is not None and evidence.slides != expect.slides:
-        yield Failure(f"asked for {expect.slides} slides, got {evidence.slides}", tuple(starts[-1:]))
+        yield Failure("the .pptx does not carry IBM Plex — it was not rendered by Palette", tuple(starts[-1:]), "deck")
+    else:
+        yield Passed("deck")
+    if expect.slides is not None:
+        if evidence.slides != expect.slides:
+            yield Failure(f"asked for {expect.slides} slides, got {evidence.slides}", tuple(starts[-1:]), "slides")
+        else:
+            yield Passed("slides")
     if expect.edit:
         if facts.first_edit is None:
             # What was done instead: the plan drafted again, else the build of the unchanged plan.
             yield Failure(f"the user asked for a change but edit-plan was never called "
-                          f"(calls: {', '.join(commands) or 'none'})", tuple((plans[1:] or starts)[:1]))
+                          f"(calls: {', '.join(commands) or 'none'})", tuple((plans[1:] or starts)[:1]), "edit")
         elif facts.replanned:
             yield Failure("edit-plan was called and then the plan was drafted again from scratch — "
                           "the revision the user approved was discarded",
-                          tuple([i for i in plans if i > facts.first_edit][:1]))
-    unchanged, untold = named_slides_unchanged(case, evidence)
+                          tuple([i for i in plans if i > facts.first_edit][:1]), "edit")
+        else:
+            yield Passed("edit")
+    unchanged, untold, told = named_slides_unchanged(case, evidence)
     for words, edit in unchanged:
-        yield Failure(words, (edit,))
+        yield Failure(words, (edit,), "named_slide")
+    if told and not unchanged:
+        yield Passed("named_slide")
     spins, polls = len(facts.spinning), facts.polls
     if spins > expect.max_polls:
         yield Failure(f"{spins} status polls did not wait for the work ({polls} polls in all: each answered "
                       f"while it still ran without holding {HOLD_FLOOR:g} s, or asked again about work already "
                       "collected) — each is a model round trip, and the step budget is finite. "
-                      "The commands should be holding, not spinning", facts.spinning)
-    if expect.context and not facts.context_reached:
-        yield Failure("pasted material never reached the plan — neither --context nor --source was used, "
-                      "so it was retyped or summarised into the request, which loses the grounding",
-                      tuple(plans[:1]))
+                      "The commands should be holding, not spinning", facts.spinning, "polls")
+    else:
+        yield Passed("polls")
+    if expect.context:
+        if not facts.context_reached:
+            yield Failure("pasted material never reached the plan — neither --context nor --source was used, "
+                          "so it was retyped or summarised into the request, which loses the grounding",
+                          tuple(plans[:1]), "context")
+        else:
+            yield Passed("context")
     yield from material_missing(case, evidence)
     yield from named_topics_missing(case, evidence)
     yield from questions_acted_on(case, evidence)
@@ -210,7 +247,7 @@ def palette_rules(case: Case, evidence: Evidence) -> Iterator[Finding]:
 
 
 #: The first user of the rules hook: the plugin registers these for the skill named "palette".
-PALETTE_RULES = SkillRules(judge=palette_rules, description="Palette's rules (docs/judge.md)")
+PALETTE_RULES = SkillRules(judge=palette_rules, description="Palette's rules (docs/judge.md)", checks=PALETTE_CHECKS)
 
 
 def near_miss(case: Case, evidence: Evidence) -> Iterator[Finding]:
@@ -218,8 +255,10 @@ def near_miss(case: Case, evidence: Evidence) -> Iterator[Finding]:
     on the first; no call passes. Nothing else is judged — with no call there is nothing to judge."""
     commands = evidence.commands
     if commands:
-        yield Failure(f"the skill was used although the request needed none: {' → '.join(commands)}", (0,))
-    elif evidence.decks:  # not a failure (the skill was not the one to make it), but worth a look
+        yield Failure(f"the skill was used although the request needed none: {' → '.join(commands)}", (0,), NEAR_MISS)
+        return
+    yield Passed(NEAR_MISS)
+    if evidence.decks:  # not a failure (the skill was not the one to make it), but worth a look
         yield Note(f"a .pptx was left in the workspace without a call of the skill: {evidence.decks[0].name}")
 
 
@@ -291,13 +330,14 @@ def plan_slides(text: str) -> list[str]:
     return slides
 
 
-def named_slides_unchanged(case: Case, evidence: Evidence) -> tuple[list[tuple[str, int]], tuple[str, ...]]:
+def named_slides_unchanged(case: Case, evidence: Evidence) -> tuple[list[tuple[str, int]], tuple[str, ...], int]:
     """For each reply that names a slide to change ("fix slide 2, …"), whether the plan's slide changed between
     the plan shown before the reply and the plan after the edits made in its turn: failures, and notes where it
-    could not be told (no turn times, no plan text in the calls' answers, a plan format not in "## " sections).
-    Each failure comes with the edit call that left the slide as it was."""
+    could not be told (no turn times, no plan text in the calls' answers, a plan format not in "## " sections),
+    and how many were told. Each failure comes with the edit call that left the slide as it was."""
     failures: list[tuple[str, int]] = []
     untold: list[str] = []
+    told = 0
     starts = evidence.turns_started
     for index, reply in enumerate(case.replies):
         number = named_slide(reply)
@@ -332,10 +372,13 @@ def named_slides_unchanged(case: Case, evidence: Evidence) -> tuple[list[tuple[s
         elif len(old) < number or not new:
             untold.append(f"{said}; whether it changed could not be told (no plan with a slide {number} was "
                           "shown before it)")
-        elif len(new) >= number and new[number - 1] == old[number - 1]:
-            title = old[number - 1].split("\n")[0]
-            failures.append((f"{said}, but the edit left slide {number} as it was (\u201c{title}\u201d)", edited))
-    return failures, tuple(untold)
+        else:
+            told += 1
+            if len(new) >= number and new[number - 1] == old[number - 1]:
+                title = old[number - 1].split("\n")[0]
+                failures.append((f"{said}, but the edit left slide {number} as it was (\u201c{title}\u201d)",
+                                 edited))
+    return failures, tuple(untold), told
 
 
 def turn_window(case: Case, evidence: Evidence, reply: int) -> tuple[float, float] | None:
@@ -365,12 +408,18 @@ def material_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:
                    "text could not be read)")
         return
     covered = coverage(case.context, text)
+    # Full credit at the share the case asks for, part below it: "carries 86%" is nearer a pass than "carries 0%".
+    share, credit = round(covered.share, 4), round(min(1.0, covered.share / expect.content), 4)
     if covered.share < expect.content:
         given = [i for i, call in enumerate(evidence.calls)
                  if call.get("command") == "plan" and (call_args(call).get("context") or call_args(call).get("source"))]
         plans = [i for i, command in enumerate(evidence.commands) if command == "plan"]
         yield Failure(f"{covered.missing()} (the deck carries {covered.share:.0%} of its {covered.total} figures "
-                      f"and headings; the case asks for at least {expect.content:.0%})", tuple((given or plans)[:1]))
+                      f"and headings; the case asks for at least {expect.content:.0%})", tuple((given or plans)[:1]),
+                      "content", credit, share)
+    else:
+        yield Passed("content", credit, share, f"the deck carries {covered.share:.0%} of the pasted material's "
+                                               f"{covered.total} figures and headings")
 
 
 def named_topics_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:
@@ -392,6 +441,7 @@ def named_topics_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:
             text = answer_of(call).get("text")
             revised = text if isinstance(text, str) else revised
         if revised is not None and not not_mentioned(revised, words):
+            yield Passed("subject")
             continue
         text = deck_text(evidence.pptx)
         said = f"reply {index + 1} ({reply!r}) asked for {topic}"
@@ -400,13 +450,14 @@ def named_topics_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:
             continue
         absent = not_mentioned(text, words)
         if not absent:
+            yield Passed("subject")
             continue
         listed = ", ".join(f"\u201c{word}\u201d" for word in absent)
         if changed is not None:
             yield Failure(f"{said}, but the edit left it out: neither the plan revised in that turn nor the deck "
-                          f"mentions it (no {listed})", (changed,))
+                          f"mentions it (no {listed})", (changed,), "subject")
         else:
-            yield Failure(f"{said}, but the deck does not mention it (no {listed})", tuple(starts[-1:]))
+            yield Failure(f"{said}, but the deck does not mention it (no {listed})", tuple(starts[-1:]), "subject")
 
 
 #: The calls that change what will be built: none belongs in the turn of a question.
@@ -431,10 +482,13 @@ def questions_acted_on(case: Case, evidence: Evidence) -> Iterator[Finding]:
         if acted:
             done = ", ".join(str(evidence.calls[i].get("command")) for i in acted)
             yield Failure(f"{said}, but the agent acted on it instead of answering ({done} in that turn): a question "
-                          "asks for nothing to change", acted)
+                          "asks for nothing to change", acted, "question")
         answers = evidence.answers
-        if len(answers) == 1 + len(case.replies) and not answers[index + 1].strip():
-            yield Failure(f"{said}, but the agent said nothing in that turn")
+        silent = len(answers) == 1 + len(case.replies) and not answers[index + 1].strip()
+        if silent:
+            yield Failure(f"{said}, but the agent said nothing in that turn", (), "question")
+        if not acted and not silent:
+            yield Passed("question")
 
 
 def call_args(call: dict[str, Any]) -> dict[str, Any]:
@@ -448,6 +502,12 @@ def explain(verdict: Verdict) -> list[str]:
     lines = [f"palette case {item_name(verdict.case, verdict.host)} failed:"] if verdict.host else \
         [f"palette case {verdict.case} failed:"]
     lines += [f"  ↳ {failure}" for failure in verdict.failures]
+    failed = [check for check in verdict.checks if check.passed is False]
+    gates = [check.name for check in failed if check.role == GATE]
+    if gates:
+        lines.append(f"  score: 0 — the {' and '.join(gates)} gate{'s' if len(gates) > 1 else ''} failed")
+    elif failed:
+        lines.append(f"  score: {verdict.score:.2f} — failed: {', '.join(check.name for check in failed)}")
     deck = f"{verdict.slides} slides, IBM Plex={verdict.has_plex}, {verdict.pptx}" if verdict.pptx else "none"
     lines.append(f"  deck: {deck}")
     calls = " → ".join(verdict.commands) if verdict.commands else "(none — the skill was never driven)"

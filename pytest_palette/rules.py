@@ -1,8 +1,11 @@
-"""A skill's judge rules, as a project registers them: the Palette rules are the first user.
+"""A skill's judge rules, as a project registers them, and the checks they make: the Palette rules are the first
+user.
 
 `pytest_palette_add_rules` (hookspecs.py) fills a mapping of skill name → `SkillRules`; the session judges
 every case with the rules of the skill under test. A rule reads only what is on disk (`Evidence`: the
-workspace, the skill's call trace, our record of the commands) and yields what failed, in words.
+workspace, the skill's call trace, our record of the commands) and yields what failed, in words, and which
+checks held.
+(results/checks.py: the checks a finding names, their roles and weights, and the score).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .cases import Case, ExpectCheck
+from .results.checks import CheckSpec
 
 if TYPE_CHECKING:
     from .run.evidence import Evidence
@@ -20,10 +24,25 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Failure:
     """A rule that failed, in words a skill author can act on, and the calls that broke it (indexes into
-    `Evidence.calls`; empty where the failure is what was not done)."""
+    `Evidence.calls`; empty where the failure is what was not done). `check` names the check it fails (one the
+    rules declare in `SkillRules.checks`; none: the "rules" gate); a share check says what was measured
+    (`share`) and the part of its weight that earns (`credit`)."""
 
     words: str
     calls: tuple[int, ...] = ()
+    check: str = ""
+    credit: float = 0.0
+    share: float | None = None
+
+
+@dataclass(frozen=True)
+class Passed:
+    """A check that held: it applied to the case, and the evidence met it (a share check with what it measured)."""
+
+    check: str
+    credit: float = 1.0
+    share: float | None = None
+    words: str = ""
 
 
 @dataclass(frozen=True)
@@ -33,8 +52,8 @@ class Note:
     words: str
 
 
-#: What a rule yields: a Failure, a Note, or plain words (a Failure with no call to blame).
-Finding = Failure | Note | str
+#: What a rule yields: a Failure, a check that Passed, a Note, or plain words (a Failure with no call to blame).
+Finding = Failure | Passed | Note | str
 #: A skill's rules: every finding about one case's evidence.
 Judge = Callable[[Case, "Evidence"], Iterable[Finding]]
 
@@ -46,6 +65,9 @@ class SkillRules:
 
     judge: Judge
     expect: ExpectCheck | None = None
+    #: The checks the rules name in their findings (name → role, default weight, what it asks); a failure that
+    #: names none fails the "rules" gate, and a check not declared here is a gate.
+    checks: Mapping[str, CheckSpec] = field(default_factory=dict, compare=False)
     #: Shown in reports and on pages: whose rules these are.
     description: str = field(default="", compare=False)
 

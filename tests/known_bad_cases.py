@@ -56,6 +56,24 @@ def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], 
     }
 
 
+#: The checks each known-bad agent's flaw fails (docs/judge.md, "Checks"), at least one on each case it fails: its
+#: score there is 0 where a gate failed (a flaw may trip one on the way: "yes, but …" taken as the approval builds
+#: before it), else strictly between 0 and 1.
+FAILED_CHECKS: dict[str, frozenset[str]] = {
+    "builds_early": frozenset({"confirmation", "declined"}),
+    "retypes_context": frozenset({"context"}),
+    "replans": frozenset({"edit"}),
+    "spins": frozenset({"polls"}),
+    "yes_but_is_yes": frozenset({"edit"}),
+    "never_edits": frozenset({"edit"}),
+    "hand_writes": frozenset({"deck"}),
+    "always_triggers": frozenset({"near_miss"}),
+    "summarises_context": frozenset({"content"}),
+    "vague_edits": frozenset({"named_slide", "subject"}),
+    "questions_are_changes": frozenset({"question"}),
+}
+
+
 def _said(message: Any) -> tuple[str, list[tuple[str, Any]]]:
     return str(message.content), [(call["name"], call["args"]) for call in message.tool_calls]
 

@@ -19,12 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from known_bad_cases import expected_failures, first_divergence
+from known_bad_cases import FAILED_CHECKS, expected_failures, first_divergence
 from sweeps import Sweep, Sweeps, run_session
 
 from pytest_palette.cases import Case, load_cases
 from pytest_palette.rehearsal.known_bad import KNOWN_BAD
 from pytest_palette.rehearsal.policy import RehearsalPolicy
+from pytest_palette.results.checks import COMMON_CHECKS, PALETTE_CHECKS
+from pytest_palette.results.ledger import load
 
 #: Whole sessions on several hosts: the suite's 600 s hang guard (make test) is too tight for them when the
 #: machine is oversubscribed; this one still ends a hang.
@@ -131,6 +133,17 @@ def test_the_good_rehearsal_model_passes_every_case(sweeps: Sweeps) -> None:
     results = good(sweeps).by_case()
     assert set(results) == ALL
     assert {case: failures for case, failures in results.items() if failures} == {}
+    # Every record carries its checks, each held, and a score of 1.0.
+    records = list(load(good(sweeps).runs).latest.values())
+    assert len(records) == len(ALL)
+    assert {r.case: r.judged.score for r in records if r.judged is None or r.judged.score != 1.0} == {}
+    assert all(r.judged and r.judged.checks and all(c.passed for c in r.judged.checks) for r in records)
+    checked = {r.case: {c.name for c in r.judged.checks} for r in records if r.judged}
+    assert {case for case, names in checked.items() if "deck" in names} == DECK
+    assert {case for case, names in checked.items() if "near_miss" in names} == NEAR_MISS
+    assert {case for case, names in checked.items() if "confirmation" in names} == \
+        {case.name for case in CASES if case.expect.deck and case.replies}
+    assert {case for case, names in checked.items() if "declined" in names} == GATE
     # Its recording replays: the good agent, asked again at every recorded call, answers as it did.
     assert diverging(sweeps)[""] == frozenset()
 
@@ -138,7 +151,6 @@ def test_the_good_rehearsal_model_passes_every_case(sweeps: Sweeps) -> None:
 @pytest.mark.slow
 def test_compare_flags_exactly_the_cases_a_known_bad_agent_fails(sweeps: Sweeps) -> None:
     from pytest_palette.results.compare import compare, to_markdown
-    from pytest_palette.results.ledger import load
 
     comparison = compare(load(good(sweeps).runs), load(flawed(sweeps, "never_edits").runs))
     assert {change.case for change in comparison.regressions} == EDIT
@@ -152,7 +164,6 @@ def test_compare_flags_exactly_the_cases_a_known_bad_agent_fails(sweeps: Sweeps)
 
 @pytest.mark.slow
 def test_three_repeats_of_the_core_cases_give_fifteen_records_and_pass_at_k(tmp_path: Path) -> None:
-    from pytest_palette.results.ledger import load
     from pytest_palette.results.report import build_report, to_markdown
 
     results = run_suite(tmp_path, "rehearsal", "-m", "core", "--palette-runs", "3", "-n", "2")
@@ -208,7 +219,6 @@ def test_without_the_skill_its_decks_fail_and_report_and_compare_show_the_lift(t
 @pytest.mark.parametrize("flaw", ["", "always_triggers"])
 def test_the_report_gives_trigger_recall_and_precision_over_near_misses_and_deck_cases(sweeps: Sweeps,
                                                                                       flaw: str) -> None:
-    from pytest_palette.results.ledger import load
     from pytest_palette.results.report import build_report, to_markdown
     from pytest_palette.results.tally import ratio
 
@@ -239,6 +249,24 @@ def test_each_known_bad_agent_fails_exactly_its_documented_cases(sweeps: Sweeps,
         f"{flaw}: unexpected {sorted(failed(results) - expected)}, missed {sorted(expected - failed(results))}"
     for case in expected:
         assert any(phrase in failure for failure in results[case]), (flaw, case, results[case])
+    # Its checks: the flaw's own fail, and its score is 0 through a gate, else below 1 and above 0 by what held.
+    roles = {name: spec.role for name, spec in {**COMMON_CHECKS, **PALETTE_CHECKS}.items()}
+    for record in load(flawed(sweeps, flaw).runs).latest.values():
+        assert record.judged is not None
+        failing = {check.name for check in record.judged.checks if not check.passed}
+        score = record.judged.score
+        if record.case not in expected:
+            assert (failing, score) == (set(), 1.0), (flaw, record.case)
+            continue
+        assert failing & FAILED_CHECKS[flaw], (flaw, record.case, failing)
+        if any(roles[name] == "gate" for name in failing) or all(roles[n] == "gate" for n in FAILED_CHECKS[flaw]):
+            assert score == 0.0, (flaw, record.case, failing, score)
+        else:
+            held = any(c.passed and c.role == "scored" and c.credit for c in record.judged.checks)
+            assert score is not None and score < 1 and (score > 0) is held, (flaw, record.case, failing, score)
+    if flaw == "summarises_context":  # partial credit where a pass/fail said only "fail"
+        corpus = [r.judged.score for r in load(flawed(sweeps, flaw).runs).latest.values() if "corpus" in r.tags]
+        assert len(corpus) >= 10 and all(score is not None and 0 < score < 1 for score in corpus), corpus
 
 
 @pytest.fixture(scope="module")
@@ -258,7 +286,6 @@ def untraced_skill(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("host", ["react", "cuga", "claude"])
 def test_a_skill_that_writes_no_trace_is_judged_from_our_own_record(sweeps: Sweeps, untraced_skill: Path,
                                                                       host: str) -> None:
-    from pytest_palette.results.ledger import load
 
     # Two core cases, one with an edit: on cuga and claude each conversation costs seconds of CPU to start.
     sweep = sweeps.run("--model=rehearsal", "-m", "core", "-k", "plain_request or edit_slide_count",
@@ -280,7 +307,6 @@ def test_known_bad_agents_still_fail_their_sets_when_the_skill_writes_no_trace(s
     # re-judged from our own record of the agent's commands, the known-bad agent must fail the same cases. (The
     # live path, a skill with its tracer off, is the test above.)
     from pytest_palette.commands.rejudge import rejudge
-    from pytest_palette.results.ledger import load
 
     expected, phrase = EXPECTED[flaw]
     sweep = flawed(sweeps, flaw)

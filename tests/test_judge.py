@@ -544,6 +544,7 @@ def test_explain_a_failed_verdict() -> None:
         "palette case solar[react] failed:",
         f"  ↳ {NO_PLEX}",
         "  ↳ asked for 3 slides, got 5",
+        "  score: 0 — the deck gate failed",
         f"  deck: 5 slides, IBM Plex=False, {DECK}",
         "  calls: plan → plan-status → start → status",
     ]
@@ -552,9 +553,12 @@ def test_explain_a_failed_verdict() -> None:
 def test_explain_without_a_deck_or_calls_or_host() -> None:
     lines = explain(judge(make_case("solar"), make_evidence(pptx=None, slides=0, has_plex=False)))
     assert lines[0] == "palette case solar failed:"
-    assert lines[1].startswith(f"  ↳ {NO_DECK}") and len(lines) == 4
-    assert lines[2] == "  deck: none"
-    assert lines[3] == "  calls: (none — the skill was never driven)"
+    assert lines[1].startswith(f"  ↳ {NO_DECK}") and len(lines) == 5
+    assert lines[2] == "  score: 0 — the deck gate failed"
+    assert lines[3] == "  deck: none"
+    assert lines[4] == "  calls: (none — the skill was never driven)"
+    scored = explain(judge(make_case("solar", slides=3), make_evidence(slides=5)))
+    assert "  score: 0.50 — failed: slides" in scored  # the slide count failed, the polls held
 
 
 # --------------------------------------------------------------------------- real files

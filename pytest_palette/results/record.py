@@ -37,6 +37,12 @@ Count = Annotated[int, Meta(ge=0, le=2**63 - 1)]
 #: Seconds and dollars: finite (JSON cannot hold anything else) and never negative.
 Amount = Annotated[float, Meta(ge=0)]
 RunIndex = Annotated[int, Meta(ge=1, le=2**31 - 1)]
+#: A part of a whole: a credit, a share, a score.
+Fraction = Annotated[float, Meta(ge=0, le=1)]
+#: A check's role (pytest_palette/checks.py): a gate fails the run and zeroes its score; a scored check adds to it.
+Role = Literal["gate", "scored"]
+GATE: Role = "gate"
+SCORED: Role = "scored"
 #: A folder inside the run: relative, with no `..` that could lead out of it.
 Folder = Annotated[str, Meta(pattern=r"^(?!/)(?!(?:.*/)?\.\.(?:/|$)).+$")]
 
@@ -73,6 +79,22 @@ class Terms(Struct, cache_hash=True, **_PARTS):
         return self.skill_hash == NO_SKILL
 
 
+class Check(Struct, **_PARTS):
+    """One check of a judged run (pytest_palette/checks.py): whether it held, and what it earned."""
+
+    name: Name
+    role: Role
+    weight: Amount
+    #: None when it could not be graded (its grader failed: an error of the check, never a 0 for the skill).
+    passed: bool | None
+    #: What it earned, 0 to 1: 1 or 0, or part for a share check (the share carried against the share asked for).
+    credit: Fraction
+    #: What a share check measured (the share of the pasted figures and headings carried); None for the others.
+    share: Fraction | None = None
+    #: The judge's words: why it failed, what it measured.
+    words: str = ""
+
+
 class Judged(Struct, cache_hash=True, **_PARTS):
     """What the judge read from disk for a pass or a fail. Errors and skips were not judged and have none."""
 
@@ -106,6 +128,10 @@ class Judged(Struct, cache_hash=True, **_PARTS):
     #: Who made the deck (DeckBy), so a run without the skill shows what the agent did instead; None in records
     #: written before it was recorded.
     deck_by: DeckBy | None = None
+    #: Every check the rules made, with its role and weight, and the run's score from them; absent (and the score
+    #: derived, where the facts allow: `score_of`) in records written before checks.
+    checks: tuple[Check, ...] = ()
+    score: Fraction | None = None
 
 
 class Usage(Struct, **_PARTS):

@@ -52,7 +52,8 @@ class CaseFile(pytest.File):
         settings = self.config.stash[SESSION].settings
         try:
             cases = load_cases(self.path, max_context=settings.max_context,
-                               namespaces=self.config.stash[SESSION].namespaces)
+                               namespaces=self.config.stash[SESSION].namespaces,
+                               checks=self.config.stash[SESSION].checks)
         except CaseFileError as error:
             raise self.CollectError(str(error)) from None
         seen = self.config.stash.setdefault(CASE_NAMES, {})
@@ -241,7 +242,8 @@ def _judged(verdict: Verdict, on_disk: evidence.Evidence) -> Judged:
                   replanned_after_edit=verdict.replanned_after_edit, spins=verdict.spins,
                   calls_from=verdict.calls_from, notes=verdict.notes, skill_expected=verdict.skill_expected,
                   skill_used=verdict.skill_used, rules=None if verdict.rules == PALETTE else verdict.rules,
-                  deck_by=evidence.deck_by(on_disk))
+                  deck_by=evidence.deck_by(on_disk), checks=verdict.checks,
+                  score=verdict.score)
 
 
 def _usage(transcript: Transcript | None, started: float, ended: float, price: Price | None = None) -> Usage:
@@ -277,6 +279,9 @@ def properties(record: Record, line: bytes) -> list[tuple[str, object]]:
     return [
         ("case", record.case), ("host", record.host), ("run", record.run_index), ("model", record.terms.label),
         ("skill_hash", record.terms.skill_hash), ("case_hash", record.case_hash), ("verdict", record.outcome),
+        ("score", "" if judged is None or judged.score is None else judged.score),
+        ("checks", json.dumps({c.name: c.credit if c.passed is not None else "error" for c in judged.checks})
+         if judged else "{}"),
         ("slides", judged.slides if judged else ""), ("polls", judged.polls if judged else ""),
         ("calls", " ".join(judged.calls) if judged else ""),
         ("seconds", "" if record.usage.seconds is None else record.usage.seconds),

@@ -21,13 +21,13 @@ from .. import __version__
 from ..arena import sandbox
 from ..arena.workspace import Workspace
 from ..backend import describe_backend, round_trip
-from ..cases import EXPECT_KEYS, ExpectCheck
+from ..cases import EXPECT_KEYS, ExpectCheck, known_checks
 from ..hosts.base import OUTPUT_LIMIT, Host
 from ..judge import PALETTE, PALETTE_RULES
 from ..options import Settings, configure_hosts, resolve
 from ..results.ledger import find, ledger_name, load, read
 from ..results.prices import Price, money, price_of
-from ..results.record import NO_SKILL, RecordError, Terms, from_json
+from ..results.record import NO_SKILL, RecordError, Role, Terms, from_json
 from ..rules import RulesMissing, SkillRules, rules_for
 from ..skill import SkillCard, load_card, skill_hash
 from . import credentials
@@ -79,6 +79,11 @@ class Session:
     def namespaces(self) -> dict[str, ExpectCheck | None]:
         """The skills whose own keys a case may give under `expect:`, each with the check of its value."""
         return {name: rules.expect for name, rules in self.rule_sets.items() if name != PALETTE}
+
+    @property
+    def checks(self) -> dict[str, Role]:
+        """The checks a case may weigh under `expect: {checks: …}`: every registered skill's, and the common ones."""
+        return known_checks(*(rules.checks for rules in self.rule_sets.values()))
 
     @property
     def run_dir(self) -> Path:
