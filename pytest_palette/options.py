@@ -42,6 +42,12 @@ def add_options(parser: pytest.Parser) -> None:
                     help="model for every selected host: rehearsal (offline, the default), rehearsal:<known-bad>, "
                          "watsonx:<model_id>, openai:<model> (any OpenAI-compatible server with --palette-base-url), "
                          "or provider:model")
+    group.addoption("--palette-grader", default=None, dest="palette_grader", metavar="MODEL",
+                    help="the model that grades a case's rubric (expect.rubric), in any form --model takes; "
+                         "default: the rehearsal grader with the rehearsal model, else none (docs/judge.md)")
+    group.addoption("--palette-validity", default=None, dest="palette_validity", metavar="MODEL",
+                    help="a model that reads each item's conversation and commands and answers whether the agent "
+                         "stayed within the request (a gate); 'rehearsal' offline; off by default")
     group.addoption("--palette-base-url", default=None, dest="palette_base_url", metavar="URL",
                     help="the server an openai:<model> (react, cuga) or anthropic:<model> (claude) is reached at, "
                          "e.g. http://localhost:8000/v1 for vLLM or http://localhost:11434/v1 for Ollama; the key "
@@ -163,6 +169,9 @@ class Settings:
     progress_after: float = PROGRESS_AFTER
     #: The credentials file (~/.config/palette/env or $PALETTE_ENV), when there is one.
     credentials: Credentials | None = None
+    #: --palette-grader and --palette-validity: the models that grade a rubric and the validity check.
+    grader: ModelSpec | None = None
+    validity: ModelSpec | None = None
 
 
 def _number(config: pytest.Config, option: str, ini: str | None, default: float) -> float:
@@ -244,6 +253,18 @@ def _model(config: pytest.Config) -> ModelSpec:
                            config.getoption("palette_base_url"), agents)
     except ModelUnavailable as error:
         raise pytest.UsageError(str(error)) from None
+
+
+def _grader(config: pytest.Config, option: str) -> ModelSpec | None:
+    """--palette-grader or --palette-validity as a spec (any provider form --model takes; `rehearsal` offline)."""
+    given = config.getoption(option)
+    if given is None:
+        return None
+    try:
+        return parse_model(given, agents={})
+    except ModelUnavailable as error:
+        flag = "--" + option.replace("_", "-")
+        raise pytest.UsageError(f"{flag} {given}: {str(error).split(': ', 1)[-1]}") from None
 
 
 def _model_retries(config: pytest.Config) -> int:
@@ -391,6 +412,7 @@ def resolve(config: pytest.Config) -> Settings:
         max_context=max_context, shard=shard, run_id=run_id, resume_dir=resume_dir, collect_dir=collect_dir,
         prices=prices, prices_file=prices_file, max_cost=max_cost, conversations=conversations,
         credentials=credentials, html=_html(config), run_root=_run_root(config, resume_dir),
+        grader=_grader(config, "palette_grader"), validity=_grader(config, "palette_validity"),
         progress_after=_number(config, "palette_progress_after", "palette_progress_after", PROGRESS_AFTER),
         turn_timeout=_number(config, "palette_turn_timeout", "palette_turn_timeout", TURN_TIMEOUT),
         build_grace=_number(config, "palette_build_grace", None, DEFAULT_BUILD_GRACE),

@@ -17,7 +17,8 @@ from pytest_palette.run.content import figures, headings
 
 
 def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], str]]:
-    """Each known-bad agent's cases to fail, and a phrase every one of its failures carries."""
+    """Each known-bad agent's cases to fail, and a phrase each of those cases' failures carries (one of several,
+    "|"-separated, where its flaw shows in more than one rule)."""
     cases = list(cases)
 
     def named(keep: Callable[[Case], bool]) -> frozenset[str]:
@@ -48,8 +49,11 @@ def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], 
         "hand_writes": (deck, "does not carry IBM Plex"),
         # It plans a deck from any request: exactly the near misses, which need no skill, fail.
         "always_triggers": (named(lambda c: not c.expect.skill), "the skill was used although the request needed none"),
-        # Its summary reaches --context, so the context rule passes; the figures and headings do not reach the deck.
-        "summarises_context": (substance, "of the pasted material are not in the deck"),
+        # Its summary reaches --context, so the context rule passes; the figures and headings do not reach the deck,
+        # nor do the points of a rubric on pasted material (a case's rubric names what the material says).
+        "summarises_context": (substance | named(lambda c: c.expect.deck and c.expect.context
+                                                 and c.expect.rubric is not None),
+                               "of the pasted material are not in the deck|the rubric was graded"),
         # "polish the plan" leaves the named slide as it was and the named subject out; both rules say so.
         "vague_edits": (named_what, "but the edit left"),
         "questions_are_changes": (question, "asked a question, but the agent acted on it"),
@@ -68,7 +72,7 @@ FAILED_CHECKS: dict[str, frozenset[str]] = {
     "never_edits": frozenset({"edit"}),
     "hand_writes": frozenset({"deck"}),
     "always_triggers": frozenset({"near_miss"}),
-    "summarises_context": frozenset({"content"}),
+    "summarises_context": frozenset({"content", "rubric"}),
     "vague_edits": frozenset({"named_slide", "subject"}),
     "questions_are_changes": frozenset({"question"}),
 }

@@ -160,6 +160,16 @@ def test_compare_flags_exactly_the_cases_a_known_bad_agent_fails(sweeps: Sweeps)
     assert (host.test.b, host.test.c, host.test.p) == (8, 0, 2 / 2**8)
     text = to_markdown(comparison)
     assert "| 0.007812 |" in text and "more than noise" in text and "same skill hash" in text
+    # Against an agent whose decks drop pasted figures: the paired test on scores sees each case it fails score
+    # lower, by the share it lost, where the outcome test counts only passes and fails.
+    summarised = compare(load(good(sweeps).runs), load(flawed(sweeps, "summarises_context").runs))
+    [host] = summarised.hosts
+    lost, _ = EXPECTED["summarises_context"]
+    assert (host.scores.better, host.scores.worse) == (0, len(lost)) and host.scores.significant
+    assert host.score_after is not None and 0 < host.score_after.mean < 1
+    text = to_markdown(summarised)
+    assert "Wilcoxon signed-rank" in text
+    assert f"| react | 1.00 | {host.score_after.mean:.2f} | 0 | {len(lost)} |" in text
 
 
 @pytest.mark.slow
@@ -248,7 +258,8 @@ def test_each_known_bad_agent_fails_exactly_its_documented_cases(sweeps: Sweeps,
     assert failed(results) == expected, \
         f"{flaw}: unexpected {sorted(failed(results) - expected)}, missed {sorted(expected - failed(results))}"
     for case in expected:
-        assert any(phrase in failure for failure in results[case]), (flaw, case, results[case])
+        assert any(said in failure for said in phrase.split("|") for failure in results[case]), \
+            (flaw, case, results[case])
     # Its checks: the flaw's own fail, and its score is 0 through a gate, else below 1 and above 0 by what held.
     roles = {name: spec.role for name, spec in {**COMMON_CHECKS, **PALETTE_CHECKS}.items()}
     for record in load(flawed(sweeps, flaw).runs).latest.values():
@@ -267,6 +278,15 @@ def test_each_known_bad_agent_fails_exactly_its_documented_cases(sweeps: Sweeps,
     if flaw == "summarises_context":  # partial credit where a pass/fail said only "fail"
         corpus = [r.judged.score for r in load(flawed(sweeps, flaw).runs).latest.values() if "corpus" in r.tags]
         assert len(corpus) >= 10 and all(score is not None and 0 < score < 1 for score in corpus), corpus
+        # The rehearsal grader proves its rubric: each rubric case's deck, missing the material's points, grades
+        # lower than the good agent's.
+        def rubric(run: Path) -> dict[str, float]:
+            return {r.case: c.credit for r in load(run).latest.values() if r.judged
+                    for c in r.judged.checks if c.name == "rubric"}
+
+        bad, fine = rubric(flawed(sweeps, flaw).runs), rubric(good(sweeps).runs)
+        graded = {case.name for case in CASES if case.expect.rubric} & diverging(sweeps)[flaw]
+        assert graded and set(bad) == graded and all(bad[case] < fine[case] == 1.0 for case in graded), (bad, fine)
 
 
 @pytest.fixture(scope="module")
@@ -322,4 +342,4 @@ def test_known_bad_agents_still_fail_their_sets_when_the_skill_writes_no_trace(s
     after |= {change.label.partition("[")[0]: (change.after, change.failures) for change in changes}
     assert {case for case, (outcome, _) in after.items() if outcome != "pass"} == expected
     assert {outcome for outcome, _ in after.values()} <= {"pass", "fail"}
-    assert all(any(phrase in failure for failure in after[case][1]) for case in expected)
+    assert all(any(said in failure for said in phrase.split("|") for failure in after[case][1]) for case in expected)

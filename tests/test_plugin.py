@@ -197,7 +197,8 @@ def test_a_turn_that_times_out_is_an_error(pytester: pytest.Pytester, cases: Pat
 
 @pytest.mark.parametrize(("yaml_text", "line", "message"), [
     ("- name: a\n  covers: x\n  request: r\n  expect:\n    slides: 3\n    slidez: 4\n", 6,
-     "unknown key 'slidez' in 'expect' of case 'a' (known: skill, deck, slides, edit, context, max_polls, content)"),
+     "unknown key 'slidez' in 'expect' of case 'a' (known: skill, deck, slides, edit, context, max_polls, content, "
+     "checks, rubric)"),
     ("- name: a\n  covers: x\n  request: r\n  replys: [yes]\n", 4, "unknown key 'replys' in a case*"),
     ("- name: a\n  covers: x\n  request: r\n  expect:\n    slides: three\n", 5,
      "'expect' of case 'a': 'slides' must be int or null, not str"),

@@ -84,12 +84,15 @@ def test_a_ledger_written_in_the_first_format_reads_and_reports_as_it_did() -> N
     assert three.judged.calls == ("find", "plan", "find", "start", "status") and three.usage.turns == 2
     markdown = to_markdown(build_report(reading))
     # The numbers the version that wrote it reported for it (its own `palette-bench report`).
-    for line in ("| react | 4/6 | — | 30.0% – 90.3% | rehearsal | rehearsal |", "| react | 66.7% | 66.7% | 66.7% |",
+    for line in ("| react | 4/6 | — | 30.0% – 90.3% | ", "| react | 66.7% | 66.7% | 66.7% |",
                  "| held_off | ✅ 2/2 · 0 sl · 0p |", "| three_slides | ✅ 2/2 · 3 sl · 1p |",
                  "| wrong_count | ❌ 0/2 · 3 sl · 1p |", "| Worst case polls that did not wait | 1 / 12 |",
                  "| Decks built | 4/6 |",
                  "- **wrong_count** (0/2): asked for 4 slides, got 3 (×2)"):
         assert line in markdown, line
+    # Its scores, derived where its records allow: the passes score 1, the fails of a scored check are not known.
+    assert "| 1.00 (1.00–1.00) over 2 of 3 cases; 2 run(s) unscored (written before checks) | rehearsal |" in markdown
+    assert "| 66.7% | 66.7% | 66.7% | 1.00 (2 cases) | 1.00 (2 cases) |" in markdown
 
 
 def test_show_finds_the_workspaces_of_a_first_format_run(capsys: pytest.CaptureFixture[str]) -> None:

@@ -89,7 +89,7 @@ def test_one_run_per_cell_reads_as_pass_fail_error_and_lists_failures_with_calls
                record(case="c", outcome="error", failures=["HostError: gone"])]
     markdown = to_markdown(build_report(records))
     assert "| a | ✅ pass · 3 sl · 2p |" in markdown
-    assert "| b | ❌ FAIL · ? sl · 2p |" in markdown
+    assert "| b | ❌ FAIL 0.00 · ? sl · 2p |" in markdown  # no deck: its gate scores 0
     assert "| c | ⚠ ERROR ×1 |" in markdown
     assert "## Failures" in markdown and "- **b** (0/1): no .pptx was produced" in markdown
     assert "  - calls: plan → status" in markdown
@@ -306,10 +306,11 @@ def test_usage_is_summed_per_host_over_the_runs_that_reported_it(tmp_path: Path)
     assert from_ledger.pop("ledgers") == [str(tmp_path / "results.jsonl")] and from_records.pop("ledgers") == []
     assert from_ledger == from_records
     claude, react = report.columns
+    graders = {"grader_input_tokens": None, "grader_output_tokens": None, "grader_cost_usd": None}
     assert claude.usage == {"turns": 400, "input_tokens": 600, "output_tokens": 200, "cost_usd": None,
-                            "retries": None}
+                            "retries": None, **graders}
     assert react.usage == {"turns": 400, "input_tokens": None, "output_tokens": None, "cost_usd": 50.0,
-                           "retries": None}
+                           "retries": None, **graders}
     markdown = to_markdown(report)
     assert "Reported usage: claude: 400 turns; react: 400 turns." in markdown
     # Tokens without a price are said to be unpriced, naming the model; a cost of a schema-1 record kept no source.
@@ -353,3 +354,105 @@ def test_an_output_that_cannot_be_written_is_one_line(tmp_path: Path, capsys: py
     error = capsys.readouterr().err
     assert error.startswith(f"palette-bench report: {tmp_path / 'file'}") and "cannot be written" in error
     assert error.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------------------- scores
+
+
+def scored(scores: dict[str, list[float]], host: str = "react", **fields: Any) -> list[Any]:
+    """Records with checks and a score: each case's runs score as given (1.0 passes; below it fails its slide
+    count, a scored check, for the rest of the credit)."""
+    import msgspec
+
+    from pytest_palette.results.record import Check
+
+    out = []
+    for case, values in scores.items():
+        for index, value in enumerate(values, 1):
+            failed = value < 1
+            line = as_record(record(case=case, host=host, run_index=index, outcome="fail" if failed else "pass",
+                                    failures=["asked for 3 slides, got 2"] if failed else [], **fields))
+            checks = (Check(name="deck", role="gate", weight=1.0, passed=True, credit=1.0),
+                      Check(name="slides", role="scored", weight=1.0, passed=not failed, credit=value))
+            assert line.judged is not None
+            out.append(msgspec.structs.replace(line, judged=msgspec.structs.replace(line.judged, checks=checks,
+                                                                                     score=value)))
+    return out
+
+
+def test_the_report_gives_each_hosts_mean_score_its_interval_score_at_k_and_each_cells_score() -> None:
+    from pytest_palette.results import stats
+
+    given = {"alpha": [1.0, 1.0, 1.0], "beta": [0.5, 1.0, 0.0], "gamma": [0.25, 0.75, 0.5]}
+    report = build_from_records(scored(given))
+    [react] = report.columns
+    means = [sum(v) / len(v) for v in given.values()]
+    expected = stats.mean_score(means)
+    assert react.score == expected and react.score is not None and react.score.interval is not None
+    for k in (1, 2, 3):
+        assert react.score_at[k] == (pytest.approx(sum(stats.score_at_k(v, k) or 0 for v in given.values()) / 3), 3)
+    assert react.score_at[2][0] == pytest.approx((1 + (0.5 + 1 + 1) / 3 + (0.5 + 0.75 + 0.75) / 3) / 3)
+    markdown = to_markdown(report)
+    low, high = react.score.interval
+    assert f"| {react.score.mean:.2f} ({low:.2f}–{high:.2f}) |" in markdown
+    assert "| beta | ◐ 1/3 0.50±0.50 · 3 sl · 2p |" in markdown and "| alpha | ✅ 3/3 · 3 sl · 2p |" in markdown
+    assert "| score@1 | score@2 | score@3 |" in markdown
+    data = to_json(report)
+    assert data["hosts"][0]["score"]["mean"] == pytest.approx(react.score.mean)
+    assert data["hosts"][0]["score_at_k"]["3"]["value"] == pytest.approx(react.score_at[3][0])
+    [beta] = [c for c in data["cases"] if c["case"] == "beta"]
+    assert beta["cells"]["react"]["score"]["sd"] == pytest.approx(0.5)
+
+
+def test_two_hosts_get_the_paired_signed_rank_test_on_scores() -> None:
+    cases = {f"c{i}": [1.0] for i in range(6)}
+    worse = {case: [0.5 - i / 20] for i, case in enumerate(cases)}
+    report = build_from_records(scored(cases) + scored(worse, host="cuga"))
+    [pair] = report.pairs
+    # The columns are in host order: cuga is A, and scores lower on every case.
+    assert (pair.a, pair.scores.better, pair.scores.worse, pair.scores.p, pair.scores.exact) == \
+        ("cuga", 0, 6, 2 / 64, True)
+    markdown = to_markdown(report)
+    assert "Wilcoxon signed-rank" in markdown
+    assert "| cuga | react | 0 | 6 | 0 | 0 | 0.03125 | more than noise" in markdown
+
+
+def test_compare_shows_the_paired_score_test_and_each_sides_mean_score() -> None:
+    before = scored({f"c{i}": [1.0, 1.0] for i in range(6)}, skill_hash="1" * 12)
+    after = scored({f"c{i}": [1.0, 0.5] for i in range(6)}, skill_hash="2" * 12, run_id="after")
+    result = compare_module.compare(before, after)
+    [host] = result.hosts
+    # Every case fails one run of two: the outcome test sees six regressions, the score test six lower means.
+    assert (host.scores.better, host.scores.worse, host.scores.p) == (0, 6, 2 / 64)
+    assert host.score_before is not None and host.score_after is not None
+    assert (host.score_before.mean, host.score_after.mean) == (1.0, 0.75)
+    markdown = compare_module.to_markdown(result)
+    assert "| react | 1.00 | 0.75 | 0 | 6 | 0 | 0 | 0.03125 | more than noise at p < 0.05 |" in markdown
+    assert "| c0 | react | 2/2 | 1/2 · 0.75 | **regression** |" in markdown
+
+
+def test_two_runs_of_the_same_cases_on_different_hosts_compare_host_against_host() -> None:
+    one = scored({f"c{i}": [1.0] for i in range(4)})
+    other = scored({f"c{i}": [1.0 if i else 0.5] for i in range(4)}, host="cuga", run_id="cuga-job")
+    result = compare_module.compare(one, other)
+    assert result.across_hosts and {c.flag for c in result.changes} <= {"", "regression"}
+    assert {c.host for c in result.changes} == {"react vs cuga"}
+    assert [result.host_on(result.changes[0], side) for side in (0, 1)] == ["react", "cuga"]
+    [host] = result.hosts
+    assert (host.shared, host.test.b, host.scores.worse) == (4, 1, 1)
+    markdown = compare_module.to_markdown(result)
+    assert markdown.startswith("# Palette benchmark — host against host") and "| new |" not in markdown
+    assert "| c0 | react vs cuga | 1/1 | 0/1 · 0.50 | **regression** |" in markdown
+    # Two hosts a side, or one host on both, are before and after as ever.
+    assert not compare_module.compare(one, scored({"c0": [1.0]}, run_id="again")).across_hosts
+
+
+def test_the_terminal_table_shows_each_cells_score_and_each_hosts_mean() -> None:
+    from pytest_palette.results.table import render
+    from pytest_palette.results.tally import tally
+
+    lines = render(tally(scored({"alpha": [1.0], "beta": [0.25]})), ["react"])
+    row = next(line for line in lines if line.startswith("beta"))
+    assert "FAIL 0.25" in row
+    footer = next(line for line in lines if line.startswith("react:"))
+    assert "· score 0.62 (95% 0.00–1.00)" in footer  # (1 + 0.25) / 2 over two cases; t(1) = 12.7

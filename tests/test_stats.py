@@ -128,3 +128,76 @@ def test_k_columns_cover_every_k_for_few_repeats_and_a_ladder_for_many() -> None
     assert stats.ks_for(3) == [1, 2, 3]
     assert stats.ks_for(1000) == [1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000]
     assert stats.ks_for(12)[-1] == 12
+
+
+# -- scores ----------------------------------------------------------------------------------------------------
+
+
+def _brute_signed_rank_p(differences: list[float]) -> float:
+    """The exact two-sided p by listing every sign assignment (mean ranks for equal magnitudes)."""
+    import itertools
+
+    nonzero = [d for d in differences if d != 0]
+    magnitudes = sorted(abs(d) for d in nonzero)
+    rank = {m: (magnitudes.index(m) + 1 + len(magnitudes) - magnitudes[::-1].index(m)) / 2 for m in magnitudes}
+    ranks = [rank[abs(d)] for d in nonzero]
+    observed = sum(r for r, d in zip(ranks, nonzero, strict=True) if d > 0)
+    total = sum(ranks)
+    low = min(observed, total - observed)
+    sums = [sum(r for r, s in zip(ranks, signs, strict=True) if s)
+            for signs in itertools.product((0, 1), repeat=len(ranks))]
+    return min(1.0, 2 * sum(1 for s in sums if s <= low + 1e-9) / len(sums))
+
+
+@pytest.mark.parametrize("differences", [
+    [1, 2, 3, 4, 5], [0.5, -0.2, 0.3, 0.3, 0.1, 0.0], [-0.25, -0.25, 0.5, -0.75, 0.25, -0.5, 1.0, -0.1],
+    [0.1] * 6, [0.2, -0.2], [0.0, 0.0], [0.3, -0.1, -0.1, 0.2, 0.2, 0.2, -0.4, 0.5, 0.6, -0.05, 0.7],
+])
+def test_the_signed_rank_test_is_exact_for_small_n_ties_and_zeros_included(differences: list[float]) -> None:
+    test = stats.signed_rank_test(differences)
+    assert test.exact and test.p == pytest.approx(_brute_signed_rank_p(differences))
+    assert (test.better, test.worse, test.ties) == (sum(d > 0 for d in differences), sum(d < 0 for d in differences),
+                                                    sum(d == 0 for d in differences))
+
+
+def test_the_signed_rank_test_hand_values_and_its_normal_approximation_for_large_n() -> None:
+    five = stats.signed_rank_test([1, 2, 3, 4, 5])
+    assert (five.w_plus, five.p, five.significant) == (15.0, 2 / 32, False)  # the smallest p five cases can give
+    six = stats.signed_rank_test([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    assert six.p == 2 / 64 and six.significant and "more than noise" in six.verdict
+    assert stats.signed_rank_test([0.0, 1e-12]).verdict.endswith("(no case scores differently)")
+    # Above the exact bound the normal approximation takes over, and agrees with the exact p near the bound.
+    shifted = [((i * 37) % 100) / 100 - 0.35 for i in range(stats.EXACT_UP_TO + 20)]
+    large = stats.signed_rank_test(shifted)
+    near = stats.signed_rank_test(shifted[: stats.EXACT_UP_TO])
+    assert not large.exact and near.exact and 0 < large.p < 1
+    assert abs(math.log10(near.p) - math.log10(stats.signed_rank_test(shifted[: stats.EXACT_UP_TO + 1]).p)) < 0.5
+
+
+@pytest.mark.parametrize(("scores", "k", "expected"), [
+    ([0.2, 0.5, 0.9], 1, (0.2 + 0.5 + 0.9) / 3), ([0.2, 0.5, 0.9], 2, (0.5 + 0.9 + 0.9) / 3),
+    ([0.2, 0.5, 0.9], 3, 0.9), ([0.2, 0.5, 0.9], 4, None), ([0.7], 1, 0.7),
+])
+def test_score_at_k_is_the_expected_best_of_k_runs(scores: list[float], k: int, expected: float | None) -> None:
+    found = stats.score_at_k(scores, k)
+    assert found == (None if expected is None else pytest.approx(expected))
+
+
+def test_score_at_k_of_pass_and_fail_is_pass_at_k_and_never_overflows() -> None:
+    for n, c in ((5, 2), (10, 7), (40, 1)):
+        for k in range(1, n + 1):
+            assert stats.score_at_k([1.0] * c + [0.0] * (n - c), k) == pytest.approx(stats.pass_at_k(n, c, k))
+    assert stats.score_at_k([i / 2000 for i in range(2000)], 1000) == pytest.approx(1999 / 2000, abs=1e-3)
+
+
+def test_a_mean_score_has_its_spread_and_a_t_interval_kept_inside_0_and_1() -> None:
+    assert stats.mean_score([]) is None
+    one = stats.mean_score([0.4])
+    assert one is not None and (one.mean, one.n, one.interval) == (0.4, 1, None)
+    three = stats.mean_score([0.5, 0.7, 0.9])
+    assert three is not None and three.sd == pytest.approx(0.2)
+    assert three.interval == (pytest.approx(0.7 - 4.3027 * 0.2 / math.sqrt(3)), 1.0)  # t(2) = 4.3027, clipped at 1
+    many = stats.mean_score([0.6, 0.8] * 50)
+    assert many is not None and many.interval is not None
+    half = (many.interval[1] - many.interval[0]) / 2
+    assert half == pytest.approx(stats.t975(99) * many.sd / 10) and stats.t975(99) == pytest.approx(1.9842, abs=1e-4)

@@ -18,6 +18,7 @@ from ..results.ledger import load
 from ..results.record import Record
 from ..run import faults
 from ..run.conversation import Transcript
+from ..run.grading import carried
 from ..run.judging import judge_folder
 from .show import run_folder
 
@@ -68,7 +69,8 @@ def rejudge(run: Path, records: Iterable[Record] | None = None) -> tuple[int, li
         if judgement.verdict is None:  # a fault the judge of then did not know: no verdict after all
             after, failures = "error", (f"{record.host}: {judgement.fault}",)
         else:
-            after, failures = "pass" if judgement.verdict.ok else "fail", judgement.verdict.failures
+            verdict = carried(judgement.verdict, record.judged.checks, record.failures)
+            after, failures = "pass" if verdict.ok else "fail", verdict.failures
         judged += 1
         if after != record.outcome or failures != record.failures:
             changes.append(ChangedVerdict(label, record.outcome, after, failures))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .record import GATE, JUDGED, SCORED, Check, Record, Role
+from .record import GATE, JUDGED, SCORED, Check, Judged, Record, Role
 
 #: Where a rule's failure goes when it names no check (a project's rules written before checks): a gate, so a
 #: failure of those rules still scores 0, as a fail did.
@@ -101,16 +101,21 @@ GATE_WORDS = ("the confirmation gate was skipped", "no .pptx was produced", "doe
 
 
 def score_of(record: Record) -> float | None:
-    """A judged record's score: its own, else derived from what it says (a pass scored 1; a fail of a gate, or of
-    a project's rules, which had no scored checks, scored 0); None where that cannot be told (a fail of a scored
-    check in a record that kept no checks: which others held, and by how much, is not known) and for errors."""
-    judged = record.judged
-    if judged is None or record.outcome not in JUDGED:
+    """A judged record's score: its own, else derived from what it says (`derived_score`); None for errors."""
+    return derived_score(record.outcome, record.failures, record.judged)
+
+
+def derived_score(outcome: str, failures: tuple[str, ...], judged: Judged | None) -> float | None:
+    """The score of a run that ended `outcome`: its own, else derived from what it says (a pass scored 1; a fail of
+    a gate, or of a project's rules, which had no scored checks, scored 0); None where that cannot be told (a fail
+    of a scored check in a record that kept no checks: which others held, and by how much, is not known) and for
+    errors and skips."""
+    if judged is None or outcome not in JUDGED:
         return None
     if judged.score is not None:
         return judged.score
-    if record.outcome == "pass":
+    if outcome == "pass":
         return 1.0
-    if judged.rules is not None or any(words in failure for failure in record.failures for words in GATE_WORDS):
+    if judged.rules is not None or any(words in failure for failure in failures for words in GATE_WORDS):
         return 0.0
     return None

@@ -28,6 +28,9 @@ class Change:
     host: str
     before: tuple[int, int] | None  # (passes, judged runs); None when the case did not run on that side
     after: tuple[int, int] | None
+    #: The case's mean score on each side; None where it did not run or no score is known.
+    score_before: float | None = None
+    score_after: float | None = None
 
     @property
     def flag(self) -> str:
@@ -84,6 +87,10 @@ class HostComparison:
     #: runs that had a cost), None where no run reported it.
     spent_before: Spent | None = None
     spent_after: Spent | None = None
+    #: The signed-rank test on the shared cases' mean scores (after − before), and each side's mean score.
+    scores: stats.SignedRankTest = field(default_factory=lambda: stats.signed_rank_test(()))
+    score_before: stats.MeanScore | None = None
+    score_after: stats.MeanScore | None = None
 
 
 @dataclass
@@ -97,6 +104,15 @@ class Comparison:
     baseline: str | None = None
     #: Per host compared, with the skill against without it (when `baseline` is set).
     lifts: list[lift.HostLift] = field(default_factory=list)
+    #: The two sides ran the same cases on different hosts (one CI job per host): host against host, as one run
+    #: with both hosts would be compared, each row named "before-host vs after-host".
+    across_hosts: bool = False
+    #: Each compared row's host on either side: (h, h) for a host both ran, (first's, second's) across hosts.
+    sides: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def host_on(self, change: Change, side: int) -> str:
+        """The host a change's case ran on, on side 0 (before) or 1 (after)."""
+        return self.sides.get(change.host, (change.host, change.host))[side]
 
     @property
     def skill_changed(self) -> bool:
@@ -117,6 +133,10 @@ def _by_host(report: Report) -> dict[str, Column]:
 
 def _rate(cell: Cell | None) -> tuple[int, int] | None:
     return None if cell is None else cell.rate()
+
+
+def _score(cell: Cell | None) -> float | None:
+    return None if cell is None or cell.score is None else cell.score.mean
 
 
 def _config_changes(before: Column, after: Column) -> list[str]:
@@ -140,24 +160,34 @@ def compare(records_a: Records, records_b: Records) -> Comparison:
     """Run A (before) against run B (after). Each side must be one measurement (see build_report)."""
     before, after = build_report(records_a), build_report(records_b)
     old_hosts, new_hosts = _by_host(before), _by_host(after)
+    across = not old_hosts.keys() & new_hosts.keys() and len(old_hosts) == 1 and len(new_hosts) == 1
+    sides = {host: (host, host) for host in old_hosts.keys() | new_hosts.keys()}
+    if across:  # one host a side, not the same one: the same cases on two hosts, as one run with both would be
+        [(old_name, old_column)], [(new_name, new_column)] = old_hosts.items(), new_hosts.items()
+        name = f"{old_name} vs {new_name}"
+        old_hosts, new_hosts, sides = {name: old_column}, {name: new_column}, {name: (old_name, new_name)}
     changes = []
     for host in sorted(old_hosts.keys() | new_hosts.keys()):
         old, new = old_hosts.get(host), new_hosts.get(host)
         cases = sorted({c for c in before.cases if old and (c, old.label) in before.cells}
                        | {c for c in after.cases if new and (c, new.label) in after.cells})
         for case in cases:
-            changes.append(Change(case, host, _rate(before.cell(case, old.label)) if old else None,
-                                  _rate(after.cell(case, new.label)) if new else None))
+            was = before.cell(case, old.label) if old else None
+            now = after.cell(case, new.label) if new else None
+            changes.append(Change(case, host, _rate(was), _rate(now), _score(was), _score(now)))
     hosts = []
     for host in sorted(old_hosts.keys() & new_hosts.keys()):
-        pairs = [(c.before, c.after) for c in changes if c.host == host and c.before and c.after]
+        own = [c for c in changes if c.host == host]
+        pairs = [(c.before, c.after) for c in own if c.before and c.after]
         test = stats.paired_test([b for b, _ in pairs], [a for _, a in pairs])
+        scored = stats.signed_rank_test(c.score_after - c.score_before for c in own
+                                        if c.score_before is not None and c.score_after is not None)
         old, new = old_hosts[host], new_hosts[host]
         hosts.append(HostComparison(host, test, len(pairs), old.models, new.models, _config_changes(old, new),
-                                    Spent.of(old), Spent.of(new)))
+                                    Spent.of(old), Spent.of(new), scored, old.score, new.score))
     skill_before = sorted({s for c in before.columns for s in c.skill_hashes})
     skill_after = sorted({s for c in after.columns for s in c.skill_hashes})
-    comparison = Comparison(changes, hosts, skill_before, skill_after)
+    comparison = Comparison(changes, hosts, skill_before, skill_after, across_hosts=across, sides=sides)
     none_before, none_after = lift.is_baseline(skill_before), lift.is_baseline(skill_after)
     if none_before != none_after:
         comparison.baseline = "before" if none_before else "after"
@@ -165,7 +195,7 @@ def compare(records_a: Records, records_b: Records) -> Comparison:
             pairs = [(c.before, c.after) for c in changes if c.host == compared.host and c.before and c.after]
             comparison.lifts.append(lift.host_lift(compared.host, [(b, a) if none_after else (a, b)
                                                                    for b, a in pairs]))
-    if not comparison.skill_changed:
+    if not comparison.skill_changed and not across:
         comparison.warnings.append(SAME_SKILL)
     only = sorted(old_hosts.keys() ^ new_hosts.keys())
     if only:
@@ -175,34 +205,60 @@ def compare(records_a: Records, records_b: Records) -> Comparison:
     return comparison
 
 
-def _rate_text(rate: tuple[int, int] | None) -> str:
-    return "—" if rate is None else f"{rate[0]}/{rate[1]}"
+def _rate_text(rate: tuple[int, int] | None, score: float | None = None) -> str:
+    if rate is None:
+        return "—"
+    return f"{rate[0]}/{rate[1]}" + (f" · {score:.2f}" if score is not None and score < 1 else "")
+
+
+def _mean_text(score: stats.MeanScore | None) -> str:
+    return "—" if score is None else f"{score.mean:.2f}"
 
 
 def to_markdown(comparison: Comparison) -> str:
     if comparison.baseline is not None:
         return _lift_markdown(comparison)
-    lines = ["# Palette benchmark — before vs after", ""]
-    if comparison.skill_changed:
+    across = comparison.across_hosts
+    lines = ["# Palette benchmark — host against host" if across else "# Palette benchmark — before vs after", ""]
+    if across:
+        lines.append("The two runs ran on different hosts: each case is compared host against host (the first run's "
+                     "host against the second's), as one run with both hosts would be.")
+        if comparison.skill_changed:
+            lines.append(f"Skill hash: {', '.join(comparison.skill_before)} → {', '.join(comparison.skill_after)}: "
+                         "the hosts ran different skills, so a difference is host *and* skill.")
+    elif comparison.skill_changed:
         lines.append(f"Skill hash: {', '.join(comparison.skill_before)} → {', '.join(comparison.skill_after)}.")
     else:
         lines.append(f"> ⚠ **{SAME_SKILL}** (both sides ran skill {', '.join(comparison.skill_before)}).")
     for warning in comparison.warnings:
         if warning != SAME_SKILL:
             lines.append(f"> ⚠ {warning}")
-    lines += ["", "## Per host", ""]
-    lines += ["| Host | Shared cases | Worse after | Better after | Ties | p (exact) | Verdict | What changed |",
+    first, second = ("first", "second") if across else ("before", "after")
+    worse, better = ("Worse on the second", "Better on the second") if across else ("Worse after", "Better after")
+    lines += ["", "## Per host", "", "Outcomes: the sign test on per-case pass rates.", ""]
+    lines += [f"| Host | Shared cases | {worse} | {better} | Ties | p (exact) | Verdict | What changed |",
               "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for host in comparison.hosts:
         test = host.test
         lines.append(f"| {host.host} | {host.shared} | {test.b} | {test.c} | {test.ties} | {test.p:.4g} | "
                      f"{test.verdict} | {'; '.join(host.config_changes) or '—'} |")
+    lines += ["", "Scores: the Wilcoxon signed-rank test on per-case mean scores (exact for small n), over the cases "
+                  "both sides scored.", "",
+              f"| Host | Mean score {first} | Mean score {second} | Higher {second} | Lower {second} | Ties | W+ | p | "
+              "Verdict |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for host in comparison.hosts:
+        scores = host.scores
+        p = f"{scores.p:.4g}" + ("" if scores.exact else " (normal approx.)")
+        lines.append(f"| {host.host} | {_mean_text(host.score_before)} | {_mean_text(host.score_after)} | "
+                     f"{scores.better} | {scores.worse} | {scores.ties} | {scores.w_plus:g} | {p} | "
+                     f"{scores.verdict} |")
     lines += _spent_lines(comparison, ("before", "after"))
-    lines += ["", "## Case by case", "", "| Case | Host | Before | After | |", "| --- | --- | --- | --- | --- |"]
+    lines += ["", "## Case by case", "", f"| Case | Host | {first.capitalize()} | {second.capitalize()} | |",
+              "| --- | --- | --- | --- | --- |"]
     for change in comparison.changes:
         flag = {"regression": "**regression**", "improvement": "**improvement**"}.get(change.flag, change.flag)
-        lines.append(f"| {change.case} | {change.host} | {_rate_text(change.before)} | {_rate_text(change.after)} "
-                     f"| {flag} |")
+        lines.append(f"| {change.case} | {change.host} | {_rate_text(change.before, change.score_before)} | "
+                     f"{_rate_text(change.after, change.score_after)} | {flag} |")
     lines += ["", f"{len(comparison.regressions)} regression(s), {len(comparison.improvements)} improvement(s) "
                   f"over {len(comparison.changes)} (case, host) cell(s)."]
     return "\n".join(lines) + "\n"
@@ -233,6 +289,17 @@ def _lift_markdown(comparison: Comparison) -> str:
     lines = ["# Is the skill better than no skill? — the lift", "", lift.intro(skill), ""]
     lines += [f"> ⚠ {warning}" for warning in comparison.warnings]
     lines += ["", "## Per host", "", *table_lines(*lift.table(comparison.lifts))]
+    lines += ["", "Scores, with the skill against without it (Wilcoxon signed-rank on per-case mean scores):", ""]
+    rows = []
+    for host in comparison.hosts:
+        scored_with, scored_without = (host.score_before, host.score_after) if skill_first else \
+            (host.score_after, host.score_before)
+        higher, lower = (host.scores.worse, host.scores.better) if skill_first else \
+            (host.scores.better, host.scores.worse)
+        rows.append([host.host, _mean_text(scored_with), _mean_text(scored_without), str(higher), str(lower),
+                     str(host.scores.ties), f"{host.scores.p:.4g}", host.scores.verdict])
+    lines += table_lines(["Host", "Mean score with the skill", "Without", "Higher with the skill",
+                          "Higher without", "Ties", "p", "Verdict"], rows)
     lines += _spent_lines(comparison, ("with the skill", "without"), swap=not skill_first)
     lines += ["", "## Case by case", "", "| Case | Host | With the skill | Without | |",
               "| --- | --- | --- | --- | --- |"]

@@ -59,10 +59,21 @@ def cell_count(cell: Cell) -> str:
     return f"{cell.passes}/{cell.n}"
 
 
-def cell_text(cell: Cell | None) -> str:
-    """The cell in a few characters: its count, `+kE` beside it for errors apart from the judged runs; `—` when
-    the case did not run there."""
+def cell_score(cell: Cell) -> str:
+    """The judged runs' mean score where it is below 1 (a cell that passed every run scores 1): `0.75`, or
+    `0.83±0.14` (mean ± standard deviation) over runs that scored differently; empty when no score is known."""
+    score = cell.score
+    if score is None or score.mean >= 1:
+        return ""
+    return f"{score.mean:.2f}" + (f"±{score.sd:.2f}" if score.sd >= 0.005 else "")
+
+
+def cell_text(cell: Cell | None, scored: bool = True) -> str:
+    """The cell in a few characters: its count, its score where below 1, `+kE` beside it for errors apart from the
+    judged runs; `—` when the case did not run there. `scored=False` leaves the score out (whether two hosts
+    agree on a case is read from the outcomes)."""
     if cell is None:
         return ABSENT
     errors = f" +{cell.errors}E" if cell.errors and cell.n else ""
-    return cell_count(cell) + errors
+    score = cell_score(cell) if scored else ""
+    return cell_count(cell) + (f" {score}" if score else "") + errors

@@ -150,6 +150,11 @@ class Usage(Struct, **_PARTS):
     #: Model calls the host's client retried after a transient error (429, 5xx, reset, timeout), summed over the
     #: turns; None when the client does not say (and in records written before retries were counted).
     retries: Count | None = None
+    #: What the model-graded checks took (a rubric's grader, the validity check), apart from the agent's tokens and
+    #: cost; None when no model graded (the rehearsal grader counts nothing) and in records written before.
+    grader_input_tokens: Count | None = None
+    grader_output_tokens: Count | None = None
+    grader_cost_usd: Amount | None = None
 
 
 class Record(Struct, tag_field="schema", tag=SCHEMA, **_STRUCT):

@@ -7,17 +7,17 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..cases import DEFAULT_MAX_POLLS
 from . import lift, stats
 from .ledger import Reading
-from .marks import ABSENT, LOOKS, cell_count, cell_outcome
+from .marks import ABSENT, LOOKS, cell_count, cell_outcome, cell_score
 from .prices import money
 from .record import NO_SKILL, Record, Terms
-from .tally import SUMMED, Cell, Group, Tally, Triggers, ceiling, judged_polls, tally, triggers
+from .tally import SUMMED, Cell, Group, Tally, Triggers, case_mean_score, ceiling, judged_polls, tally, triggers
 
 
 class ReportError(Exception):
@@ -91,6 +91,12 @@ class Column:
     unpriced_models: list[str] = field(default_factory=list)
     #: A baseline column's judged runs by what the agent did about a deck (`lift.instead`); empty otherwise.
     instead: Counter[str] = field(default_factory=Counter)
+    #: The mean score over the cases (each case's mean over its runs) with a 95% interval; score@k per k, as
+    #: pass@k is: (mean over the cases with at least k scored runs, how many cases that is).
+    score: stats.MeanScore | None = None
+    score_at: dict[int, tuple[float | None, int]] = field(default_factory=dict)
+    #: Judged runs whose score is not known (records written before checks that failed a scored check).
+    unscored: int = 0
 
     @property
     def baseline(self) -> bool:
@@ -110,6 +116,8 @@ class Pair:
     a: str
     b: str
     test: stats.PairedTest
+    #: The signed-rank test on the cases' mean scores, over the cases both scored.
+    scores: stats.SignedRankTest = field(default_factory=lambda: stats.signed_rank_test(()))
 
 
 @dataclass
@@ -231,11 +239,15 @@ def build_report(records: Tally | Reading | Iterable[Record], *, allow_mixed: bo
         column.unpriced_models = sorted({terms.model for (host, terms), own in counted.groups.items()
                                          if own.unpriced and where[(host, terms)] == col})
         column.metrics = _metrics(own, group)
+        column.score = case_mean_score(own)
+        column.score_at = _score_k(own, ks)
+        column.unscored = sum(c.unscored for c in own)
         if column.baseline:
             column.instead = lift.instead(own)
 
     disagreements = _disagreements(cases, columns, cells)
-    pairs = [Pair(a.label, b.label, stats.paired_test(*_shared_rates(cases, a, b, cells)))
+    pairs = [Pair(a.label, b.label, stats.paired_test(*_shared_rates(cases, a, b, cells)),
+                  stats.signed_rank_test(score_differences(cases, a.label, b.label, cells)))
              for a, b in itertools.combinations(columns, 2)]
     report = Report(columns=columns, cases=cases, cells=cells, ks=ks, records=counted.records,
                     duplicates_dropped=counted.superseded, skipped_lines=counted.skipped, ledgers=list(counted.files),
@@ -303,6 +315,26 @@ def _pass_k(cells: list[Cell], ks: list[int]) -> tuple[dict[int, tuple[float | N
         at[k] = (sum(stats.pass_at_k(c.n, c.passes, k) or 0.0 for c in eligible) / len(eligible), len(eligible))
         hat[k] = (sum(stats.pass_hat_k(c.n, c.passes, k) or 0.0 for c in eligible) / len(eligible), len(eligible))
     return at, hat
+
+
+def _score_k(cells: list[Cell], ks: list[int]) -> dict[int, tuple[float | None, int]]:
+    """Per k: score@k averaged over the cases with at least k scored runs, and how many cases that is."""
+    found: dict[int, tuple[float | None, int]] = {}
+    for k in ks:
+        eligible = [c.scores for c in cells if len(c.scores) >= k]
+        found[k] = (sum(stats.score_at_k(s, k) or 0.0 for s in eligible) / len(eligible), len(eligible)) \
+            if eligible else (None, 0)
+    return found
+
+
+def score_differences(cases: Iterable[str], a: str, b: str, cells: Mapping[tuple[str, str], Cell]) -> list[float]:
+    """A's mean score minus B's, per case both scored: what the signed-rank test reads."""
+    found = []
+    for case in cases:
+        one, other = cells.get((case, a)), cells.get((case, b))
+        if one is not None and other is not None and one.score is not None and other.score is not None:
+            found.append(one.score.mean - other.score.mean)
+    return found
 
 
 def _lifts(cases: list[str], columns: list[Column], cells: dict[tuple[str, str], Cell]) -> list[lift.HostLift]:
@@ -424,7 +456,7 @@ def _cell_text(cell: Cell | None) -> str:
     """The cell's count after its outcome's emoji, then its median slides, worst polls, and errors and skips."""
     if cell is None:
         return ABSENT
-    head = " ".join(filter(None, (LOOKS[cell_outcome(cell)].emoji, cell_count(cell))))
+    head = " ".join(filter(None, (LOOKS[cell_outcome(cell)].emoji, cell_count(cell), cell_score(cell))))
     if cell.n == 0:
         return head
     extra = _apart(cell.errors, cell.skipped)
@@ -448,22 +480,40 @@ Table = tuple[list[str], list[list[str]]]
 def tables(report: Report) -> dict[str, Table]:
     """The report's tables as text, (header, rows) each: what the Markdown and the HTML site both show."""
     columns = report.columns
-    scores = (["Host", "Passed", "Errors / skipped", "95% interval (Wilson)", "Model", "Provider", "Commands",
-               "Scaffold notes", "Runs"],
-              [[c.label, _of(c.passes, c.n), _apart(c.errors, c.skipped), _interval(c.wilson()), ", ".join(c.models),
-                ", ".join(c.providers), " and ".join(c.sandboxes), "; ".join(s for s in c.scaffold if s) or "—",
-                ", ".join(c.runs)] for c in columns])
+    scores = (["Host", "Passed", "Errors / skipped", "95% interval (Wilson)", "Mean score (95% interval)", "Model",
+               "Provider", "Commands", "Scaffold notes", "Runs"],
+              [[c.label, _of(c.passes, c.n), _apart(c.errors, c.skipped), _interval(c.wilson()), score_text(c),
+                ", ".join(c.models), ", ".join(c.providers), " and ".join(c.sandboxes),
+                "; ".join(s for s in c.scaffold if s) or "—", ", ".join(c.runs)] for c in columns])
     paired = (["A", "B", "A higher", "B higher", "ties", "p", "verdict"],
               [[p.a, p.b, str(p.test.b), str(p.test.c), str(p.test.ties), f"{p.test.p:.4g}", p.test.verdict]
                for p in report.pairs])
-    header = ["Host"] + [f"pass@{k}" for k in report.ks] + [f"pass^{k}" for k in report.ks if k > 1]
+    paired_scores = (["A", "B", "A scores higher", "B scores higher", "ties", "W+", "p", "verdict"],
+                     [[p.a, p.b, str(p.scores.better), str(p.scores.worse), str(p.scores.ties), f"{p.scores.w_plus:g}",
+                       f"{p.scores.p:.4g}" + ("" if p.scores.exact else " (normal approx.)"), p.scores.verdict]
+                      for p in report.pairs])
+    header = (["Host"] + [f"pass@{k}" for k in report.ks] + [f"pass^{k}" for k in report.ks if k > 1]
+              + [f"score@{k}" for k in report.ks])
     rows = []
     for c in columns:
         cases_n = sum(1 for case in report.cases if (cell := report.cell(case, c.label)) and cell.n)
         rows.append([c.label] + [_k_text(c.pass_at[k], cases_n) for k in report.ks]
-                    + [_k_text(c.pass_hat[k], cases_n) for k in report.ks if k > 1])
+                    + [_k_text(c.pass_hat[k], cases_n) for k in report.ks if k > 1]
+                    + [_k_text(c.score_at[k], cases_n, score=True) for k in report.ks])
     metrics = (["Metric", *(c.label for c in columns)], _metric_rows(columns))
-    return {"scores": scores, "paired": paired, "pass_k": (header, rows), "metrics": metrics}
+    return {"scores": scores, "paired": paired, "paired_scores": paired_scores, "pass_k": (header, rows),
+            "metrics": metrics}
+
+
+def score_text(column: Column) -> str:
+    """A host's mean score with its 95% interval (over its cases), and the runs it could not score."""
+    score = column.score
+    if score is None:
+        return "—"
+    text = f"{score.mean:.2f}" + (f" ({score.interval[0]:.2f}–{score.interval[1]:.2f})" if score.interval else "")
+    if score.n < column.metrics.cases_judged:
+        text += f" over {score.n} of {column.metrics.cases_judged} cases"
+    return text + (f"; {column.unscored} run(s) unscored (written before checks)" if column.unscored else "")
 
 
 def to_markdown(report: Report) -> str:
@@ -485,20 +535,31 @@ def to_markdown(report: Report) -> str:
                       "(--palette-sandbox none, a person's own agent, or a run recorded before it existed): they "
                       "could read the scripted replies and the caller's files, and reach the network."]
     lines += _cost_lines(columns)
+    graded = [(c.label, texts) for c in columns if (texts := _grader_texts(c))]
+    if graded:
+        lines += ["", "The model-graded checks (rubric, validity) took, apart from the agents: "
+                  + "; ".join(f"{label}: {', '.join(texts)}" for label, texts in graded) + "."]
     usage = [(c.label, texts) for c in columns if (texts := _usage_texts(c))]
     if usage:
         lines += ["", "Reported usage: " + "; ".join(f"{label}: {', '.join(texts)}" for label, texts in usage) + "."]
+    lines += ["", "Score: each run's score in [0, 1] from its checks (0 when a gate failed; docs/judge.md), averaged "
+                  "per case, then over the cases; the interval is a 95% t interval over the cases."]
     if report.pairs:
         lines += ["", "Paired exact test over the cases both hosts judged (sign test on per-case pass rates):", ""]
         lines += table_lines(*shown["paired"])
-    lines += ["", "## pass@k and pass^k", "",
+        lines += ["", "Paired test on scores over the cases both hosts scored (Wilcoxon signed-rank on per-case mean "
+                      "scores, exact for small n):", ""]
+        lines += table_lines(*shown["paired_scores"])
+    lines += ["", "## pass@k, pass^k and score@k", "",
               "pass@k: the chance that at least one of k runs passes (unbiased estimator); pass^k: the chance that "
-              "all k pass. Averaged over the cases with at least k judged runs.", ""]
+              "all k pass; score@k: the expected best score of k runs. Averaged over the cases with at least k "
+              "judged runs.", ""]
     lines += table_lines(*shown["pass_k"])
     lines += ["", "## Case by case", ""]
     lines += table_lines(["Case", *labels], ([case] + [_cell_text(report.cell(case, label)) for label in labels]
                                               for case in report.cases))
-    lines += ["", f"Cells: passes/n judged runs (pass or FAIL for one run), median slides, worst polls; the judge "
+    lines += ["", f"Cells: passes/n judged runs (pass or FAIL for one run), the mean score where below 1 (± its "
+                  f"spread over runs), median slides, worst polls; the judge "
                   f"fails a case with more polls that did not wait for the work than its budget "
                   f"({DEFAULT_MAX_POLLS} unless the case sets its own)."]
     lines += _failure_lines(report)
@@ -554,22 +615,36 @@ def _usd(value: float | None) -> str:
     return "—" if value is None else money(value)
 
 
+#: The graders' usage, reported on a line of its own: never summed into the agent's.
+GRADED = ("grader_input_tokens", "grader_output_tokens", "grader_cost_usd")
+
+
+def _grader_texts(column: Column) -> list[str]:
+    tokens_in, tokens_out, cost = (column.usage.get(name) for name in GRADED)
+    texts = []
+    if tokens_in is not None or tokens_out is not None:
+        texts.append(f"{tokens_in or 0:,.0f} in / {tokens_out or 0:,.0f} out tokens")
+    if cost is not None:
+        texts.append(money(cost))
+    return texts
+
+
 def _usage_texts(column: Column) -> list[str]:
     """A column's other reported totals (turns, and any count added to the record) as "<total> <field name>"."""
     texts = []
     for name, total in column.usage.items():
-        if total is None or name in COSTED:
+        if total is None or name in COSTED or name in GRADED:
             continue
         texts.append(f"{total:,}" if isinstance(total, int) else f"{total:,.2f}")
         texts[-1] += f" {name.replace('_', ' ')}"
     return texts
 
 
-def _k_text(value: tuple[float | None, int], cases_n: int) -> str:
+def _k_text(value: tuple[float | None, int], cases_n: int, score: bool = False) -> str:
     mean, over = value
     if mean is None:
         return "— (k > n)"
-    return _pct(mean) + ("" if over == cases_n else f" ({over} cases)")
+    return (f"{mean:.2f}" if score else _pct(mean)) + ("" if over == cases_n else f" ({over} cases)")
 
 
 def _instead_lines(report: Report) -> list[str]:
@@ -660,6 +735,16 @@ def _minutes(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds / 60:.1f} min"
 
 
+def _score_json(score: stats.MeanScore | None) -> dict[str, Any] | None:
+    return None if score is None else {"mean": score.mean, "sd": score.sd, "n": score.n,
+                                       "interval": list(score.interval) if score.interval else None}
+
+
+def _signed_rank_json(test: stats.SignedRankTest) -> dict[str, Any]:
+    return {"test": "wilcoxon signed-rank", "a_higher": test.better, "b_higher": test.worse, "ties": test.ties,
+            "w_plus": test.w_plus, "p": test.p, "exact": test.exact, "verdict": test.verdict}
+
+
 def to_json(report: Report) -> dict[str, Any]:
     """The same numbers as the Markdown, for machines."""
 
@@ -673,6 +758,8 @@ def to_json(report: Report) -> dict[str, Any]:
                               for k in report.ks},
                 "pass_hat_k": {str(k): stats.pass_hat_k(cell.n, cell.passes, k) if cell.n else None
                                for k in report.ks},
+                "score": _score_json(cell.score), "unscored": cell.unscored,
+                "score_at_k": {str(k): stats.score_at_k(cell.scores, k) if cell.scores else None for k in report.ks},
                 "median_slides": stats.weighted_median(dict(cell.slides)),
                 "worst_polls": max(cell.polls) if cell.polls else None,
                 "failures": dict(cell.failures.most_common()), "host_errors": dict(cell.host_errors.most_common())}
@@ -686,7 +773,8 @@ def to_json(report: Report) -> dict[str, Any]:
                    "skill_hashes": c.skill_hashes,
                    "fingerprints": c.fingerprints, "runs": c.runs, "passes": c.passes, "fails": c.fails,
                    "errors": c.errors, "skipped": c.skipped, "n": c.n, "wilson": c.wilson(),
-                   "pass_at_k": k_map(c.pass_at), "pass_hat_k": k_map(c.pass_hat), "metrics": c.metrics.to_json(),
+                   "pass_at_k": k_map(c.pass_at), "pass_hat_k": k_map(c.pass_hat), "score": _score_json(c.score),
+                   "score_at_k": k_map(c.score_at), "unscored": c.unscored, "metrics": c.metrics.to_json(),
                    "usage": c.usage, "usage_runs": c.usage_runs, "cost_from": c.cost_from,
                    "unpriced": {"runs": c.unpriced, "models": c.unpriced_models},
                    "baseline": c.baseline, "instead": dict(c.instead.most_common())} for c in report.columns],
@@ -694,7 +782,8 @@ def to_json(report: Report) -> dict[str, Any]:
                                            if (cell := report.cell(case, label)) is not None}}
                   for case in report.cases],
         "paired": [{"a": p.a, "b": p.b, "a_higher": p.test.b, "b_higher": p.test.c, "ties": p.test.ties,
-                    "p": p.test.p, "verdict": p.test.verdict} for p in report.pairs],
+                    "p": p.test.p, "verdict": p.test.verdict, "scores": _signed_rank_json(p.scores)}
+                   for p in report.pairs],
         "lift": [{"host": h.host, "with_skill": {"passes": h.with_skill[0], "n": h.with_skill[1]},
                   "without": {"passes": h.without[0], "n": h.without[1]}, "lift": h.lift, "shared": h.shared,
                   "skill_higher": h.test.b, "no_skill_higher": h.test.c, "ties": h.test.ties, "p": h.test.p,

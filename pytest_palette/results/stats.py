@@ -160,3 +160,132 @@ def ks_for(max_n: int) -> list[int]:
         return list(range(1, max_n + 1))
     ladder = [1, 2, 3, 5] + [m * 10**e for e in range(1, len(str(max_n))) for m in (1, 2, 5)]
     return sorted({k for k in ladder if k < max_n} | {max_n})
+
+
+# -- scores: a run's score in [0, 1] (results/checks.py) ----------------------------------------------------------
+
+#: The t distribution's 97.5% quantile by degrees of freedom, for a 95% interval of a mean from few runs; beyond
+#: the table, its Cornish-Fisher expansion in 1/df (within 1e-4 of the exact value there).
+_T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010, 2.1788, 2.1604,
+         2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
+         2.0518, 2.0484, 2.0452, 2.0423)
+_Z975 = 1.959964
+
+
+def t975(df: int) -> float:
+    """The t distribution's 97.5% quantile for `df` degrees of freedom (df >= 1)."""
+    if df < 1:
+        raise ValueError(f"need df >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = _Z975
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+@dataclass(frozen=True)
+class MeanScore:
+    """The mean of n scores, their standard deviation, and a 95% t interval kept inside [0, 1] (None below 2)."""
+
+    mean: float
+    n: int
+    sd: float
+    interval: tuple[float, float] | None
+
+
+def mean_score(values: Iterable[float]) -> MeanScore | None:
+    """The mean of `values` (scores in [0, 1]) with its spread and 95% interval; None for no values."""
+    found = [float(v) for v in values]
+    n = len(found)
+    if not n:
+        return None
+    mean = math.fsum(found) / n
+    if n == 1:
+        return MeanScore(mean, 1, 0.0, None)
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in found) / (n - 1))
+    half = t975(n - 1) * sd / math.sqrt(n)
+    return MeanScore(mean, n, sd, (max(0.0, mean - half), min(1.0, mean + half)))
+
+
+def score_at_k(scores: Sequence[float], k: int) -> float | None:
+    """score@k: the expected best score of k runs drawn without replacement from these n — the continuous
+    pass@k (with scores of 0 and 1 it is pass@k). Σ s_(i)·C(i−1, k−1)/C(n, k) over the scores in ascending
+    order, the weights exact. None when k > n."""
+    n = len(scores)
+    if k < 1:
+        raise ValueError(f"need k >= 1, got {k}")
+    if k > n:
+        return None
+    whole = math.comb(n, k)
+    ordered = sorted(scores)
+    return math.fsum(score * float(Fraction(math.comb(i, k - 1), whole)) for i, score in enumerate(ordered)
+                     if i >= k - 1)
+
+
+#: Up to this many non-zero differences, the signed-rank test's p is exact (its null distribution counted in
+#: full); above, the normal approximation with the ties' correction.
+EXACT_UP_TO = 60
+
+
+@dataclass(frozen=True)
+class SignedRankTest:
+    """Wilcoxon's signed-rank test over paired scores (A − B per case): `better` cases where A scored higher,
+    `worse` where lower, `ties` equal (left out, as Wilcoxon does), W+ the rank sum of A's side."""
+
+    better: int
+    worse: int
+    ties: int
+    w_plus: float
+    p: float
+    exact: bool
+
+    @property
+    def significant(self) -> bool:
+        return self.p < SIGNIFICANCE
+
+    @property
+    def verdict(self) -> str:
+        if self.better + self.worse == 0:
+            return "not distinguishable from noise (no case scores differently)"
+        return "more than noise at p < 0.05" if self.significant else "not distinguishable from noise"
+
+
+def signed_rank_test(differences: Iterable[float]) -> SignedRankTest:
+    """The two-sided Wilcoxon signed-rank test of paired differences: zero differences dropped, equal magnitudes
+    given their mean rank; p exact (every sign assignment counted, over ranks doubled to integers) for up to
+    EXACT_UP_TO differences, else the normal approximation with the tie and continuity corrections."""
+    found = [round(float(d), 9) for d in differences]  # a float accident is not a difference
+    nonzero = [d for d in found if d != 0]
+    ties = len(found) - len(nonzero)
+    n = len(nonzero)
+    if not n:
+        return SignedRankTest(0, 0, ties, 0.0, 1.0, True)
+    ordered = sorted(range(n), key=lambda i: abs(nonzero[i]))
+    doubled = [0] * n  # twice each rank: a mean rank of equal magnitudes is a half at most
+    position = 0
+    groups: list[int] = []
+    while position < n:
+        end = position
+        while end + 1 < n and abs(nonzero[ordered[end + 1]]) == abs(nonzero[ordered[position]]):
+            end += 1
+        for j in range(position, end + 1):
+            doubled[ordered[j]] = position + end + 2  # 2 × the mean of ranks position+1 … end+1
+        groups.append(end - position + 1)
+        position = end + 1
+    w2 = sum(r for r, d in zip(doubled, nonzero, strict=True) if d > 0)
+    total2 = sum(doubled)
+    better = sum(1 for d in nonzero if d > 0)
+    if n <= EXACT_UP_TO:
+        counts = [0] * (total2 + 1)  # ways to reach each doubled rank sum of the positive side
+        counts[0] = 1
+        for r in doubled:
+            for s in range(total2, r - 1, -1):
+                counts[s] += counts[s - r]
+        low = min(w2, total2 - w2)  # the distribution is symmetric about total2 / 2
+        tail = sum(counts[: low + 1])
+        p = float(min(Fraction(1), Fraction(2 * tail, 2**n)))
+        return SignedRankTest(better, n - better, ties, w2 / 2, p, True)
+    mean = total2 / 4
+    variance = n * (n + 1) * (2 * n + 1) / 24 - sum(t**3 - t for t in groups) / 48
+    z = (abs(w2 / 2 - mean) - 0.5) / math.sqrt(variance) if variance > 0 else 0.0
+    p = min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))
+    return SignedRankTest(better, n - better, ties, w2 / 2, p, False)

@@ -15,7 +15,7 @@ import pytest
 from .marks import cell_text
 from .prices import money
 from .record import Record, RecordError, from_json
-from .tally import Cell, Group, Tally, tally, triggers
+from .tally import Cell, Group, Tally, case_mean_score, tally, triggers
 
 #: The report property that carries an item's record (a JSON line).
 RECORD_PROPERTY = "palette.record"
@@ -85,13 +85,13 @@ def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
     shown = session_matrix(counted, hosts)
     by_key, cases, columns = shown.cells, shown.cases, shown.columns
     width = max(len("case"), *(len(name) for name in cases)) + 2
-    column = max(24, *(len(h) + 2 for h in columns))
+    column = max(24, *(len(h) + 2 for h in columns), *(len(_text(c)) + 2 for c in by_key.values()))
     lines = ["case".ljust(width) + "".join(h.ljust(column) for h in columns).rstrip()]
     for case in cases:
         row = [by_key.get((case, host)) for host in columns]
         lines.append(case.ljust(width) + "".join(_text(c).ljust(column) for c in row).rstrip())
         present = [(host, c) for host, c in zip(columns, row, strict=True) if c is not None]
-        if len({cell_text(c) for _, c in present}) > 1 or len(columns) == 1:
+        if len({cell_text(c, scored=False) for _, c in present}) > 1 or len(columns) == 1:
             for host, cell in present:
                 failures = [*cell.failures, *cell.host_errors]
                 if not (cell.fails or cell.errors):
@@ -118,6 +118,7 @@ def footer(counted: Tally, shown: SessionMatrix) -> list[str]:
                      + (f" · model {models[host]}" if host in models else "")
                      + (" · skill: none (baseline)" if any(terms.baseline for h, terms in counted.groups if h == host)
                         else "")
+                     + _score(own)
                      + _spending(counted, host)
                      + (f" · commands {' and '.join(sorted(sandboxes[host]))}" if host in sandboxes else ""))
     counted_triggers = {host: triggers(c for (_, h), c in by_key.items() if h == host) for host in columns}
@@ -126,7 +127,7 @@ def footer(counted: Tally, shown: SessionMatrix) -> list[str]:
     if len(columns) > 1:
         rows = [[by_key.get((case, host)) for host in columns] for case in shown.cases]
         everywhere = sum(all(c is not None for c in row) for row in rows)
-        disagreements = sum(len({cell_text(c) for c in row if c is not None}) > 1 for row in rows)
+        disagreements = sum(len({cell_text(c, scored=False) for c in row if c is not None}) > 1 for row in rows)
         tail = (f"{disagreements} discriminate between hosts" if disagreements
                 else "the hosts agreed everywhere they overlapped — nothing here distinguishes them")
         lines.append(f"{len(shown.cases)} case(s) · {everywhere} run on every host · {tail}")
@@ -144,6 +145,15 @@ def _text(cell: Cell | None) -> str:
     shown_seconds = f"{seconds[len(seconds) // 2]:.1f}s" if seconds else "—"
     shown_polls = f"{polls}p" if polls is not None else ""
     return f"{cell_text(cell):<5} {shown_slides:>4} {shown_seconds:>7} {shown_polls:>3}"
+
+
+def _score(cells: list[Cell]) -> str:
+    """A host's mean score for its footer: over its cases (each case's mean over its runs), with its 95% interval."""
+    score = case_mean_score(cells)
+    if score is None:
+        return ""
+    interval = f" (95% {score.interval[0]:.2f}–{score.interval[1]:.2f})" if score.interval else ""
+    return f" · score {score.mean:.2f}{interval}"
 
 
 #: Where a host's cost came from, in a few words.

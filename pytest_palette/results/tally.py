@@ -14,6 +14,8 @@ from functools import cached_property
 from operator import attrgetter
 
 from ..cases import DEFAULT_MAX_POLLS
+from . import stats
+from .checks import derived_score
 from .ledger import Reading, latest
 from .record import Judged, Record, Terms, Usage
 
@@ -90,6 +92,26 @@ class Cell:
     def host_errors(self) -> Counter[str]:
         return _counted((message, count) for (out, failures, _), count in self.runs.items() if out == "error"
                         for message in failures or ("(no error recorded)",))
+
+    @cached_property
+    def scores(self) -> list[float]:
+        """Each judged run's score (results/checks.py), where it is known: a record written before checks that
+        failed a scored check has none, and is counted in `unscored` instead of guessed."""
+        found: list[float] = []
+        for (outcome, failures, facts), count in self.runs.items():
+            score = derived_score(outcome, failures, facts)
+            if score is not None:
+                found += [score] * count
+        return found
+
+    @property
+    def unscored(self) -> int:
+        return self.n - len(self.scores)
+
+    @cached_property
+    def score(self) -> stats.MeanScore | None:
+        """The judged runs' mean score, its spread and interval; None when no score is known."""
+        return stats.mean_score(self.scores)
 
     @cached_property
     def chains(self) -> Counter[tuple[str, ...]]:
@@ -189,6 +211,12 @@ def tally(records: Reading | Iterable[Record]) -> Tally:
 
 _SECONDS, _STARTED, _ENDED = (attrgetter(name) for name in ("seconds", "started_at", "ended_at"))
 _SUMMED_GETTERS = [(name, attrgetter(name)) for name in SUMMED]
+
+
+def case_mean_score(cells: Iterable[Cell]) -> stats.MeanScore | None:
+    """The mean score over cases — each case's mean over its runs, so a case run more often weighs no more —
+    with the cases' spread and a 95% interval over them; None when no case has a known score."""
+    return stats.mean_score(cell.score.mean for cell in cells if cell.score is not None)
 
 
 def judged_polls(facts: Judged) -> int | None:

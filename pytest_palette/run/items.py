@@ -31,6 +31,7 @@ from ..results.table import RECORD_PROPERTY
 from . import evidence
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
 from .conversation import HostFailure, Transcript, as_left, converse, open_sandbox
+from .grading import Spent, grade
 from .judging import judge_folder
 from .overlap import Ahead, Overlap
 from .progress import ItemWatch
@@ -93,6 +94,8 @@ class CaseItem(pytest.Item):
     def setup(self) -> None:
         self._transcript: Transcript | None = None
         self._verdict: Verdict | None = None
+        #: What the model-graded checks took (run/grading.py), kept apart from the agent's usage.
+        self._graded: Spent | None = None
         session = self.palette_session
         host: Host = fill_fixtures(self)["palette_host"]
         if session.overlap is not None and self.nodeid in session.overlap:
@@ -190,7 +193,10 @@ class CaseItem(pytest.Item):
         self._evidence = judgement.evidence
         if judgement.fault:
             self._error(judgement.fault)
-        self._verdict = judgement.verdict
+        verdict = judgement.verdict
+        if verdict is not None:  # the model-graded checks, beside the rules: a model call, so never in rejudge
+            verdict, self._graded = grade(self.case, judgement.evidence, verdict, session.graders)
+        self._verdict = verdict
 
     def teardown(self) -> None:
         if self._sandbox is not None:  # stops what is left (setup may have failed midway), frees its user id
@@ -220,7 +226,7 @@ class CaseItem(pytest.Item):
             workspace=self.workspace.relative.as_posix(), outcome=outcome,
             failures=tuple(failures), judged=_judged(verdict, self._evidence) if verdict else None,
             terms=session.terms(self.host_name),
-            usage=_usage(self._transcript, self._started, time.time(), session.price),
+            usage=_usage(self._transcript, self._started, time.time(), session.price, self._graded),
             case_hash=self.case.digest(), tags=self.case.tags)
         self.user_properties += properties(record, append(session.ledger, record))
 
@@ -246,12 +252,16 @@ def _judged(verdict: Verdict, on_disk: evidence.Evidence) -> Judged:
                   score=verdict.score)
 
 
-def _usage(transcript: Transcript | None, started: float, ended: float, price: Price | None = None) -> Usage:
+def _usage(transcript: Transcript | None, started: float, ended: float, price: Price | None = None,
+           graded: Spent | None = None) -> Usage:
     """Time, turns, tokens and cost, summed over turns when the host reported them; None when it did not. The
-    cost is the client's when it reported one, else the user's price for the tokens, else None."""
+    cost is the client's when it reported one, else the user's price for the tokens, else None. What the
+    graders took (`graded`) is kept apart."""
+    graded = graded or Spent()
     if transcript is None:
         return Usage(seconds=None, turns=None, input_tokens=None, output_tokens=None, cost_usd=None,
-                     started_at=round(started, 3), ended_at=round(ended, 3))
+                     started_at=round(started, 3), ended_at=round(ended, 3), grader_input_tokens=graded.input_tokens,
+                     grader_output_tokens=graded.output_tokens, grader_cost_usd=graded.cost_usd)
     turns = transcript.turns
     inputs = [t.usage.get("input_tokens") for t in turns]
     outputs = [t.usage.get("output_tokens") for t in turns]
@@ -269,7 +279,9 @@ def _usage(transcript: Transcript | None, started: float, ended: float, price: P
     return Usage(
         seconds=transcript.seconds, turns=len(turns), input_tokens=input_tokens, output_tokens=output_tokens,
         cost_usd=cost, cost_source=source, started_at=round(started, 3), ended_at=round(ended, 3),
-        retries=sum(r or 0 for r in retries) if any(r is not None for r in retries) else None)
+        retries=sum(r or 0 for r in retries) if any(r is not None for r in retries) else None,
+        grader_input_tokens=graded.input_tokens, grader_output_tokens=graded.output_tokens,
+        grader_cost_usd=graded.cost_usd)
 
 
 def properties(record: Record, line: bytes) -> list[tuple[str, object]]:

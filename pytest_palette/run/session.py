@@ -5,6 +5,7 @@ workers, never recomputed per item."""
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -31,6 +32,7 @@ from ..results.record import NO_SKILL, RecordError, Role, Terms, from_json
 from ..rules import RulesMissing, SkillRules, rules_for
 from ..skill import SkillCard, load_card, skill_hash
 from . import credentials
+from .grading import Graders, graders_for
 from .overlap import Overlap
 from .progress import Board, Sink
 from .readiness import readiness
@@ -116,6 +118,13 @@ class Session:
         """The user's price for the model under test, when their table names it."""
         return price_of(self.settings.prices, self.settings.model)
 
+    @functools.cached_property
+    def graders(self) -> Graders:
+        """Who grades a rubric and the validity check (docs/judge.md, "Checks graded by a model")."""
+        settings = self.settings
+        return graders_for(settings.grader, settings.validity, settings.model,
+                           lambda spec: price_of(settings.prices, spec))
+
     def spent(self) -> float:
         """USD recorded by this session's items so far: read from the ledger, which every xdist worker of the
         session appends to (a shard has a ledger of its own, so the sum is per shard). Read on from where the
@@ -133,7 +142,8 @@ class Session:
                 record = from_json(line)
             except RecordError:
                 continue  # not a record: the report warns about it, this sum has nothing to add
-            cost = record.usage.cost_usd
+            # The graders' cost counts as the agent's does (kept apart in the record, summed here).
+            cost = (record.usage.cost_usd or 0.0) + (record.usage.grader_cost_usd or 0.0)
             # A resumed run's ledger holds the earlier sessions' records too: they spent before this one began.
             if cost and record.run_id == self.run_id and record.usage.started_at >= self.began:
                 self._spent += cost
@@ -291,6 +301,10 @@ def fingerprint(settings: Settings, skill_hash: str, skill: str = PALETTE,
         terms["output_limit"] = settings.host.output_limit
     if skill != PALETTE:  # another skill's rules judge it (and, as above, Palette's runs keep their fingerprints)
         terms["rules"] = skill
+    if settings.grader is not None:  # a rubric's grade depends on its grader; likewise only when given
+        terms["grader"] = settings.grader.text
+    if settings.validity is not None:
+        terms["validity"] = settings.validity.text
     return hashlib.sha256(json.dumps(terms, sort_keys=True).encode()).hexdigest()[:16]
 
 

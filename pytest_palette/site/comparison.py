@@ -41,7 +41,10 @@ class ComparisonView:
 
 def between_runs(a: RunView, b: RunView, items: Items, page: str) -> ComparisonView:
     view = ComparisonView(f"{a.run_id} → {b.run_id}", a.run_id, b.run_id, compare(a.records, b.records), page=page)
-    view.rows = _rows(view.comparison, lambda change, side: _first(items, (a, b)[side], change.case, change.host))
+    compared = view.comparison
+    # Two runs on different hosts (one CI job per host) are compared host against host: each side's own host.
+    view.rows = _rows(compared, lambda change, side: _first(items, (a, b)[side], change.case,
+                                                              compared.host_on(change, side)))
     return view
 
 
