@@ -92,7 +92,7 @@ def test_the_step_summary_gets_the_matrix_appended(pytester: pytest.Pytester, ca
     lines = text.splitlines()
     assert "| case | react | crashing |" in lines
     # One formatter for every cell (results/marks.py): an errored run reads as the site and the report print it.
-    assert "| three_slides | pass | ERROR ×1 |" in lines and "| wrong_count | FAIL | ERROR ×1 |" in lines
+    assert "| three_slides | pass | ERROR ×1 |" in lines and "| wrong_count | FAIL 0.33 | ERROR ×1 |" in lines
     assert any(line.startswith("- react: 1 passed, 1 failed, 0 errored · model rehearsal") and
                line.endswith("· commands bubblewrap") for line in lines), lines
     assert "- crashing: 0 passed, 0 failed, 2 errored · model rehearsal (scripted stand-in, not a language " \
@@ -108,7 +108,7 @@ def test_repeats_show_passes_of_n_in_the_step_summary(pytester: pytest.Pytester,
     result = pytester.runpytest("--palette-runs", "2", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, failed=2)
     lines = summary.read_text().splitlines()
-    assert "| three_slides | 2/2 |" in lines and "| wrong_count | 0/2 |" in lines
+    assert "| three_slides | 2/2 |" in lines and "| wrong_count | 0/2 0.33 |" in lines
     assert f"- `wrong_count[react-2]` FAIL: {FAILED_WORDS}" in lines
 
 

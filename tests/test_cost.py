@@ -287,7 +287,8 @@ def test_the_spend_is_read_from_the_shared_ledger_counting_only_this_sessions_re
     assert session.spent() == pytest.approx(0.4) and session.over_budget() is None
     with ledger.open("ab") as rest:
         rest.write(b"\n")
-    append(ledger, ours(0.6, "two"))
+    graded = ours(0.5, "two")  # the agent's half, and the grader's, kept apart in the record, counted together
+    append(ledger, msgspec.structs.replace(graded, usage=msgspec.structs.replace(graded.usage, grader_cost_usd=0.1)))
     assert session.spent() == pytest.approx(1.0)
     assert session.over_budget() == "the run reached --palette-max-cost $1.00 after $1.00"
     config._ensure_unconfigure()

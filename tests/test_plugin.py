@@ -138,6 +138,7 @@ def test_junit_carries_the_properties_on_every_testcase(pytester: pytest.Pyteste
         props = {p.get("name"): p.get("value") for p in testcase.iter("property")}
         assert {"host", "model", "verdict", "slides", "polls", "seconds", "calls", "skill_hash"} <= set(props)
         assert props["verdict"] == "pass" and props["model"].startswith("rehearsal")
+        assert props["score"] == "1.0" and set(json.loads(props["checks"]).values()) == {1.0}
         seen.append((testcase.get("name"), props["host"], props["calls"]))
     assert sorted(seen)[0][:2] == ("held_off[react]", "react")
     assert ("three_slides[twin]", "twin", "find plan find start status") in seen
@@ -161,8 +162,9 @@ def test_a_failing_verdict_is_a_failure_with_every_rule_in_words(pytester: pytes
         "palette case wrong_count[[]react[]] failed:",
         "  ↳ asked for 4 slides, got 3",
         "  ↳ the user asked for a change but edit-plan was never called (calls: find, plan, find, start, status)",
+        "  score: 0.33 — failed: slides, edit",
         "  calls: find → plan → find → start → status",
-        "wrong_count*FAIL*3sl*",
+        "wrong_count*FAIL 0.33*3sl*",
     ])
 
 

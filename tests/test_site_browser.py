@@ -1,8 +1,8 @@
 """The site in a real browser (headless system Chromium), over real offline runs on react, cuga and claude and a
 run of a known-bad agent: every image loads, every link leads to a page of the site, the console stays quiet,
 a failed item shows the judge's words beside the command, the comparison lists exactly the bad agent's cases as
-regressions, and the filters work. Screenshots of the matrix, an item page and a comparison are kept in
-test-artifacts/ to be looked at."""
+regressions, the filters work, and the score charts are drawn (over hand-made runs with partial scores).
+Screenshots of the matrix, an item page and a comparison are kept in test-artifacts/ to be looked at."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from browser import Browser, dead_links
 from sites import REPO, OfflineRuns
 from sweeps import Sweeps
-from test_site import built_site
+from test_site import built_site, scored_site
 
 from pytest_palette.arena.workspace import Workspace
 from pytest_palette.results.ledger import load
@@ -134,5 +134,41 @@ def test_the_matrix_filters_by_host_and_outcome(browser: Browser, site: Path, of
         page.locator("input[name=host][value=react]").uncheck()
         assert not any(rows.nth(i).is_visible() for i in range(rows.count()))  # only react failed
         assert page.locator("#matrix thead th[data-host=react]").first.is_hidden()
+    finally:
+        page.close()
+
+
+def test_the_score_charts_are_drawn_in_chromium(browser: Browser, sweeps: Sweeps, offline_runs: OfflineRuns,
+                                               tmp_path: Path) -> None:
+    # Three hand-made runs over the good run's folders, with scores strictly between 0 and 1 (tests/sites.py).
+    scored = scored_site(sweeps, offline_runs)
+    runs = {r.run_id for r in load(scored.runs).latest.values()}
+    hosts = {r.host for r in load(scored.runs).latest.values()}
+    page = browser.open(scored.site / "index.html")
+    try:
+        page.wait_for_selector("html[data-ready]")
+        assert browser.errors(page) == []
+        histograms = page.locator("svg.histogram")
+        assert histograms.count() == len(runs) * len(hosts)  # one per host of each run
+        for i in range(histograms.count()):
+            box = histograms.nth(i).bounding_box()
+            assert histograms.nth(i).is_visible() and box and box["width"] > 0 and box["height"] > 0
+        # A bar that counts runs is drawn: a partial score's bin has height on screen, an empty bin none.
+        bars = page.locator("svg.histogram rect.bar")
+        for i in range(bars.count()):
+            bar = bars.nth(i)
+            height = (bar.bounding_box() or {"height": 0.0})["height"]
+            assert (height > 0) == (bar.get_attribute("data-count") != "0")
+        assert page.locator("svg.histogram rect.bar.b-mid:not([data-count='0'])").count() > 0
+        trends = page.locator("svg.trend")
+        assert trends.count() == len(hosts)
+        trend = trends.first
+        box = trend.bounding_box()
+        assert trend.is_visible() and box and box["width"] > 0 and box["height"] > 0
+        assert trend.locator("circle.point").count() == len(runs)
+        # The matrix page with its charts, kept beside the test's own files: <tmp_path>/matrix-scores.png
+        # (pytest's basetemp, e.g. /tmp/pytest-of-<user>/pytest-<n>/popen-gw<k>/test_the_score_charts_are_dr0/).
+        shot = browser.screenshot(page, tmp_path / "matrix-scores.png")
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         page.close()

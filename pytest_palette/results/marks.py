@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .record import Outcome
+from .stats import MeanScore
 from .tally import Cell
 
 #: A cell's outcome: a run's own, or `mixed` (some judged runs passed), or `none` (the case did not run there).
@@ -57,6 +58,13 @@ def cell_count(cell: Cell) -> str:
     if cell.total == 1:
         return MARK["pass"] if cell.passes else MARK["fail"]
     return f"{cell.passes}/{cell.n}"
+
+
+def mean_text(score: MeanScore | None) -> str:
+    """A mean score with its 95% interval where there is one: `0.92 (0.74–1.00)`; `—` for none."""
+    if score is None:
+        return ABSENT
+    return f"{score.mean:.2f}" + (f" ({score.interval[0]:.2f}–{score.interval[1]:.2f})" if score.interval else "")
 
 
 def cell_score(cell: Cell) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from ..cases import DEFAULT_MAX_POLLS
 from . import lift, stats
 from .ledger import Reading
-from .marks import ABSENT, LOOKS, cell_count, cell_outcome, cell_score
+from .marks import ABSENT, LOOKS, cell_count, cell_outcome, cell_score, mean_text
 from .prices import money
 from .record import NO_SKILL, Record, Terms
 from .tally import SUMMED, Cell, Group, Tally, Triggers, case_mean_score, ceiling, judged_polls, tally, triggers
@@ -510,7 +510,7 @@ def score_text(column: Column) -> str:
     score = column.score
     if score is None:
         return "—"
-    text = f"{score.mean:.2f}" + (f" ({score.interval[0]:.2f}–{score.interval[1]:.2f})" if score.interval else "")
+    text = mean_text(score)
     if score.n < column.metrics.cases_judged:
         text += f" over {score.n} of {column.metrics.cases_judged} cases"
     return text + (f"; {column.unscored} run(s) unscored (written before checks)" if column.unscored else "")

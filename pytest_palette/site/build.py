@@ -32,12 +32,12 @@ import markupsafe
 
 from ..arena import untrusted
 from ..arena.workspace import UnsafeRecord, Workspace
+from ..results.compare import SAME_SKILL
 from ..results.ledger import find, load
-from ..results.marks import LOOKS
+from ..results.marks import LOOKS, mean_text
 from ..results.prices import money
 from ..results.record import Record
-from ..results.report import tables
-from . import comparison, item, matrix, render
+from . import charts, comparison, item, matrix, render
 from .folder import MARKER, refusal
 
 #: The width of a matrix thumbnail, in pixels: small enough that a page of a hundred cells loads at once.
@@ -87,7 +87,8 @@ def write(paths: Sequence[Path], out: Path, *, label: str = "") -> Written:
     pages = _Pages(out)
     pages.static()
     pages.write("index.html", "matrix.html", matrix=grid, comparisons=views, title=label or _title(runs),
-                tables={run.run_id: tables(run.report) for run in runs})
+                histograms={column.key: charts.column_histogram(column) for column in grid.columns},
+                trends=charts.trends(runs))
     for found in items.values():
         repeats = matrix.cell_items(items, found.run_folder, found.record.case, found.record.host)
         pages.write(found.page, "item.html", item=found, repeats=repeats if len(repeats) > 1 else [],
@@ -288,8 +289,9 @@ class _Pages:
             loader=jinja2.PackageLoader("pytest_palette", "site/templates"),
             autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined,
             trim_blocks=True, lstrip_blocks=True)
-        self.environment.filters.update(url=_url, seconds=_seconds, money=_money, strong=_strong, lines=_lines)
-        self.environment.globals.update(LOOKS=LOOKS)
+        self.environment.filters.update(url=_url, seconds=_seconds, money=_money, strong=_strong, lines=_lines,
+                                        mean=mean_text)
+        self.environment.globals.update(LOOKS=LOOKS, SAME_SKILL=SAME_SKILL)
 
     def static(self) -> None:
         folder = Path(__file__).parent / "static"

@@ -33,6 +33,9 @@ class ComparisonView:
     comparison: Comparison
     rows: list[Row] = field(default_factory=list)
     page: str = ""
+    #: Two hosts compared on the same cases (of one run, or of two runs that each ran one host): the sides are
+    #: hosts, not a before and an after.
+    against: bool = False
 
     @property
     def regressions(self) -> list[Row]:
@@ -40,8 +43,13 @@ class ComparisonView:
 
 
 def between_runs(a: RunView, b: RunView, items: Items, page: str) -> ComparisonView:
-    view = ComparisonView(f"{a.run_id} → {b.run_id}", a.run_id, b.run_id, compare(a.records, b.records), page=page)
-    compared = view.comparison
+    compared = compare(a.records, b.records)
+    if compared.across_hosts:  # not before and after: the same cases on two hosts, each side named by its host
+        [(first, second)] = compared.sides.values()
+        view = ComparisonView(f"{first} ({a.run_id}) against {second} ({b.run_id}): host against host",
+                              f"{first} ({a.run_id})", f"{second} ({b.run_id})", compared, page=page, against=True)
+    else:
+        view = ComparisonView(f"{a.run_id} → {b.run_id}", a.run_id, b.run_id, compared, page=page)
     # Two runs on different hosts (one CI job per host) are compared host against host: each side's own host.
     view.rows = _rows(compared, lambda change, side: _first(items, (a, b)[side], change.case,
                                                               compared.host_on(change, side)))
@@ -57,7 +65,7 @@ def between_hosts(run: RunView, host_a: str, host_b: str, items: Items, page: st
         return [msgspec.structs.replace(r, host=pair) for r in run.records if r.host == host]
 
     view = ComparisonView(f"{host_a} → {host_b} in {run.run_id}", f"{host_a} ({run.run_id})",
-                          f"{host_b} ({run.run_id})", compare(side(host_a), side(host_b)), page=page)
+                          f"{host_b} ({run.run_id})", compare(side(host_a), side(host_b)), page=page, against=True)
     view.rows = _rows(view.comparison, lambda change, index: _first(items, run, change.case, (host_a, host_b)[index]))
     return view
 

@@ -16,7 +16,8 @@ from ..arena import command_log, untrusted
 from ..arena.workspace import Workspace, item_label
 from ..cases import Case
 from ..judge import PALETTE, answer_of, call_args
-from ..results.record import Record
+from ..results.checks import COMMON_CHECKS, PALETTE_CHECKS, score_of
+from ..results.record import GATE, JUDGED, Check, Record
 from ..run import evidence
 from ..run.conversation import Transcript
 from ..run.judging import judge_folder
@@ -98,6 +99,41 @@ class FailureView:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class CheckView:
+    """One check of the record as the item's page shows it, with what it asks where the catalogue knows it."""
+
+    check: Check
+    about: str
+
+    @property
+    def state(self) -> str:
+        """held, failed, or error: its grader failed, which is no verdict on the skill."""
+        return "error" if self.check.passed is None else "held" if self.check.passed else "failed"
+
+    @property
+    def result(self) -> str:
+        return {"error": "error: could not be graded", "held": "held", "failed": "FAILED"}[self.state]
+
+    @property
+    def gate(self) -> bool:
+        return self.check.role == GATE
+
+
+def checks_of(record: Record) -> tuple[list[CheckView], float | None, str]:
+    """The record's checks, its score, and where the score comes from: "checks" (its own), "derived" (written
+    before checks, told from its outcome and words: docs/judge.md), "unknown" (written before checks, a fail that
+    does not say by how much), "" (an error or a skip: not judged)."""
+    judged = record.judged
+    if judged is None or record.outcome not in JUDGED:
+        return [], None, ""
+    # Palette's catalogue says what its checks ask; a skill's own rules' live in its project's conftest.py.
+    known = {**(PALETTE_CHECKS if (judged.rules or PALETTE) == PALETTE else {}), **COMMON_CHECKS}
+    views = [CheckView(c, known[c.name].about if c.name in known else "") for c in judged.checks]
+    score = score_of(record)
+    return views, score, "checks" if judged.score is not None else "unknown" if score is None else "derived"
+
+
 @dataclass
 class SlideView:
     number: int
@@ -134,6 +170,9 @@ class Item:
     #: Files of the item's folder the site would show but does not: links, not regular files, over their bound.
     refused: list[str] = field(default_factory=list)
     page: str = ""  # the page's path in the site
+    checks: list[CheckView] = field(default_factory=list)
+    score: float | None = None
+    score_from: str = ""  # checks_of's: "checks", "derived", "unknown", or "" when not judged
 
     @property
     def outcome(self) -> str:
@@ -146,6 +185,7 @@ def read(run_folder: Path, record: Record) -> Item:
     folder of the run is an UnsafeRecord (arena.workspace)."""
     workspace = Workspace.locate(run_folder, record)
     item = Item(record, run_folder, workspace, item_label(record, workspace))
+    item.checks, item.score, item.score_from = checks_of(record)
     case = workspace.case()
     if case is not None:
         item.covers, item.request, item.context, item.replies, item.tags = \

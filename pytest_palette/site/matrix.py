@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from ..results.marks import LOOKS, CellOutcome, Look, cell_outcome, cell_text
 from ..results.record import Record
-from ..results.report import Column, Report, build_report
+from ..results.report import Column, Report, Table, build_report, score_text
+from ..results.report import tables as report_tables
 from ..results.tally import Cell
 from .item import Item
 
@@ -24,6 +26,11 @@ class RunView:
     report: Report
     records: list[Record]
 
+    @cached_property
+    def tables(self) -> dict[str, Table]:
+        """The report's tables as `palette-bench report` prints them: the numbers the page shows are these texts."""
+        return report_tables(self.report)
+
 
 @dataclass
 class MatrixColumn:
@@ -34,6 +41,21 @@ class MatrixColumn:
     @property
     def title(self) -> str:
         return self.column.label
+
+    @property
+    def score_text(self) -> str:
+        """The host's mean score over its cases with its 95% interval, as the report says it."""
+        return score_text(self.column)
+
+    @property
+    def at_k(self) -> list[tuple[int, str, str]]:
+        """(k, pass@k, score@k) as the report's pass@k table says them, for each k."""
+        header, rows = self.run.tables["pass_k"]
+        row = next((r for r in rows if r[0] == self.column.label), None)
+        if row is None:
+            return []
+        shown = dict(zip(header, row, strict=True))
+        return [(k, shown[f"pass@{k}"], shown[f"score@{k}"]) for k in self.run.report.ks]
 
 
 @dataclass
