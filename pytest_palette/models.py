@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from .arena.replay import RecordedRun, ReplayUnavailable, recorded_run
 from .rehearsal.policy import MODEL_NAME, RehearsalPolicy
 
 if TYPE_CHECKING:  # LangChain loads only when a model is built: the plugin stays cheap to import.
@@ -55,6 +56,8 @@ class ModelSpec:
     #: For `rehearsal[:<name>]`, the scripted agent it names, as a project's conftest.py may have registered it
     #: (`pytest_palette_add_rehearsals`); None: the package's own.
     agent: Callable[[], RehearsalPolicy] | None = field(default=None, compare=False, repr=False)
+    #: For `replay:<run>`, the recorded run whose cassettes answer (arena/replay.py).
+    recording: RecordedRun | None = field(default=None, compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -63,6 +66,9 @@ class ModelSpec:
             return f"rehearsal:{self.model_id} (known-bad scripted agent, not a language model)"
         if self.provider == "rehearsal":
             return "rehearsal (scripted stand-in, not a language model)"
+        if self.provider == "replay" and self.recording is not None:
+            # Honest about what it is: the recording's answers, not a model asked today.
+            return f"replay of {self.recording.model} from {self.recording.run_id}"
         # The endpoint is part of what ran: one model name served by two servers is two columns.
         return f"{self.provider}:{self.model_id}" + (f" at {self.base_url}" if self.base_url else "")
 
@@ -117,6 +123,13 @@ def _parse_model(text: str, agents: Mapping[str, Callable[[], RehearsalPolicy]])
                                    f"known: {', '.join(known)}")
         return ModelSpec(value, "rehearsal", flaw, agent=agents[flaw])
     provider, sep, model_id = value.partition(":")
+    if provider == "replay":
+        if not model_id:
+            raise ModelUnavailable(f"--model {text!r}: name the recorded run folder, as replay:runs/<run-id>")
+        try:
+            return ModelSpec(value, "replay", model_id, recording=recorded_run(model_id))
+        except ReplayUnavailable as error:
+            raise ModelUnavailable(str(error)) from None
     if provider == "watsonx":
         return ModelSpec(value, "watsonx", model_id or WATSONX_DEFAULT_MODEL)
     if not sep or not provider or not model_id:
@@ -129,7 +142,7 @@ def _parse_model(text: str, agents: Mapping[str, Callable[[], RehearsalPolicy]])
 def missing_credentials(spec: ModelSpec, env: Mapping[str, str] | None = None) -> list[str]:
     """The environment variables this model needs and does not have."""
     environ = os.environ if env is None else env
-    if spec.provider == "rehearsal":
+    if spec.provider in ("rehearsal", "replay"):  # a replay asks no provider: its answers are on disk
         return []
     if spec.provider == "watsonx":
         missing = [name for name in ("WATSONX_APIKEY", "WATSONX_URL") if not environ.get(name)]
@@ -146,7 +159,7 @@ def check_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> None:
         hint = f"; {NO_KEY_HINT}" if spec.provider == "openai" and spec.base_url else ""
         raise ModelUnavailable(f"--model {spec.text} needs {', '.join(missing)} in the environment; "
                                f"{'it is' if len(missing) == 1 else 'they are'} not set{hint}")
-    needed = {"rehearsal": None, "watsonx": "langchain_ibm", "openai": "langchain_openai"}.get(
+    needed = {"rehearsal": None, "replay": None, "watsonx": "langchain_ibm", "openai": "langchain_openai"}.get(
         spec.provider, "langchain")
     if needed and importlib.util.find_spec(needed) is None:
         extra = ("" if needed in ("langchain_ibm", "langchain_openai")

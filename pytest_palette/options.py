@@ -446,6 +446,11 @@ def configure_hosts(config: pytest.Config, hosts: Mapping[str, Host], settings: 
         plural = "s" if len(unrecorded) > 1 else ""
         raise pytest.UsageError(f"--palette-record: the {' and '.join(unrecorded)} host{plural} cannot record a "
                                 f"cassette yet; record on {recording}")
+    if settings.model.provider == "replay" and unrecorded:
+        replaying = " or ".join(sorted(name for name, host in hosts.items() if host.records))
+        raise pytest.UsageError(f"--model {settings.model.text}: the {' and '.join(unrecorded)} host"
+                                f"{'s' if len(unrecorded) > 1 else ''} cannot replay a cassette yet; replay on "
+                                f"{replaying}")
     faults = settings.host.rehearsal_faults
     if faults is not None and (settings.model.provider != "rehearsal" or
                                not any(hosts[name].serves_rehearsal for name in settings.hosts)):

@@ -278,6 +278,14 @@ def test_each_known_bad_agent_fails_exactly_its_documented_cases(sweeps: Sweeps,
     if flaw == "summarises_context":  # partial credit where a pass/fail said only "fail"
         corpus = [r.judged.score for r in load(flawed(sweeps, flaw).runs).latest.values() if "corpus" in r.tags]
         assert len(corpus) >= 10 and all(score is not None and 0 < score < 1 for score in corpus), corpus
+        from pytest_palette.results.report import build_report, score_text
+        from pytest_palette.results.report import to_markdown as report_markdown
+
+        report = build_report(load(flawed(sweeps, flaw).runs))
+        [column] = report.columns
+        assert column.score is not None and 0 < column.score.mean < 1 and column.score_at[1][0] is not None
+        markdown = report_markdown(report)
+        assert f"| {score_text(column)} |" in markdown and "| score@1 |" in markdown
         # The rehearsal grader proves its rubric: each rubric case's deck, missing the material's points, grades
         # lower than the good agent's.
         def rubric(run: Path) -> dict[str, float]:
@@ -343,3 +351,45 @@ def test_known_bad_agents_still_fail_their_sets_when_the_skill_writes_no_trace(s
     assert {case for case, (outcome, _) in after.items() if outcome != "pass"} == expected
     assert {outcome for outcome, _ in after.values()} <= {"pass", "fail"}
     assert all(any(said in failure for said in phrase.split("|") for failure in after[case][1]) for case in expected)
+
+
+@pytest.mark.slow
+def test_a_recorded_run_replays_through_the_real_client_with_the_same_verdicts(sweeps: Sweeps,
+                                                                                tmp_path: Path) -> None:
+    # The good sweep recorded every model call; its core items are replayed on react with no model at all: the
+    # agent's commands run again for real, the answers are the recording's.
+    [recorded] = good(sweeps).runs.iterdir()
+    core = sorted(names(lambda c: "core" in c.tags))
+    copy = tmp_path / "recorded"
+    (copy / "react").mkdir(parents=True)
+    shutil.copy(recorded / "results.jsonl", copy / "results.jsonl")
+    for case in core:
+        shutil.copytree(recorded / "react" / case, copy / "react" / case, symlinks=True)
+    # One answer taken out of one cassette, and one cassette gone.
+    tampered = copy / "react" / "pasted_notes" / "cassette.jsonl"
+    lines = tampered.read_text(encoding="utf-8").splitlines(keepends=True)
+    tampered.write_text("".join(lines[:2] + lines[3:]), encoding="utf-8")
+    (copy / "react" / "approve_casually" / "cassette.jsonl").unlink()
+    sweep = run_session(tmp_path / "replay", [*(NODE[case] for case in core), f"--rootdir={REPO}",
+                                              f"--model=replay:{copy}"])
+    before = {r.case: r for r in load(recorded).latest.values() if r.case in core}
+    after = {r.case: r for r in load(sweep.runs).latest.values()}
+    assert set(after) == set(core)
+    for case in set(core) - {"pasted_notes", "approve_casually"}:
+        was, now = before[case], after[case]
+        assert was.judged is not None and now.judged is not None
+        assert (now.outcome, now.failures, now.judged.slides, now.judged.calls, now.judged.score) == \
+            (was.outcome, was.failures, was.judged.slides, was.judged.calls, was.judged.score), case
+        # Honest about what it is: named as a replay of the recorded model, under terms of its own, no tokens.
+        assert now.terms.label == f"replay of rehearsal from {was.run_id}" and now.terms.model == f"replay:{copy}"
+        assert now.terms.fingerprint != was.terms.fingerprint and now.usage.input_tokens is None
+    diverged = after["pasted_notes"]
+    assert diverged.outcome == "error" and "ReplayDiverged: call 3 (turn 1) diverges from the recording: it sent" \
+        in diverged.failures[0], diverged.failures
+    missing = after["approve_casually"]
+    assert missing.outcome == "skipped" and "nothing to replay: react/approve_casually has no cassette" in \
+        missing.failures[0]
+    from pytest_palette.results.report import ReportError, build_report
+
+    with pytest.raises(ReportError, match="under 2 fingerprints"):  # live and replayed are never pooled
+        build_report([*before.values(), *after.values()])

@@ -101,7 +101,12 @@ class HostError(RuntimeError):
 
 
 class HandedOver(HostError):
-    """The host cannot hold the conversation itself: it prepared it for a person (the manual host)."""
+    """The host does not hold this conversation itself, and the item is skipped with the reason: it prepared it for a
+    person (the manual host), or it has nothing to replay (`NothingRecorded`)."""
+
+
+class NothingRecorded(HandedOver):
+    """`--model replay:RUN` and the recorded run holds no cassette for this item."""
 
 
 @dataclass

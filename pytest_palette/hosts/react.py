@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..arena.cassette import CASSETTE_NAME, Cassette, Exchange
 from ..arena.command_log import CommandLog
+from ..arena.replay import replay_model
 from ..models import PROVIDER_KEYS, ModelSpec, ModelUnavailable, RetryCounter, build_chat_model, check_model
 from ..skill import SkillCard, install
 from .base import (
@@ -27,6 +28,7 @@ from .base import (
     HostOption,
     HostSession,
     HostSettings,
+    NothingRecorded,
     OptionRefused,
     Problem,
     TurnRecord,
@@ -359,9 +361,15 @@ class ReactHost(Host):
              settings: HostSettings, sandbox: Sandbox) -> ReactSession:
         # Counted where the client stamps its retries (the openai SDK); other clients retry uncounted.
         retries = RetryCounter() if model.provider == "openai" else None
-        # The model's client gets `env` (its key); the agent's shell gets only the sandbox's.
-        chat = build_chat_model(model, env, max_retries=None if model.provider == "rehearsal" else
-                                settings.model_retries, retries=retries, latency=settings.rehearsal_latency)
+        if model.provider == "replay" and model.recording is not None:
+            recorded = model.recording.cassette(workspace.relative)
+            if isinstance(recorded, str):  # nothing recorded for this item: not a verdict, a skip with the reason
+                raise NothingRecorded(f"nothing to replay: {recorded}")
+            chat = replay_model(recorded, model.label)
+        else:
+            # The model's client gets `env` (its key); the agent's shell gets only the sandbox's.
+            chat = build_chat_model(model, env, max_retries=None if model.provider == "rehearsal" else
+                                    settings.model_retries, retries=retries, latency=settings.rehearsal_latency)
         return ReactSession(chat, [skill] if skill is not None else [], workspace.work, env, eager=self.eager,
                             recursion_limit=self.recursion_limit, command_timeout=settings.command_timeout,
                             log=workspace.command_log(), sandbox=sandbox, retries=retries,
