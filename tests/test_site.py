@@ -341,6 +341,9 @@ def test_the_score_over_time_has_a_point_per_run_in_start_order_and_a_line_per_s
         assert svg.count("<polyline") == 2  # skill A's two runs, and skill B's one
         labels = re.findall(r'<text class="axis run"[^>]*>([^<]+)</text>', svg)
         assert labels == started
+    # The runs of a folder of runs are compared in that order too: the earliest against each later one.
+    compared = re.findall(r'href="compare/([\w.-]+)--([\w.-]+)\.html"', index)
+    assert [(a, b) for a, b in compared if a in runs and b in runs] == [(started[0], later) for later in started[1:]]
 
 
 def item_checks(text: str) -> list[tuple[str, str, str, str]]:

@@ -102,26 +102,34 @@ def write(paths: Sequence[Path], out: Path, *, label: str = "") -> Written:
 
 
 def _runs(paths: Sequence[Path]) -> list[matrix.RunView]:
-    """Each run at or under the paths, in the order given (and by name within a folder of runs)."""
+    """Each run at or under the paths, in the order given, and within a folder of runs in the order they started
+    (a run's name need not sort by time: `--palette-run-id`), so the first run compared is the earliest."""
     runs: list[matrix.RunView] = []
     seen: set[Path] = set()
     for path in paths:
-        if not path.exists():
-            raise SiteError(f"{path}: no such file or folder")
-        folders = list(dict.fromkeys(ledger.parent for ledger in find(path).ledgers))
-        if not folders:
-            raise SiteError(f"{path}: no results.jsonl at or under it — nothing was recorded there")
-        for folder in folders:
-            if folder.resolve() in seen:
-                continue
-            seen.add(folder.resolve())
-            records = sorted(_sound(folder, load(folder).latest.values()), key=lambda r: (r.case, r.host, r.run_index))
-            if not records:
-                warnings.warn(f"{folder}: its ledger holds no record; left out of the site", stacklevel=2)
-                continue
-            runs.append(matrix.run_view(folder, records))
+        runs += charts.in_start_order(_runs_under(path, seen))
     if not runs:
         raise SiteError(f"{', '.join(map(str, paths))}: no ledger holds a record — nothing to show")
+    return runs
+
+
+def _runs_under(path: Path, seen: set[Path]) -> list[matrix.RunView]:
+    """The runs at or under one path not seen yet, each with its sound records."""
+    if not path.exists():
+        raise SiteError(f"{path}: no such file or folder")
+    folders = list(dict.fromkeys(ledger.parent for ledger in find(path).ledgers))
+    if not folders:
+        raise SiteError(f"{path}: no results.jsonl at or under it — nothing was recorded there")
+    runs: list[matrix.RunView] = []
+    for folder in folders:
+        if folder.resolve() in seen:
+            continue
+        seen.add(folder.resolve())
+        records = sorted(_sound(folder, load(folder).latest.values()), key=lambda r: (r.case, r.host, r.run_index))
+        if not records:
+            warnings.warn(f"{folder}: its ledger holds no record; left out of the site", stacklevel=2)
+            continue
+        runs.append(matrix.run_view(folder, records))
     return runs
 
 
