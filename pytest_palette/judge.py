@@ -8,15 +8,15 @@ assertion hook renders a failed Verdict the same way in a user's own Python test
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .cases import DEFAULT_MAX_POLLS, Case, item_name
+from .cases import DEFAULT_MAX_POLLS, Case, Expect, item_name
 from .replies import ReplyKind, classify_reply, named_slide, named_topic
-from .results.checks import COMMON_CHECKS, NEAR_MISS, PALETTE_CHECKS, RULES, Outcome, merged, score
+from .results.checks import COMMON_CHECKS, NEAR_MISS, PALETTE_CHECKS, RULES, CheckSpec, Outcome, merged, score
 from .results.record import GATE, Check
-from .rules import Failure, Finding, Note, Passed, SkillRules
+from .rules import Failure, Finding, Note, Passed, SkillRules, Ungraded
 from .run.content import coverage, deck_text, figures, headings, not_mentioned, topic_words
 from .run.evidence import MIN_PPTX_BYTES, Evidence
 
@@ -109,6 +109,31 @@ def judge(case: Case, evidence: Evidence, host: str = "", rules: SkillRules | No
     facts = CallFacts.of(evidence)
     rules = rules or PALETTE_RULES
     findings = near_miss(case, evidence) if not case.expect.skill else rules.judge(case, evidence)
+    expect = case.expect
+    found = assessed(findings, {**COMMON_CHECKS, **rules.checks}, expect)
+    return Verdict(
+        case=case.name, host=host, failures=found.failures, slides=evidence.slides, polls=facts.polls,
+        commands=tuple(evidence.commands), pptx=str(evidence.pptx) if evidence.pptx else None,
+        has_plex=evidence.has_plex, notes=evidence.call_notes + found.notes, max_polls=expect.max_polls,
+        context_expected=expect.context, context_reached=facts.context_reached, edit_expected=expect.edit,
+        edit_called=facts.first_edit is not None, replanned_after_edit=facts.replanned, spins=len(facts.spinning),
+        calls_from=evidence.calls_from, skill_expected=expect.skill, skill_used=bool(evidence.calls),
+        blame=found.blame, rules=skill, checks=found.checks)
+
+
+@dataclass(frozen=True)
+class Assessed:
+    """What findings come to: the failures in words with the calls each blames, the notes, and the checks."""
+
+    failures: tuple[str, ...]
+    blame: tuple[tuple[int, ...], ...]
+    notes: tuple[str, ...]
+    checks: tuple[Check, ...]
+
+
+def assessed(findings: Iterable[Finding], specs: Mapping[str, CheckSpec], expect: Expect) -> Assessed:
+    """Findings as a verdict holds them: each failure in words (a plain string is one that blames no call), each
+    check merged from its findings with the case's weights and gates (`specs`: the checks the rules declare)."""
     failures: list[str] = []
     blame: list[tuple[int, ...]] = []
     notes: list[str] = []
@@ -118,6 +143,8 @@ def judge(case: Case, evidence: Evidence, host: str = "", rules: SkillRules | No
             notes.append(finding.words)
         elif isinstance(finding, Passed):
             found.setdefault(finding.check, []).append(Outcome(True, finding.credit, finding.share, finding.words))
+        elif isinstance(finding, Ungraded):
+            found.setdefault(finding.check, []).append(Outcome(None, 0.0, None, finding.words))
         elif isinstance(finding, Failure):
             failures.append(finding.words)
             blame.append(finding.calls)
@@ -127,18 +154,17 @@ def judge(case: Case, evidence: Evidence, host: str = "", rules: SkillRules | No
             failures.append(str(finding))
             blame.append(())
             found.setdefault(RULES, []).append(Outcome(False, 0.0, None, str(finding)))
-    expect = case.expect
-    specs = {**COMMON_CHECKS, **rules.checks}
     checks = tuple(merged(name, outcomes, specs.get(name), dict(expect.weights), expect.gates)
                    for name, outcomes in found.items())
-    return Verdict(
-        case=case.name, host=host, failures=tuple(failures), slides=evidence.slides, polls=facts.polls,
-        commands=tuple(evidence.commands), pptx=str(evidence.pptx) if evidence.pptx else None,
-        has_plex=evidence.has_plex, notes=evidence.call_notes + tuple(notes), max_polls=expect.max_polls,
-        context_expected=expect.context, context_reached=facts.context_reached, edit_expected=expect.edit,
-        edit_called=facts.first_edit is not None, replanned_after_edit=facts.replanned, spins=len(facts.spinning),
-        calls_from=evidence.calls_from, skill_expected=expect.skill, skill_used=bool(evidence.calls),
-        blame=tuple(blame), rules=skill, checks=checks)
+    return Assessed(tuple(failures), tuple(blame), tuple(notes), checks)
+
+
+def with_findings(verdict: Verdict, findings: Iterable[Finding], specs: Mapping[str, CheckSpec],
+                  expect: Expect) -> Verdict:
+    """The verdict with more findings (the model-graded checks, run/grading.py) judged into it as the rules' are."""
+    found = assessed(findings, specs, expect)
+    return replace(verdict, failures=verdict.failures + found.failures, blame=verdict.blame + found.blame,
+                   notes=verdict.notes + found.notes, checks=verdict.checks + found.checks)
 
 
 @dataclass(frozen=True)

@@ -46,14 +46,24 @@ class Passed:
 
 
 @dataclass(frozen=True)
+class Ungraded:
+    """A check that could not be graded (its model grader failed, or none was given): an error of the check, in
+    words — neither held nor failed, and it counts for nothing in the score."""
+
+    check: str
+    words: str
+
+
+@dataclass(frozen=True)
 class Note:
     """What the reader of a verdict must know that is not a failure: a rule that could not be applied."""
 
     words: str
 
 
-#: What a rule yields: a Failure, a check that Passed, a Note, or plain words (a Failure with no call to blame).
-Finding = Failure | Passed | Note | str
+#: What a rule yields: a Failure, a check that Passed (or was Ungraded), a Note, or plain words (a Failure with no
+#: call to blame).
+Finding = Failure | Passed | Ungraded | Note | str
 #: A skill's rules: every finding about one case's evidence.
 Judge = Callable[[Case, "Evidence"], Iterable[Finding]]
 

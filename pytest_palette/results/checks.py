@@ -60,9 +60,9 @@ COMMON_CHECKS: dict[str, CheckSpec] = {
 @dataclass(frozen=True)
 class Outcome:
     """One finding of a check, before it is merged with the others of its name: held or not, the credit earned
-    (a share check earns part), what was measured, in words."""
+    (a share check earns part), what was measured, in words; `passed` None when it could not be graded."""
 
-    passed: bool
+    passed: bool | None
     credit: float
     share: float | None = None
     words: str = ""
@@ -77,7 +77,9 @@ def merged(name: str, outcomes: Iterable[Outcome], spec: CheckSpec | None, weigh
     role: Role = GATE if spec is None or name in set(gates) else spec.role
     weight = weights.get(name, spec.weight if spec is not None else 1.0)
     shares = [o.share for o in found if o.share is not None]
-    return Check(name=name, role=role, weight=float(weight), passed=all(o.passed for o in found),
+    # A finding that could not be graded leaves the whole check ungraded: what it would have been is not known.
+    passed = None if any(o.passed is None for o in found) else all(o.passed for o in found)
+    return Check(name=name, role=role, weight=float(weight), passed=passed,
                  credit=min(o.credit for o in found), share=min(shares) if shares else None,
                  words="; ".join(o.words for o in found if o.words))
 

@@ -60,11 +60,13 @@ def cell_count(cell: Cell) -> str:
     return f"{cell.passes}/{cell.n}"
 
 
-def mean_text(score: MeanScore | None) -> str:
-    """A mean score with its 95% interval where there is one: `0.92 (0.74–1.00)`; `—` for none."""
+def mean_text(score: MeanScore | None, said: str = "") -> str:
+    """A mean score with its 95% interval where there is one: `0.92 (0.74–1.00)`, or `0.92 (95% 0.74–1.00)` with
+    `said="95% "`; `—` for none."""
     if score is None:
         return ABSENT
-    return f"{score.mean:.2f}" + (f" ({score.interval[0]:.2f}–{score.interval[1]:.2f})" if score.interval else "")
+    low, high = score.interval or (0.0, 0.0)
+    return f"{score.mean:.2f}" + (f" ({said}{low:.2f}–{high:.2f})" if score.interval else "")
 
 
 def cell_score(cell: Cell) -> str:

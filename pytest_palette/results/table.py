@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from .marks import cell_text
+from .marks import cell_text, mean_text
 from .prices import money
 from .record import Record, RecordError, from_json
 from .tally import Cell, Group, Tally, case_mean_score, tally, triggers
@@ -150,10 +150,7 @@ def _text(cell: Cell | None) -> str:
 def _score(cells: list[Cell]) -> str:
     """A host's mean score for its footer: over its cases (each case's mean over its runs), with its 95% interval."""
     score = case_mean_score(cells)
-    if score is None:
-        return ""
-    interval = f" (95% {score.interval[0]:.2f}–{score.interval[1]:.2f})" if score.interval else ""
-    return f" · score {score.mean:.2f}{interval}"
+    return "" if score is None else f" · score {mean_text(score, '95% ')}"
 
 
 #: Where a host's cost came from, in a few words.

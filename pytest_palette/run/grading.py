@@ -15,21 +15,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
-
-import msgspec
+from typing import Any, Protocol
 
 from ..arena.workspace import COMMANDS_NAME, TRACE_NAME, TURNS_NAME
 from ..cases import Case
+from ..judge import Verdict, with_findings
 from ..models import ModelSpec, ModelUnavailable, build_chat_model
-from ..results.checks import COMMON_CHECKS, RUBRIC, VALIDITY, Outcome, merged
+from ..results.checks import COMMON_CHECKS, RUBRIC, VALIDITY
 from ..results.prices import Price
 from ..results.record import Check
+from ..rules import Failure, Finding, Passed, Ungraded
 from .content import deck_text, not_mentioned, topic_words
 from .evidence import Evidence
-
-if TYPE_CHECKING:
-    from ..judge import Verdict
 
 #: A rubric check holds at this grade or above ("meets it, mostly"); below, it fails. Its credit is the grade.
 RUBRIC_PASS = 0.5
@@ -182,7 +179,9 @@ class ModelGrader:
 
     def _asked(self, instructions: str, prompt: str, schema: dict[str, Any],
                key: str) -> tuple[dict[str, Any], tuple[int | None, int | None, float | None]]:
-        ask = self._ask or self._langchain()
+        if self._ask is None:  # the client is built once a session, at its first grade, not per item
+            self._ask = self._langchain()
+        ask = self._ask
         inputs = outputs = 0
         counted = False
         last = "no answer"
@@ -263,44 +262,38 @@ def conversation_text(case: Case, evidence: Evidence) -> str:
 
 
 def grade(case: Case, evidence: Evidence, verdict: Verdict, graders: Graders) -> tuple[Verdict, Spent]:
-    """The verdict with its model-graded checks added — the case's rubric, the validity check when asked for —
-    and what grading took. A failed check is a failure of the verdict, as any rule's; an ungraded one is neither."""
+    """The verdict with its model-graded checks judged into it as the rules' findings are — the case's rubric, the
+    validity check when asked for — and what grading took. A failed check is a failure of the verdict, as any
+    rule's; an ungraded one is neither."""
     spent = Spent()
-    checks: list[Check] = []
-    failures: list[str] = []
-    weights, gates = dict(case.expect.weights), case.expect.gates
+    findings: list[Finding] = []
     if case.expect.rubric is not None and case.expect.skill:
         outcome = _graded(graders.rubric, "--palette-grader MODEL",
                           lambda grader: grader.rubric(case.expect.rubric or "", case.request, case.context,
                                                        _deck_words(evidence)))
         if isinstance(outcome, Grade):
             spent = spent.add(outcome)
-            held = outcome.score >= RUBRIC_PASS
-            words = f"graded {outcome.score:.2f} by {outcome.grader}: {outcome.reason}"
-            check = _check(RUBRIC, held, outcome.score, words, weights, gates)
-            if not held:
-                failures.append(f"{RUBRIC_FAILED} {outcome.score:.2f}, below {RUBRIC_PASS:g} "
-                                f"({outcome.grader}): {outcome.reason}")
+            if outcome.score >= RUBRIC_PASS:
+                findings.append(Passed(RUBRIC, outcome.score, None,
+                                       f"graded {outcome.score:.2f} by {outcome.grader}: {outcome.reason}"))
+            else:
+                findings.append(Failure(f"{RUBRIC_FAILED} {outcome.score:.2f}, below {RUBRIC_PASS:g} "
+                                        f"({outcome.grader}): {outcome.reason}", (), RUBRIC, outcome.score))
         else:
-            check = msgspec.structs.replace(_check(RUBRIC, True, 0.0, outcome, weights, gates), passed=None)
-        checks.append(check)
+            findings.append(Ungraded(RUBRIC, outcome))
     if graders.validity is not None:
         commands = [run.command for run in evidence.commands_run]
         outcome = _graded(graders.validity, "--palette-validity MODEL",
                           lambda grader: grader.validity(conversation_text(case, evidence), commands))
         if isinstance(outcome, Grade):
             spent = spent.add(outcome)
-            held = outcome.score >= 1
-            check = _check(VALIDITY, held, outcome.score, f"{outcome.reason} ({outcome.grader})", weights, gates)
-            if not held:
-                failures.append(f"{VALIDITY_FAILED} ({outcome.grader}): {outcome.reason}")
+            findings.append(Passed(VALIDITY, 1.0, None, f"{outcome.reason} ({outcome.grader})") if outcome.score >= 1
+                            else Failure(f"{VALIDITY_FAILED} ({outcome.grader}): {outcome.reason}", (), VALIDITY))
         else:
-            check = msgspec.structs.replace(_check(VALIDITY, True, 0.0, outcome, weights, gates), passed=None)
-        checks.append(check)
-    if not checks:
+            findings.append(Ungraded(VALIDITY, outcome))
+    if not findings:
         return verdict, spent
-    return replace(verdict, checks=verdict.checks + tuple(checks), failures=verdict.failures + tuple(failures),
-                   blame=verdict.blame + tuple(() for _ in failures)), spent
+    return with_findings(verdict, findings, COMMON_CHECKS, case.expect), spent
 
 
 def carried(verdict: Verdict, checks: Sequence[Check], failures: Sequence[str]) -> Verdict:
@@ -312,11 +305,6 @@ def carried(verdict: Verdict, checks: Sequence[Check], failures: Sequence[str]) 
         return verdict
     return replace(verdict, checks=verdict.checks + kept, failures=verdict.failures + said,
                    blame=verdict.blame + tuple(() for _ in said))
-
-
-def _check(name: str, held: bool, credit: float, words: str, weights: dict[str, float],
-           gates: tuple[str, ...]) -> Check:
-    return merged(name, [Outcome(held, credit, None, words)], COMMON_CHECKS[name], weights, gates)
 
 
 def _graded(grader: Grader | None, flag: str, ask: Callable[[Grader], Grade]) -> Grade | str:
