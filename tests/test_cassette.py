@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from known_bad_cases import first_divergence
+from ledger_records import record
 
 from pytest_palette.arena.cassette import CASSETTE_NAME, REDACTED, Cassette, Exchange, read_cassette
 from pytest_palette.rehearsal.known_bad import KNOWN_BAD
@@ -50,13 +51,19 @@ def test_a_cassette_that_is_a_link_is_not_read(tmp_path: Path) -> None:
         read_cassette(item)
 
 
-@pytest.mark.parametrize("host", ["cuga", "claude"])
-def test_recording_on_a_host_that_cannot_is_refused_by_name(pytester: pytest.Pytester, host: str) -> None:
+@pytest.mark.parametrize("flag", ["--palette-record", "--model=replay:{run}"])
+def test_recording_or_replaying_on_a_host_that_cannot_is_refused_by_name(pytester: pytest.Pytester, tmp_path: Path,
+                                                                        flag: str) -> None:
+    # The built-in hosts all record and replay; one that holds no model itself (the manual host) cannot.
+    run = tmp_path / "recorded"
+    run.mkdir()
+    (run / "results.jsonl").write_text(json.dumps(record()) + "\n", encoding="utf-8")
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--palette-run-dir", str(pytester.path / "r"),
-                                          "--palette-record", "--host", f"react,{host}")
+                                          flag.format(run=run), "--host", "react,manual")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert f"--palette-record: the {host} host cannot record a cassette yet; record on react" in \
-        "\n".join(result.errlines)
+    said = "\n".join(result.errlines)
+    assert "the manual host cannot record a cassette yet; record on claude or cuga or react" in said or \
+        "the manual host cannot replay a cassette yet; replay on claude or cuga or react" in said, said
 
 
 CASES = """

@@ -249,24 +249,6 @@ def _files_holding(folder: Path, secret: str) -> list[Path]:
 
 @pytest.mark.end_to_end
 @pytest.mark.slow
-def test_react_runs_the_core_cases_through_an_openai_compatible_endpoint(tmp_path: Path) -> None:
-    with RehearsalServer() as server:
-        url = server.openai_base_url
-        results = run_suite(tmp_path, "openai:rehearsal", "-m", "core", "--palette-base-url", url,
-                            env={"OPENAI_API_KEY": FAKE_KEY})
-        served = server.served
-    # Judged as with the in-process rehearsal model: every core case passes.
-    assert results == {case: [] for case in CORE}
-    assert len(served) >= 30 and {route for route, _ in served} == {"/v1/chat/completions"}
-    records = _records(tmp_path / "runs")
-    assert {r.outcome for r in records} == {"pass"} and len(records) == 5
-    assert {r.terms.label for r in records} == {f"openai:rehearsal at {url}"}
-    assert all(r.usage.retries == 0 and r.usage.input_tokens for r in records)  # counted, and none were needed
-    assert _files_holding(tmp_path, FAKE_KEY) == []
-
-
-@pytest.mark.end_to_end
-@pytest.mark.slow
 def test_react_with_injected_429s_and_500s_judges_every_item_and_counts_each_retry(tmp_path: Path) -> None:
     with RehearsalServer(faults=FaultSchedule.parse(FAULTS)) as server:
         results = run_suite(tmp_path, "openai:rehearsal", "-m", "core", "--palette-base-url",

@@ -149,6 +149,16 @@ def test_models_lists_the_rehearsal_model(server: RehearsalServer) -> None:
     assert [m["id"] for m in json.loads(data)["data"]] == ["rehearsal"]
 
 
+def test_a_server_given_a_key_answers_only_requests_that_carry_it() -> None:
+    with RehearsalServer(key="sk-fake-0123") as keyed:
+        url = f"{keyed.openai_base_url}/models"
+        assert call(url, method="GET")[0] == 401
+        assert call(url, method="GET", headers={"x-api-key": "sk-other"})[0] == 401
+        assert call(url, method="GET", headers={"x-api-key": "sk-fake-0123"})[0] == 200
+        assert call(url, method="GET", headers={"Authorization": "Bearer sk-fake-0123"})[0] == 200
+        assert keyed.answers()  # the harness's own probe carries it
+
+
 def test_unknown_routes_are_404_and_bad_json_is_400(server: RehearsalServer) -> None:
     for method, path in (("GET", "/v1/nothing"), ("POST", "/v1/completions"), ("GET", "/v1/messages")):
         status, kind, data = call(f"{server.base_url}{path}", {} if method == "POST" else None, method=method)

@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sweeps import Sweep, run_session
 
 from pytest_palette.arena.cassette import Exchange
-from pytest_palette.arena.replay import ReplayDiverged, ReplayUnavailable, divergence, recorded_run, replay_model
+from pytest_palette.arena.replay import (
+    ReplayDiverged,
+    ReplayUnavailable,
+    WireReplay,
+    divergence,
+    recorded_run,
+    replay_model,
+    whole_stream,
+    wire_messages,
+)
 from pytest_palette.models import ModelUnavailable, parse_model
 
 
@@ -83,3 +94,291 @@ def test_a_run_to_replay_must_be_a_recorded_run_of_its_own(tmp_path: Path) -> No
         parse_model("replay:")
     with pytest.raises(ModelUnavailable, match=re.escape(f"--model replay:{tmp_path}: no results.jsonl")):
         parse_model(f"replay:{tmp_path}")
+
+
+# -- on the wire: cuga (OpenAI's) and claude (Anthropic's) --------------------------------------------------------
+
+RECORDED_ROOT, OUR_ROOT = "/work/runs/20261204-0800-aaaa/claude/plain", "/work/runs/20261205-0900-bbbb/claude/plain"
+BASH: dict[str, Any] = {"type": "tool_use", "id": "toolu_1", "name": "Bash",
+        "input": {"command": f"python3 {RECORDED_ROOT}/work/.claude/skills/palette/scripts/deck.py plan"}}
+
+
+def anthropic_request(root: str, *, said: str = "Build a 3-slide deck", output: str = '{"state": "drafting"}',
+                      date: str = "2026-12-04") -> dict[str, Any]:
+    """What the Claude CLI sends at its second call: its system prompt (with its environment), the user's words
+    after a reminder, its own tool call, and the command's output with a reminder of the CLI's."""
+    call = {**BASH, "input": {"command": BASH["input"]["command"].replace(RECORDED_ROOT, root)}}
+    return {"model": "claude-sonnet-4-5", "stream": True, "tools": [{"name": "Bash", "input_schema": {}}],
+            "system": [{"type": "text", "text": f"Today is {date}. Memory at {root}/claude/config/projects/"
+                                                f"{re.sub('[^A-Za-z0-9]', '-', root)}/memory"}],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": f"<system-reminder>cwd {root}/work"
+                                                                      "</system-reminder>"},
+                                             {"type": "text", "text": said}]},
+                {"role": "assistant", "content": [{"type": "thinking", "thinking": "plan", "signature": "s1"},
+                                                  call]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                              "content": output},
+                                             {"type": "text", "text": "<system-reminder>14976461 tokens left"
+                                                                      "</system-reminder>"}]}]}
+
+
+def answer_stream(text: str) -> str:
+    """An Anthropic answer streamed as the CLI gets it: `text` and a Bash call, each cut in pieces."""
+    from pytest_palette.rehearsal.anthropic_wire import to_sse
+
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+               "content": [{"type": "text", "text": text}, BASH], "stop_reason": "tool_use",
+               "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 5}}
+    return to_sse(message).decode()
+
+
+def wire_exchange(index: int, request: dict[str, Any], body: str, status: int = 200) -> Exchange:
+    messages = [{"role": "system", "content": request["system"]}, *request["messages"]]
+    return Exchange(index=index, turn=1, model="anthropic:claude-sonnet-4-5", provider="anthropic",
+                    started_at=0.0, ended_at=1.0, messages=messages, tools=request["tools"],
+                    answer={"status": status, "content_type": "text/event-stream", "body": body},
+                    error="" if status < 400 else f"HTTP {status}", wire="anthropic", root=RECORDED_ROOT)
+
+
+def assembled(body: bytes | str) -> tuple[list[str], list[str]]:
+    """What a client builds from a stream: each part's text, and each tool call's arguments, joined."""
+    text = body.decode() if isinstance(body, bytes) else body
+    parts: dict[Any, str] = {}
+    for frame in text.split("\n\n"):
+        data = next((line[5:].strip() for line in frame.splitlines() if line.startswith("data:")), None)
+        if data is None or data == "[DONE]":
+            continue
+        event = json.loads(data)
+        delta = event.get("delta") or {}
+        if event.get("type") == "content_block_delta":
+            parts[event["index"]] = parts.get(event["index"], "") + (delta.get("text") or delta.get("partial_json")
+                                                                     or "")
+        for choice in event.get("choices") or []:
+            piece = choice.get("delta") or {}
+            parts["content"] = parts.get("content", "") + (piece.get("content") or "")
+            for call in piece.get("tool_calls") or []:
+                key = ("call", call["index"])
+                parts[key] = parts.get(key, "") + ((call.get("function") or {}).get("arguments") or "")
+    return [v for k, v in parts.items() if not isinstance(k, tuple)], [v for k, v in parts.items()
+                                                                       if isinstance(k, tuple)]
+
+
+def test_a_streamed_answer_is_served_whole_and_builds_the_same_message() -> None:
+    from pytest_palette.rehearsal.openai_wire import to_sse
+
+    stream = answer_stream("Here is the plan. " * 20)
+    joined = whole_stream(stream)
+    assert assembled(joined) == assembled(stream) and RECORDED_ROOT in joined
+    assert joined.count("content_block_delta") < stream.count("content_block_delta")
+    completion = {"id": "c1", "object": "chat.completion", "created": 0, "model": "m", "choices": [
+        {"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": "Running it. " * 20, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {
+                    "name": "run", "arguments": json.dumps({"command": f"ls {RECORDED_ROOT}/" + "x" * 300})}}]}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+    chunked = to_sse(completion, include_usage=True).decode()
+    again = whole_stream(chunked)
+    assert assembled(again) == assembled(chunked) and again.count("data:") < chunked.count("data:")
+    assert again.endswith("data: [DONE]\n\n") and whole_stream('{"plain": "json"}') == '{"plain": "json"}'
+
+
+def test_a_wire_request_is_read_as_messages_of_the_rule() -> None:
+    read = wire_messages("anthropic", [{"role": "system", "content": [{"type": "text", "text": "sys"}]},
+                                       *anthropic_request(RECORDED_ROOT)["messages"]])
+    assert [m["type"] for m in read] == ["system", "human", "ai", "tool"]
+    assert read[2]["data"]["tool_calls"] == [{"name": "Bash", "args": BASH["input"]}]
+    assert '{"state": "drafting"}' in read[3]["data"]["content"]
+    openai = wire_messages("openai", [
+        {"role": "system", "content": "sys"}, {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "run", "arguments": '{"a": 1}'}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "ok"},
+        {"role": "user", "content": "Execution output:\n{}"}])  # CUGA hands back a code block's output so
+    assert [m["type"] for m in openai] == ["system", "human", "ai", "tool", "tool"]
+    assert openai[2]["data"]["tool_calls"] == [{"name": "run", "args": {"a": 1}}]
+
+
+def test_a_replayed_wire_answers_in_order_with_the_item_folder_read_as_its_own() -> None:
+    recorded = anthropic_request(RECORDED_ROOT)
+    replay = WireReplay([wire_exchange(1, recorded, '{"error": "overloaded"}', status=529),
+                         wire_exchange(2, recorded, answer_stream("Here is the plan."))], Path(OUR_ROOT))
+    # Another run's folder, another day, other numbers in the client's reminders and the command's output:
+    # the same request. A failure recorded is served again, so the client retries as it did.
+    sent = anthropic_request(OUR_ROOT, output='{"state": "drafting"}', date="2027-01-31")
+    sent["messages"][2]["content"][1]["text"] = "<system-reminder>99 tokens left</system-reminder>"
+    body = json.dumps(sent).encode()
+    assert replay.answer("POST", "/v1/messages?beta=true", body)[0] == 529
+    status, kind, data = replay.answer("POST", "/v1/messages?beta=true", body)
+    assert (status, kind, replay.diverged) == (200, "text/event-stream", None)
+    [_, arguments] = assembled(data)[0]
+    assert json.loads(arguments)["command"].startswith(f"python3 {OUR_ROOT}/work/") and RECORDED_ROOT not in \
+        data.decode()
+    # Nothing asks a model: its list names the recorded one, a token count is an estimate.
+    assert json.loads(replay.answer("GET", "/v1/models", None)[2])["data"][0]["id"] == "claude-sonnet-4-5"
+    assert replay.answer("POST", "/v1/messages/count_tokens", b"x" * 40)[2] == b'{"input_tokens": 10}'
+    # A call past the end: an error no client retries, in the words the item's ERROR will carry, and kept.
+    status, _, data = replay.answer("POST", "/v1/messages", body)
+    said = "call 3: the agent asked the model again, and the recording ends after 2 call(s)"
+    assert status == 400 and replay.diverged == said and json.loads(data)["error"]["message"] == \
+        f"ReplayDiverged: {said}"
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"said": "Build a 4-slide deck"}, "message 2 (human) differs"),
+    ({"output": '{"status": "drafting"}'}, "message 4 (tool) differs"),
+])
+def test_a_wire_request_that_departs_is_answered_with_an_error_naming_it(change: dict[str, str], said: str) -> None:
+    replay = WireReplay([wire_exchange(1, anthropic_request(RECORDED_ROOT), answer_stream("ok"))], Path(OUR_ROOT))
+    status, _, data = replay.answer("POST", "/v1/messages", json.dumps(anthropic_request(OUR_ROOT, **change)).encode())
+    assert status == 400 and replay.diverged is not None and replay.diverged.startswith(
+        f"call 1 (turn 1) diverges from the recording: {said}"), replay.diverged
+    assert json.loads(data)["error"]["type"] == "invalid_request_error"
+    # It stays diverged: every later call gets the same answer.
+    assert replay.answer("POST", "/v1/messages", json.dumps(anthropic_request(OUR_ROOT)).encode())[0] == 400
+
+
+def test_a_turn_of_a_diverged_replay_is_an_error_in_its_words_whatever_the_client_did() -> None:
+    from pytest_palette.hosts.base import HostError, TurnRecord, held_to_recording
+
+    replay = WireReplay([], Path(OUR_ROOT))
+    assert held_to_recording(replay, lambda: TurnRecord(sent="hi", answer="ok")).answer == "ok"
+    replay.answer("POST", "/chat/completions", b"{}")
+
+    def fails() -> TurnRecord:
+        error = HostError("the CLI ended with an API error")
+        error.turn = TurnRecord(sent="hi")
+        raise error
+
+    for send in (lambda: TurnRecord(sent="hi", answer="went on"), fails):
+        with pytest.raises(HostError, match=r"^ReplayDiverged: call 1: the agent asked the model again") as raised:
+            held_to_recording(replay, send)
+        assert raised.value.turn is not None and raised.value.turn.error == str(raised.value)
+    with pytest.raises(HostError, match=r"^the CLI ended"):  # a replay that has not diverged: the client's own error
+        held_to_recording(WireReplay([], Path(OUR_ROOT)), fails)
+
+
+def test_the_harness_endpoint_records_a_call_to_a_keyed_provider_and_replays_it_with_no_key(tmp_path: Path) -> None:
+    import http.client
+
+    from pytest_palette.arena.cassette import CASSETTE_NAME, Cassette, WireRecorder, read_cassette
+    from pytest_palette.hosts.endpoint import KeyForwarder
+    from pytest_palette.rehearsal.server import RehearsalServer
+
+    key = "sk-palette-fake-key-93c1d7"
+    request = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 100, "stream": True,
+                          "messages": [{"role": "user", "content": "hello"}]}).encode()
+
+    def post(forwarder: KeyForwarder) -> tuple[int, bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", int(forwarder.base_url.rsplit(":", 1)[1]), timeout=30)
+        connection.request("POST", "/v1/messages?beta=true", body=request,
+                           headers={"x-api-key": "sk-ant-placeholder", "Content-Type": "application/json"})
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+
+    folder = tmp_path / "claude" / "plain"
+    with RehearsalServer(key=key) as server:
+        assert post(KeyForwarder(server.base_url, {}).start())[0] == 401  # the provider checks its key
+        cassette = Cassette(folder / CASSETTE_NAME, "anthropic:claude-sonnet-4-5", "anthropic", [key])
+        recording = KeyForwarder(server.base_url, {"x-api-key": key},
+                                 record=WireRecorder(cassette, "anthropic", folder, lambda: 1)).start()
+        try:
+            status, live = post(recording)
+        finally:
+            recording.stop()
+    assert status == 200 and key.encode() not in (folder / CASSETTE_NAME).read_bytes()
+    [kept] = read_cassette(folder)
+    assert (kept.wire, kept.root, kept.turn, kept.messages, kept.answer and kept.answer["status"]) == \
+        ("anthropic", str(folder), 1, [{"role": "user", "content": "hello"}], 200)
+    # The provider is gone; the recording answers the same request as it did, through the same endpoint.
+    replaying = KeyForwarder(None, {}, replay=WireReplay([kept], folder)).start()
+    try:
+        status, again = post(replaying)
+    finally:
+        replaying.stop()
+    assert status == 200 and assembled(again) == assembled(live)
+
+
+# -- the acceptance run: a keyed provider over HTTP, recorded on every host, replayed with it gone ---------------
+
+#: A fake key with a shape no file of ours holds by accident: the provider requires it, nothing may write it.
+FAKE_KEY = "sk-palette-fake-key-7b20e4"
+#: Three core cases, on every host: each cuga conversation costs seconds of CPU to start.
+THREE = ("plain_request", "pasted_notes", "conditional_yes")
+TAMPERED = "pasted_notes"
+
+
+def _record(folder: Path, hosts: list[str], model: str, url: str, key_variable: str) -> Sweep:
+    """Record THREE on `hosts` through `url` (a provider requiring FAKE_KEY), as a user runs it."""
+    repo = Path(__file__).resolve().parent.parent
+    return run_session(folder, [str(repo / "cases"), "-k", " or ".join(THREE), f"--host={','.join(hosts)}",
+                                f"--model={model}", f"--palette-base-url={url}", "--palette-record",
+                                "--palette-run-id=recorded", f"--rootdir={repo}"], env={key_variable: FAKE_KEY})
+
+
+@pytest.mark.end_to_end
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_run_recorded_from_a_keyed_provider_replays_on_every_host_with_the_provider_gone(tmp_path: Path) -> None:
+    from test_cuga_host import _REASON
+
+    from pytest_palette.hosts.claude import find_cli
+    from pytest_palette.rehearsal.server import RehearsalServer
+    from pytest_palette.results.ledger import load
+    from pytest_palette.results.report import ReportError, build_report
+
+    repo = Path(__file__).resolve().parent.parent
+    # react and cuga speak OpenAI's wire, claude Anthropic's: one recording each, from one provider.
+    wires = {"openai": ["react"] + (["cuga"] if _REASON is None else []),
+             "anthropic": ["claude"] if find_cli() is not None else []}
+    with RehearsalServer(key=FAKE_KEY) as provider:
+        urls = {"openai": provider.openai_base_url, "anthropic": provider.base_url}
+        recorded = {"openai": _record(tmp_path / "openai", wires["openai"], "openai:rehearsal",
+                                      provider.openai_base_url, "OPENAI_API_KEY")}
+        if wires["anthropic"]:
+            recorded["anthropic"] = _record(tmp_path / "anthropic", wires["anthropic"], "anthropic:claude-sonnet-4-5",
+                                            provider.base_url, "ANTHROPIC_API_KEY")
+        served = provider.served
+    assert {route for route, _ in served} == {"/v1/chat/completions"} | (
+        {"/v1/messages"} if wires["anthropic"] else set())
+    for wire, sweep in recorded.items():
+        records = load(sweep.runs / "recorded").latest.values()
+        assert {(r.host, r.case, r.outcome) for r in records} == \
+            {(host, case, "pass") for host in wires[wire] for case in THREE}, sweep.stdout[-2000:]
+        assert all(r.usage.input_tokens and r.usage.retries in (0, None) for r in records)  # counted, none needed
+        url = urls[wire]
+        assert {r.terms.label for r in records} == {f"{r.terms.model} at {url}" for r in records}
+    # The provider is gone. Each recording is replayed from a copy in which one answer of TAMPERED is taken out on
+    # the wire hosts (react's own tampering is the good sweep's test).
+    for wire, sweep in recorded.items():
+        copy = tmp_path / f"{wire}-copy"
+        shutil.copytree(sweep.runs / "recorded", copy, symlinks=True)
+        for host in set(wires[wire]) - {"react"}:
+            cassette = copy / host / TAMPERED / "cassette.jsonl"
+            lines = cassette.read_text(encoding="utf-8").splitlines(keepends=True)
+            cassette.write_text("".join(lines[:2] + lines[3:]), encoding="utf-8")
+        replayed = run_session(tmp_path / f"{wire}-replay", [str(repo / "cases"), "-k", " or ".join(THREE),
+                                                            f"--host={','.join(wires[wire])}",
+                                                            f"--model=replay:{copy}", f"--rootdir={repo}"])
+        before = {(r.host, r.case): r for r in load(sweep.runs / "recorded").latest.values()}
+        after = {(r.host, r.case): r for r in load(replayed.runs).latest.values()}
+        assert set(after) == set(before), replayed.stdout[-3000:]
+        for (host, case), now in after.items():
+            was = before[host, case]
+            if host != "react" and case == TAMPERED:
+                assert now.outcome == "error" and now.failures[0].startswith(
+                    f"{host}: turn 1 failed: ReplayDiverged: call 3 (turn 1) diverges from the recording: it sent"), \
+                    now.failures
+                continue
+            assert was.judged is not None and now.judged is not None, (host, case, now.failures)
+            # Every verdict, slide count, call chain and score is the recording's: the commands ran again.
+            assert (now.outcome, now.failures, now.judged.slides, now.judged.calls, now.judged.score) == \
+                (was.outcome, was.failures, was.judged.slides, was.judged.calls, was.judged.score), (host, case)
+            assert now.terms.label == f"replay of {was.terms.model} from recorded"
+            assert now.usage.input_tokens is None and now.usage.cost_usd is None  # a replay spends nothing
+        with pytest.raises(ReportError, match="under 2 fingerprints"):  # live and replayed are never pooled
+            build_report([*before.values(), *after.values()])
+    # The key went to the provider on every request, and nowhere else: no cassette, log, trace, report or JUnit.
+    holding = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()
+               and FAKE_KEY.encode() in p.read_bytes()]
+    assert holding == []

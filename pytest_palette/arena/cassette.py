@@ -2,7 +2,9 @@
 
 One JSON line per model call: what the client sent (its messages and the tools it offered), what the model answered,
 which model and provider, and when. A recorded run can then be read again without the model: what the agent was
-told and what it decided at each step. The react host records in-process (its chat model's callbacks).
+told and what it decided at each step. The react host records in-process (its chat model's callbacks); the cuga
+and claude hosts record on the wire, at the endpoint the harness serves their clients (`WireRecorder`,
+hosts/endpoint.py): each request body and each answer's bytes as the client got them.
 
 Keys never reach a cassette: the host's client holds them outside the messages, and every value of a credential
 variable the host was given is replaced before a line is written.
@@ -10,9 +12,11 @@ variable the host was given is replaced before a line is written.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -24,6 +28,8 @@ CASSETTE_NAME = "cassette.jsonl"
 #: The most of a cassette that is read back: a long document's conversation, twenty calls of it, fits.
 READ_LIMIT = 256 * 1024 * 1024
 REDACTED = "[redacted]"
+#: How the exchange's messages and answer are written: LangChain's dicts (react), or a wire's own JSON.
+Wire = Literal["langchain", "openai", "anthropic"]
 
 
 class Exchange(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -37,14 +43,19 @@ class Exchange(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     provider: str
     started_at: float
     ended_at: float
-    #: The messages sent, in the host client's own serialisation (react: LangChain's `messages_to_dict`).
+    #: The messages sent, in the host client's own serialisation (react: LangChain's `messages_to_dict`; on a
+    #: wire, its messages as sent, an Anthropic request's `system` first as a message of role "system").
     messages: list[dict[str, Any]]
-    #: The tools offered with it, as the client declared them (OpenAI's function schema).
+    #: The tools offered with it, as the client declared them.
     tools: list[dict[str, Any]]
-    #: The model's answer, in the same serialisation as `messages`; None when the call failed.
+    #: The model's answer, in the same serialisation as `messages` (None when the call failed); on a wire, what
+    #: came back whole: `{"status", "content_type", "body"}` (a stream's events as they came).
     answer: dict[str, Any] | None
-    #: What went wrong, when the call failed.
+    #: What went wrong, when the call failed (on a wire: its status, and the answer is kept to be served again).
     error: str = ""
+    wire: Wire = "langchain"
+    #: The item's folder when it was recorded: a replay reads it as its own item's folder (each run has its own).
+    root: str = ""
 
 
 class Cassette:
@@ -57,6 +68,7 @@ class Cassette:
         self.provider = provider
         self.secrets = sorted({secret for secret in secrets if len(secret) >= 4}, key=len, reverse=True)
         self.calls = 0
+        self._lock = threading.Lock()  # a wire's calls come on the endpoint's threads
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
 
@@ -65,6 +77,44 @@ class Cassette:
         for secret in self.secrets:
             line = line.replace(msgspec.json.encode(secret).decode()[1:-1], REDACTED)
         append_line(self.path, line.encode())
+
+    def next_index(self) -> int:
+        with self._lock:
+            self.calls += 1
+            return self.calls
+
+
+#: The requests of a wire that are model calls (a query string aside): token counts and model lists are not.
+MODEL_ROUTES = ("/v1/messages", "/chat/completions", "/v1/chat/completions")
+
+
+class WireRecorder:
+    """Writes each model call that passes the harness's endpoint to the item's cassette, as an Exchange of `wire`:
+    the request's messages and tools, and the answer's status, type and bytes. `turn` says which user turn is
+    on; `root` is the item's folder. Headers are never kept: the key is in them, and nowhere else."""
+
+    def __init__(self, cassette: Cassette, wire: Wire, root: Path, turn: Callable[[], int]) -> None:
+        self.cassette, self.wire, self.root, self.turn = cassette, wire, str(root), turn
+
+    def __call__(self, path: str, request: bytes | None, status: int, content_type: str, answer: bytes,
+                 started: float, ended: float) -> None:
+        if path.split("?")[0] not in MODEL_ROUTES:
+            return
+        try:
+            body = json.loads(request or b"{}")
+        except ValueError:
+            body = {}
+        body = body if isinstance(body, dict) else {}
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        if self.wire == "anthropic" and body.get("system"):
+            messages.insert(0, {"role": "system", "content": body["system"]})
+        tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
+        self.cassette.add(Exchange(
+            index=self.cassette.next_index(), turn=self.turn(), model=self.cassette.model,
+            provider=self.cassette.provider, started_at=round(started, 3), ended_at=round(ended, 3),
+            messages=messages, tools=tools,
+            answer={"status": status, "content_type": content_type, "body": answer.decode("utf-8", "replace")},
+            error="" if status < 400 else f"HTTP {status}", wire=self.wire, root=self.root))
 
 
 def read_cassette(folder: Path) -> list[Exchange]:

@@ -7,12 +7,17 @@ against the one recorded (`divergence`): the messages must be the same ones, in 
 words from the user and the same calls from the model; what a command printed may differ in its timings, paths,
 ids and counts, never in its shape. The first request that cannot be matched ends the item as an ERROR that names
 it: the call, the message, what was recorded and what came.
+
+On react the cassette answers in-process, as its chat model (`replay_model`). On cuga and claude it answers on the
+wire, at the endpoint the harness serves their clients (`WireReplay`, behind hosts/endpoint.py's KeyForwarder): the
+recorded bytes of each answer, with the recorded item's folder read as this item's.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -20,7 +25,7 @@ from typing import Any
 
 from ..results.ledger import load
 from ..results.record import Record
-from .cassette import Exchange, read_cassette
+from .cassette import MODEL_ROUTES, Exchange, Wire, read_cassette
 from .workspace import UnsafeRecord, Workspace
 
 #: What a replayed model is called: `replay:<run folder>`.
@@ -31,6 +36,10 @@ SHOWN = 160
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.@+~-]+){2,}/?")
 _HEX = re.compile(r"\b[0-9a-f]{8,}\b")
+#: What a client adds to a user's message of its own (the Claude CLI: its environment, the date, tokens left).
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
+#: How CUGA's codeact hands the model what a code block printed: as a user message that begins so.
+_EXECUTION = ("Execution output:", "Error during execution")
 
 
 class ReplayUnavailable(Exception):
@@ -50,6 +59,10 @@ class RecordedRun:
     run_id: str
     model: str
     records: tuple[Record, ...]
+
+    def model_of(self, host: str) -> str:
+        """The model the run's items on `host` were recorded with (the run's, when it ran none there)."""
+        return ", ".join(sorted({r.terms.model for r in self.records if r.host == host})) or self.model
 
     def cassette(self, relative: PurePosixPath) -> list[Exchange] | str:
         """The recorded exchanges of the item whose folder is `relative` (`<host>/<case>[-k]`, the same in the
@@ -90,8 +103,9 @@ def recorded_run(text: str) -> RecordedRun:
 
 
 def _masked(text: str) -> str:
-    """A command's output with what changes from run to run masked: paths, hex ids, numbers (times, sizes)."""
-    return _NUMBER.sub("#", _HEX.sub("<id>", _PATH.sub("<path>", text)))
+    """A command's output with what changes from run to run masked: paths, hex ids, numbers (times, sizes). An id
+    and a number read alike: a hex id may be all digits in one run and not in the next."""
+    return _NUMBER.sub("#", _HEX.sub("#", _PATH.sub("<path>", text)))
 
 
 def _shape(value: Any) -> Any:
@@ -129,11 +143,15 @@ def _clip(text: str) -> str:
     return flat if len(flat) <= SHOWN else flat[:SHOWN - 1] + "…"
 
 
-def divergence(recorded: Sequence[dict[str, Any]], sent: Sequence[dict[str, Any]]) -> str | None:
+def divergence(recorded: Sequence[dict[str, Any]], sent: Sequence[dict[str, Any]], *,
+               client_words: bool = False) -> str | None:
     """Where a request departs from the recorded one, in words (None when it matches). Both are LangChain's
-    `messages_to_dict`. The rule: the same number of messages, each of the same type; the user's and the
-    system's words the same (paths masked: each run has its own folder); the model's own messages the same words
-    and calls; a tool's output the same shape (`_same_output`)."""
+    `messages_to_dict` (or `wire_messages`). The rule: the same number of messages, each of the same type; the
+    user's and the system's words the same (paths masked: each run has its own folder); the model's own messages
+    the same words and calls; a tool's output the same shape (`_same_output`). With `client_words` (the wire
+    hosts, whose clients write their own words into the conversation) the system's words and a client's
+    reminders in the user's message are held with their numbers and ids masked too: the client's environment,
+    the date, its count of tokens left."""
     if len(sent) != len(recorded):
         return f"it sent {len(sent)} message(s) where the recording sent {len(recorded)}"
     for index, (was, now) in enumerate(zip(recorded, sent, strict=True), 1):
@@ -146,6 +164,13 @@ def divergence(recorded: Sequence[dict[str, Any]], sent: Sequence[dict[str, Any]
         elif kind == "ai":
             same = old == new and _calls(was) == _calls(now)
             old, new = old + json.dumps(_calls(was)), new + json.dumps(_calls(now))
+        elif client_words and kind == "system":
+            same = _masked(old) == _masked(new)
+        elif client_words:
+            def words(text: str) -> str:
+                return _PATH.sub("<path>", _REMINDER.sub(lambda found: _masked(found.group()), text))
+
+            same = words(old) == words(new)
         else:
             same = _PATH.sub("<path>", old) == _PATH.sub("<path>", new)
         if not same:
@@ -199,3 +224,217 @@ def replay_model(exchanges: Sequence[Exchange], label: str) -> Any:
             return ChatResult(generations=[ChatGeneration(message=answer)])
 
     return ReplayChatModel(recorded=list(exchanges), name_shown=label)
+
+
+# -- on the wire: the cuga and claude hosts ----------------------------------------------------------------------
+
+def _wire_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type", "text") == "text":
+            parts.append(str(block.get("text", "")))
+        elif isinstance(block, dict) and block.get("type") == "tool_result":
+            parts.append(_wire_text(block.get("content")))
+    return "\n".join(parts)
+
+
+def _message(kind: str, content: str, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"type": kind, "data": {"content": content, "tool_calls": calls or []}}
+
+
+def _arguments(value: Any) -> Any:
+    try:
+        return json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
+def wire_messages(wire: Wire, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A wire request's messages in the shape `divergence` reads: each one's type (system, human, ai, tool), its
+    words, and the model's calls by name and arguments. An Anthropic user message that carries tool results is a
+    tool message (the reminders the client adds beside them are part of its output), and so is CUGA's user
+    message that hands back what a code block printed."""
+    found = []
+    for message in messages:
+        role, content = message.get("role"), message.get("content")
+        if role in ("system", "developer"):
+            found.append(_message("system", _wire_text(content)))
+        elif role == "assistant" and wire == "openai":
+            calls = [{"name": (c.get("function") or {}).get("name"),
+                      "args": _arguments((c.get("function") or {}).get("arguments"))}
+                     for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+            found.append(_message("ai", _wire_text(content), calls))
+        elif role == "assistant":
+            blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+            calls = [{"name": b.get("name"), "args": b.get("input")} for b in blocks
+                     if isinstance(b, dict) and b.get("type") == "tool_use"]
+            found.append(_message("ai", _wire_text(blocks), calls))
+        elif role == "tool" or _wire_text(content).startswith(_EXECUTION) or (isinstance(content, list) and any(
+                isinstance(b, dict) and b.get("type") == "tool_result" for b in content)):
+            found.append(_message("tool", _wire_text(content)))
+        else:
+            found.append(_message("human", _wire_text(content)))
+    return found
+
+
+#: The pieces a streamed answer is sent in, by the key that carries each piece's text.
+_PIECES = {"text_delta": "text", "input_json_delta": "partial_json", "thinking_delta": "thinking"}
+
+
+def whole_stream(body: str) -> str:
+    """A streamed answer (server-sent events) with the pieces of each of its parts joined into one: an Anthropic
+    content block's deltas, an OpenAI choice's content and each tool call's arguments. What the client builds
+    from it is the same; a path that was cut between two pieces is whole again, so it can be read as this
+    item's. A body that is not a stream comes back as it was."""
+    if "data:" not in body:
+        return body
+    events: list[tuple[str, Any]] = []
+    joined: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for block in body.replace("\r\n", "\n").split("\n\n"):
+        name, data = "", None
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data = line[5:].strip()
+        if data is None:
+            continue
+        try:
+            value = json.loads(data)
+        except ValueError:
+            events.append((name, data))  # `[DONE]`, and anything else that is not JSON, as it came
+            continue
+        if _joined(value, joined):
+            continue
+        events.append((name, value))
+    return "".join((f"event: {name}\n" if name else "")
+                   + f"data: {value if isinstance(value, str) else json.dumps(value)}\n\n" for name, value in events)
+
+
+def _joined(value: Any, joined: dict[tuple[Any, ...], dict[str, Any]]) -> bool:
+    """Whether the event `value` was a piece joined to an earlier one of its part (else it starts a part)."""
+    if not isinstance(value, dict):
+        return False
+    part: tuple[Any, ...]
+    delta = value.get("delta")
+    if value.get("type") == "content_block_delta" and isinstance(delta, dict) and delta.get("type") in _PIECES:
+        key, part = _PIECES[delta["type"]], ("block", value.get("index"), delta["type"])
+        if part in joined:
+            joined[part][key] = str(joined[part].get(key, "")) + str(delta.get(key, ""))
+            return True
+        joined[part] = delta
+        return False
+    choices = value.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return False
+    choice = choices[0]
+    delta = choice.get("delta")
+    if not isinstance(delta, dict) or choice.get("finish_reason") or set(delta) - {"content", "tool_calls", "role"}:
+        return False
+    calls = delta.get("tool_calls") or []
+    if isinstance(delta.get("content"), str) and not calls and "role" not in delta:
+        part = ("content", choice.get("index"))
+        if part in joined:
+            joined[part]["content"] += delta["content"]
+            return True
+        joined[part] = delta
+        return False
+    if len(calls) == 1 and isinstance(calls[0], dict) and not delta.get("content"):
+        call, function = calls[0], calls[0].get("function") or {}
+        part = ("call", choice.get("index"), call.get("index"))
+        if part in joined and set(call) <= {"index", "function"} and set(function) == {"arguments"}:
+            earlier = joined[part].setdefault("function", {})
+            earlier["arguments"] = str(earlier.get("arguments") or "") + str(function["arguments"])
+            return True
+        joined.setdefault(part, call)
+    return False
+
+
+def _dashed(path: str) -> str:
+    """A folder's path as the Claude CLI names its project folder after it (every other character a dash)."""
+    return re.sub(r"[^A-Za-z0-9]", "-", path)
+
+
+class WireReplay:
+    """An item's recorded exchanges served again on the wire its host's client speaks: each model call is held to
+    the recorded request (`divergence`, with `client_words`) and answered with the recorded status and bytes, the
+    recorded item's folder in them read as `root`, this item's. A model list is answered with the recorded model
+    and a token count with an estimate; nothing is asked of any model.
+
+    The first request it cannot match, or one past the recording's end, is answered with an error (400, which no
+    client retries) and kept in `diverged`: the session ends the item as an ERROR in those words, whatever the
+    client made of the error. Every later request gets the same."""
+
+    def __init__(self, exchanges: Sequence[Exchange], root: Path) -> None:
+        self.exchanges = list(exchanges)
+        self.wire: Wire = self.exchanges[0].wire if self.exchanges else "openai"
+        recorded = self.exchanges[0].model if self.exchanges else ""
+        self.model = recorded.partition(":")[2] or recorded
+        self.root = str(root)
+        self.recorded_root = self.exchanges[0].root if self.exchanges else ""
+        self.position = 0
+        self.diverged: str | None = None
+        self._lock = threading.Lock()
+
+    def _as_recorded(self, text: str) -> str:
+        """This item's folder in `text`, written as the recorded item's (a path, and the CLI's dashed form)."""
+        if not self.recorded_root or self.recorded_root == self.root:
+            return text
+        return text.replace(self.root, self.recorded_root).replace(_dashed(self.root), _dashed(self.recorded_root))
+
+    def _as_ours(self, text: str) -> str:
+        if not self.recorded_root or self.recorded_root == self.root:
+            return text
+        return text.replace(self.recorded_root, self.root).replace(_dashed(self.recorded_root), _dashed(self.root))
+
+    def answer(self, method: str, path: str, body: bytes | None) -> tuple[int, str, bytes]:
+        """(status, content type, bytes) for one request the client sent."""
+        route = path.split("?")[0].rstrip("/")
+        if method == "GET" and route.endswith("/models"):
+            entry = {"id": self.model, "object": "model", "type": "model", "created": 0, "owned_by": "replay",
+                     "display_name": f"replay of {self.model}"}
+            return 200, "application/json", json.dumps({"object": "list", "data": [entry]}).encode()
+        if route.endswith("/count_tokens"):  # an estimate, as the rehearsal model gives: no model is asked
+            return 200, "application/json", json.dumps({"input_tokens": len(body or b"") // 4}).encode()
+        if method != "POST" or route not in MODEL_ROUTES:
+            return self._error(404, f"a replay answers no {method} {route[:100]}")
+        with self._lock:
+            if self.diverged is None:
+                self.diverged, answer = self._next(body)
+            if self.diverged is not None:
+                return self._error(400, f"ReplayDiverged: {self.diverged}")
+        assert answer is not None
+        return int(answer["status"]), str(answer.get("content_type") or "application/json"), \
+            self._as_ours(whole_stream(str(answer.get("body", "")))).encode()
+
+    def _next(self, body: bytes | None) -> tuple[str | None, dict[str, Any] | None]:
+        call = self.position + 1
+        if self.position >= len(self.exchanges):
+            return (f"call {call}: the agent asked the model again, and the recording ends after "
+                    f"{len(self.exchanges)} call(s)"), None
+        exchange = self.exchanges[self.position]
+        self.position += 1
+        try:
+            request = json.loads(self._as_recorded((body or b"{}").decode("utf-8", "replace")))
+        except ValueError:
+            request = {}
+        messages = [m for m in (request.get("messages") or []) if isinstance(m, dict)] \
+            if isinstance(request, dict) else []
+        if self.wire == "anthropic" and isinstance(request, dict) and request.get("system"):
+            messages.insert(0, {"role": "system", "content": request["system"]})
+        found = divergence(wire_messages(self.wire, exchange.messages), wire_messages(self.wire, messages),
+                           client_words=True)
+        if found:
+            return f"call {call} (turn {exchange.turn}) diverges from the recording: {found}", None
+        if exchange.answer is None or "status" not in exchange.answer:
+            return f"call {call} (turn {exchange.turn}): the recording kept no answer to serve", None
+        return None, exchange.answer
+
+    def _error(self, status: int, message: str) -> tuple[int, str, bytes]:
+        if self.wire == "anthropic":
+            body = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+        else:
+            body = {"error": {"message": message, "type": "invalid_request_error", "code": None}}
+        return status, "application/json", json.dumps(body).encode()

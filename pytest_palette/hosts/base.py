@@ -13,12 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..models import ModelSpec
+from ..models import PROVIDER_KEYS, ModelSpec
 from ..skill import SkillCard
 
 if TYPE_CHECKING:
     import pytest
 
+    from ..arena.replay import WireReplay
     from ..arena.sandbox import Sandbox
     from ..arena.workspace import Workspace
 
@@ -107,6 +108,40 @@ class HandedOver(HostError):
 
 class NothingRecorded(HandedOver):
     """`--model replay:RUN` and the recorded run holds no cassette for this item."""
+
+
+#: Variables whose values are credentials a model client may hold, beside each provider's key.
+CREDENTIAL_VARIABLES = ("ANTHROPIC_AUTH_TOKEN", "WATSONX_APIKEY", "RITS_API_KEY")
+
+
+def secret_values(env: Mapping[str, str], sandbox: Sandbox) -> list[str]:
+    """Every value nothing written may hold (a cassette, a log): the model credentials in `env`, and the
+    credentials file's values the sandbox withholds."""
+    names = sorted({name for names in PROVIDER_KEYS.values() for name in names} | set(CREDENTIAL_VARIABLES))
+    return [env[name] for name in names if env.get(name)] + list(sandbox.secrets)
+
+
+def held_to_recording(replay: WireReplay | None, send: Callable[[], TurnRecord]) -> TurnRecord:
+    """One turn of a conversation whose model is a recording on the wire (`replay`): when a request of it departed
+    from the recording, the turn is a HostError in the replay's words ("ReplayDiverged: call 3 …") — whatever the
+    client made of the error it was answered with (some end the turn, some try again, some answer anyway)."""
+    if replay is None:
+        return send()
+    turn: TurnRecord | None = None
+    try:
+        turn = send()
+    except HostError as error:
+        if replay.diverged is None:
+            raise
+        turn = error.turn
+    if replay.diverged is None:
+        assert turn is not None
+        return turn
+    failed = HostError(f"ReplayDiverged: {replay.diverged}")
+    if turn is not None:
+        turn.error = str(failed)
+    failed.turn = turn
+    raise failed
 
 
 @dataclass

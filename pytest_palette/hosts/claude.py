@@ -42,10 +42,24 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..arena.cassette import CASSETTE_NAME, Cassette, WireRecorder
 from ..arena.command_log import NOT_FOUND, CommandLog, CommandRun, not_found
+from ..arena.replay import WireReplay
 from ..models import ModelSpec
 from ..skill import SkillCard, drift, install
-from .base import COMMAND_TIMEOUT, Host, HostError, HostOption, HostSession, HostSettings, Problem, TurnRecord
+from .base import (
+    COMMAND_TIMEOUT,
+    Host,
+    HostError,
+    HostOption,
+    HostSession,
+    HostSettings,
+    NothingRecorded,
+    Problem,
+    TurnRecord,
+    held_to_recording,
+    secret_values,
+)
 from .endpoint import PLACEHOLDER_KEY, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint, credentials
 
 if TYPE_CHECKING:
@@ -133,7 +147,10 @@ def cli_version(cli: Path) -> str:
 
 
 def cli_model(model: ModelSpec) -> str:
-    """The `--model` the CLI is given for a spec this host supports."""
+    """The `--model` the CLI is given for a spec this host supports: a replay's, the one it was recorded with."""
+    if model.provider == "replay" and model.recording is not None:
+        recorded = model.recording.model_of("claude")
+        return REHEARSAL_CLI_MODEL if recorded.startswith("rehearsal") else recorded.partition(":")[2] or recorded
     return REHEARSAL_CLI_MODEL if model.provider == "rehearsal" else model.model_id
 
 
@@ -410,8 +427,12 @@ class ClaudeSession(HostSession):
     def __init__(self, cli: Path, work: Path, skill: SkillCard | None, env: Mapping[str, str], model_id: str,
                  folder: Path, permission_mode: str = PERMISSION_MODE, log: CommandLog | None = None,
                  priced: bool = True, sandbox: Sandbox | None = None, secrets: Iterable[str] = (),
-                 relay: list[str] | None = None, output_limit: int | None = None) -> None:
+                 relay: list[str] | None = None, output_limit: int | None = None,
+                 forwarder: KeyForwarder | None = None) -> None:
         self.cli, self.work, self.skill, self.model_id = cli, work, skill, model_id
+        #: The forwarder of this conversation's own (one that records it, or replays it), stopped with it.
+        self.forwarder = forwarder
+        self.replay = forwarder.replay if forwarder is not None else None
         self.output_limit = output_limit
         self.sandbox = sandbox
         #: The relay that runs the CLI with its model's socket on its loopback (then it has no network), or None.
@@ -431,6 +452,14 @@ class ClaudeSession(HostSession):
         self._session_cost = 0.0
 
     def send(self, message: str, timeout: float) -> TurnRecord:
+        return held_to_recording(self.replay, lambda: self._send(message, timeout))
+
+    def close(self) -> None:
+        if self.forwarder is not None:
+            self.forwarder.stop()
+            self.forwarder = None
+
+    def _send(self, message: str, timeout: float) -> TurnRecord:
         number = len(self.turns) + 1
         turn = TurnRecord(sent=message)
         self.turns.append(turn)
@@ -446,7 +475,8 @@ class ClaudeSession(HostSession):
             turn.answer = redact(str(result.get("result") or ""), self._secrets)
             turn.num_turns = result.get("num_turns")
             turn.cost_usd = self._turn_cost(result.get("total_cost_usd")) if self.priced else None
-            turn.usage = usage_of(result)
+            # A replay asks no model: the recording's tokens were spent when it was recorded.
+            turn.usage = {} if self.replay is not None else usage_of(result)
         except HostError as error:
             turn.error = str(error)
             if not turn.steps:  # stopped mid-turn: what the CLI streamed before that is in its output file
@@ -618,6 +648,7 @@ class ClaudeHost(Host):
 
     name = "claude"
     serves_rehearsal = True
+    records = True
     options = (HostOption("claude-cli", "the Claude Code CLI the claude host runs (default: the one bundled in "
                                         "claude-agent-sdk, else `claude` on PATH)", metavar="PATH"),)
 
@@ -644,7 +675,7 @@ class ClaudeHost(Host):
         return self._version
 
     def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
-        if model.provider not in ("rehearsal", "anthropic"):
+        if model.provider not in ("rehearsal", "anthropic", "replay"):
             return [Problem("Claude Code speaks only the Anthropic Messages API: use --model anthropic:<model id> "
                             "(for example anthropic:claude-sonnet-4-5) or --model rehearsal")]
         problems = []
@@ -721,9 +752,45 @@ class ClaudeHost(Host):
                 raise HostError("the skill installed for the CLI is not the skill under test: "
                                 + "; ".join(changed[:5]))
         folder = session_folder(workspace)
+        owned = self._own_forwarder(workspace, env, model, settings, sandbox)
+        try:
+            return self._open(workspace, installed, env, model, settings, sandbox, cli, folder, owned)
+        except BaseException:
+            if owned is not None:
+                owned.stop()
+            raise
+
+    def _own_forwarder(self, workspace: Workspace, env: Mapping[str, str], model: ModelSpec, settings: HostSettings,
+                       sandbox: Sandbox) -> KeyForwarder | None:
+        """A conversation's own forwarder, when it is recorded or replayed (each model call is its item's); None:
+        it shares the host's."""
+        if model.provider == "replay" and model.recording is not None:
+            recorded = model.recording.cassette(workspace.relative)
+            if isinstance(recorded, str):  # nothing recorded for this item: not a verdict, a skip with the reason
+                raise NothingRecorded(f"nothing to replay: {recorded}")
+            if recorded[0].wire != "anthropic":
+                raise HostError(f"{workspace.relative}'s cassette was recorded on the {recorded[0].wire} wire; "
+                                "the Claude Code CLI speaks Anthropic's")
+            return KeyForwarder(None, {}, replay=WireReplay(recorded, workspace.folder.resolve())).start()
+        if not settings.record:
+            return None
+        upstream, held = ((model.base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API, credentials(env))
+                          if model.provider != "rehearsal" else (self.endpoint.server(model, settings).base_url, {}))
+        cassette = Cassette(workspace.own(CASSETTE_NAME), model.text, model.provider, secret_values(env, sandbox))
+        recorder = WireRecorder(cassette, "anthropic", workspace.folder.resolve(), lambda: 0)
+        try:
+            forwarder = KeyForwarder(upstream, held, record=recorder).start()
+        except ValueError as error:
+            raise HostError(str(error)) from None
+        return forwarder
+
+    def _open(self, workspace: Workspace, installed: SkillCard | None, env: Mapping[str, str],
+              model: ModelSpec, settings: HostSettings, sandbox: Sandbox, cli: Path, folder: Path,
+              owned: KeyForwarder | None) -> ClaudeSession:
+        work = workspace.work
         forwarded = model.provider != "rehearsal"
-        forwarder = (self.forwarder(model, env) if forwarded
-                     else self._forwarder(self.endpoint.server(model, settings).base_url, {}))
+        forwarder = owned or (self.forwarder(model, env) if forwarded
+                              else self._forwarder(self.endpoint.server(model, settings).base_url, {}))
         # With no network for commands, the CLI gets none either: it reaches its model through the forwarder's
         # socket, relayed to a port on its own loopback — so its own tools (WebFetch) reach nothing else.
         relay = None
@@ -750,10 +817,13 @@ class ClaudeHost(Host):
                                   forwarded=forwarded)
         # HOME is not work/: the CLI reads no project settings (skills) in a project that is its home.
         cli_env.update({"CLAUDE_CODE_SHELL_PREFIX": str(wrapper), "TMPDIR": str(scratch), "HOME": str(home)})
-        return ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
-                             workspace.command_log(), priced=model.provider != "rehearsal",
-                             sandbox=sandbox, secrets=secrets_in(env), relay=relay,
-                             output_limit=settings.output_limit)
+        session = ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
+                                workspace.command_log(), priced=model.provider not in ("rehearsal", "replay"),
+                                sandbox=sandbox, secrets=secrets_in(env), relay=relay,
+                                output_limit=settings.output_limit, forwarder=owned)
+        if owned is not None and owned.record is not None:
+            owned.record.turn = lambda: len(session.turns)
+        return session
 
     def forwarder(self, model: ModelSpec, env: Mapping[str, str]) -> KeyForwarder:
         """The running forwarder to this model's endpoint with the caller's key (one per endpoint and key)."""

@@ -37,7 +37,6 @@ import sysconfig
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,10 +44,22 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..arena.cassette import CASSETTE_NAME, Cassette, WireRecorder
+from ..arena.replay import WireReplay
 from ..arena.sandbox import Sandbox, allowed_environment
 from ..models import NO_KEY_HINT, ModelSpec, missing_credentials
 from ..skill import SkillCard, drift, install, skill_hash
-from .base import Host, HostError, HostSession, HostSettings, Problem, TurnRecord
+from .base import (
+    Host,
+    HostError,
+    HostSession,
+    HostSettings,
+    NothingRecorded,
+    Problem,
+    TurnRecord,
+    held_to_recording,
+    secret_values,
+)
 from .endpoint import OPENAI_FORWARDED, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint
 from .shell import Shell
 
@@ -84,6 +95,7 @@ class CugaModel:
 SETTINGS_FILES = {
     "rehearsal": "settings.openai.toml",
     "openai": "settings.openai.toml",
+    "replay": "settings.openai.toml",  # its recording's answers, on the OpenAI wire it was recorded on
     "watsonx": "settings.watsonx.toml",
     "rits": "settings.rits.toml",
 }
@@ -93,7 +105,8 @@ def unsupported_reason(model: ModelSpec) -> str | None:
     if model.provider in SETTINGS_FILES:
         return None
     return (f"the cuga host runs models through CUGA's own settings and maps only "
-            f"{', '.join(sorted(SETTINGS_FILES))} (as provider:model); {model.provider!r} is not one of them")
+            f"{', '.join(sorted(set(SETTINGS_FILES) - {'replay'}))} (as provider:model); {model.provider!r} is not "
+            "one of them")
 
 
 def credentials_needed(model: ModelSpec, env: Mapping[str, str]) -> list[str]:
@@ -142,12 +155,16 @@ def cuga_model(model: ModelSpec, env: Mapping[str, str], rehearsal_url: str | No
     if reason:
         raise HostError(reason)
     settings_file = SETTINGS_FILES[model.provider]
-    if model.provider == "rehearsal":
+    if model.provider in ("rehearsal", "replay"):
         if not rehearsal_url:
-            raise HostError("the rehearsal model needs its endpoint's URL")
-        # CUGA's OpenAI client, pointed at the loopback rehearsal server; the key is a placeholder.
+            raise HostError(f"the {model.provider} model needs its endpoint's URL")
+        # CUGA's OpenAI client, pointed at the loopback rehearsal server (or the replay); the key is a placeholder.
+        # A replay names the model it replays, as CUGA was told when it was recorded.
+        recorded = model.recording.model_of("cuga") if model.recording is not None else model.text
+        name = model.text if model.provider == "rehearsal" else \
+            recorded if recorded.startswith("rehearsal") else recorded.partition(":")[2] or recorded
         return CugaModel(settings_file, {"OPENAI_BASE_URL": rehearsal_url, "OPENAI_API_KEY": "dummy",
-                                         "MODEL_NAME": model.text})
+                                         "MODEL_NAME": name})
     variables = {"MODEL_NAME": model.model_id}
     # --palette-base-url first, then the caller's OPENAI_BASE_URL: CUGA's OpenAI client reads the variable.
     base_url = model.base_url or env.get("OPENAI_BASE_URL") if model.provider == "openai" else None
@@ -327,7 +344,7 @@ PLACEHOLDER_KEY = "sk-placeholder-the-harness-adds-the-key"
 OPENAI_API = "https://api.openai.com/v1"
 #: Providers whose client the forwarder can hold the key for (an OpenAI-compatible endpoint, a Bearer key). The
 #: others' clients exchange or send their keys themselves: their worker gets the keys and the network.
-FORWARDED_PROVIDERS = frozenset({"rehearsal", "openai"})
+FORWARDED_PROVIDERS = frozenset({"rehearsal", "openai", "replay"})
 #: The variables that carry a provider's credentials, for the providers whose worker holds them.
 KEY_PREFIXES = {"watsonx": ("WATSONX_", "WX_"), "rits": ("RITS_",)}
 #: A model answer with one of these statuses is one the client retries (as the openai SDK does).
@@ -393,10 +410,13 @@ class CugaSession(HostSession):
     each command (run by its shell, in the sandbox, on its clock), the retries (failed answers it passed on)."""
 
     def __init__(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], cuga: CugaModel,
-                 provider: str, settings: HostSettings, sandbox: Sandbox) -> None:
+                 provider: str, settings: HostSettings, sandbox: Sandbox, cassette: Cassette | None = None,
+                 replay: WireReplay | None = None) -> None:
         self.work = workspace.work
         self.cuga_folder = self.work / ".cuga"
-        self.thread_id = f"palette-{uuid.uuid4().hex[:8]}"
+        # The item's own, the same when it is replayed: a model's code that names its folder finds it again.
+        self.thread_id = f"palette-{hashlib.sha256(str(workspace.relative).encode()).hexdigest()[:8]}"
+        self.cassette, self.replay = cassette, replay
         self.sandbox = sandbox
         self.shell = Shell(self.work, env, RUN_COMMAND_CEILING, log=workspace.command_log(), sandbox=sandbox)
         self.turns: list[TurnRecord] = []
@@ -435,8 +455,11 @@ class CugaSession(HostSession):
             upstream = variables.get("OPENAI_BASE_URL") or OPENAI_API
             key = env.get("OPENAI_API_KEY", "") if provider == "openai" else ""
             held = {"Authorization": f"Bearer {key}"} if key else {}
+            record = WireRecorder(self.cassette, "openai", workspace.folder.resolve(), lambda: len(self.turns)) \
+                if self.cassette is not None else None
             try:
-                self._forwarder = KeyForwarder(upstream, held, paths=OPENAI_FORWARDED, observe=self._observed).start()
+                self._forwarder = KeyForwarder(None if self.replay else upstream, held, paths=OPENAI_FORWARDED,
+                                               observe=self._observed, record=record, replay=self.replay).start()
             except ValueError as error:
                 raise HostError(str(error)) from None
             base_url = self._forwarder.base_url
@@ -560,6 +583,9 @@ class CugaSession(HostSession):
     # -- a turn --------------------------------------------------------------------------------------------------
 
     def send(self, message: str, timeout: float) -> TurnRecord:
+        return held_to_recording(self.replay, lambda: self._send(message, timeout))
+
+    def _send(self, message: str, timeout: float) -> TurnRecord:
         if self._broken:
             raise HostError(f"the session cannot continue: {self._broken}")
         turn = TurnRecord(sent=message, retries=0)
@@ -576,7 +602,8 @@ class CugaSession(HostSession):
                     self._start_command(said)
                     continue
                 if isinstance(said, Done):
-                    turn.answer, turn.usage = said.answer, dict(said.usage)
+                    # A replay asks no model: the recording's tokens were spent when it was recorded.
+                    turn.answer, turn.usage = said.answer, {} if self.replay else dict(said.usage)
                     if said.error:
                         self._broken = said.error
                         raise HostError(said.error)
@@ -707,6 +734,7 @@ class CugaHost(Host):
 
     name = "cuga"
     serves_rehearsal = True
+    records = True
 
     def __init__(self) -> None:
         self._endpoint = RehearsalEndpoint()
@@ -782,10 +810,21 @@ class CugaHost(Host):
 
     def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings, sandbox: Sandbox) -> CugaSession:
-        url = (self._endpoint.server(model, settings).openai_base_url
-               if model.provider == "rehearsal" else None)
+        replay = None
+        if model.provider == "replay" and model.recording is not None:
+            recorded = model.recording.cassette(workspace.relative)
+            if isinstance(recorded, str):  # nothing recorded for this item: not a verdict, a skip with the reason
+                raise NothingRecorded(f"nothing to replay: {recorded}")
+            if recorded[0].wire != "openai":
+                raise HostError(f"{workspace.relative}'s cassette was recorded on the {recorded[0].wire} wire; the "
+                                "cuga host's client speaks OpenAI's")
+            replay = WireReplay(recorded, workspace.folder.resolve())
+        url = (self._endpoint.server(model, settings).openai_base_url if model.provider == "rehearsal"
+               else "http://127.0.0.1:0/v1" if replay else None)
+        cassette = Cassette(workspace.own(CASSETTE_NAME), model.text, model.provider, secret_values(env, sandbox)) \
+            if settings.record else None
         return CugaSession(workspace, skill, env, cuga_model(model, env, rehearsal_url=url), model.provider, settings,
-                           sandbox)
+                           sandbox, cassette=cassette, replay=replay)
 
     def fault(self, model: ModelSpec) -> str | None:
         return self._endpoint.fault(model)

@@ -13,6 +13,7 @@ import json
 import socketserver
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..arena.cassette import WireRecorder
+from ..arena.replay import WireReplay
 from ..models import ModelSpec, rehearsal_policy
 from ..rehearsal.injection import FaultSchedule
 from ..rehearsal.latency import ModelLatency
@@ -97,17 +100,24 @@ class KeyForwarder:
     Loopback only; only `paths` (FORWARDED, or OPENAI_FORWARDED); bounded bodies.
 
     `observe`, when given, hears of each answer once it has been passed on: its status and its body (the first
-    OBSERVED_BODY bytes) — the harness's own record of what the model said, which no process of the agent's writes."""
+    OBSERVED_BODY bytes) — the harness's own record of what the model said, which no process of the agent's writes.
+    `record` (`--palette-record`) writes each model call to the item's cassette. With `replay` (`--model
+    replay:RUN`) there is no upstream: the item's recording answers, and no request leaves this process."""
 
-    def __init__(self, upstream: str, credentials: Mapping[str, str], paths: tuple[str, ...] = FORWARDED,
-                 observe: Callable[[int, bytes], None] | None = None) -> None:
-        parts = urlsplit(upstream.rstrip("/"))
+    def __init__(self, upstream: str | None, credentials: Mapping[str, str], paths: tuple[str, ...] = FORWARDED,
+                 observe: Callable[[int, bytes], None] | None = None, record: WireRecorder | None = None,
+                 replay: WireReplay | None = None) -> None:
+        parts = urlsplit((upstream or "http://replay.invalid").rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"the model's base URL {upstream!r} is not an http(s) URL")
+        if upstream is None and replay is None:
+            raise ValueError("a forwarder needs the model's base URL")
         self.upstream = parts
         self.credentials = dict(credentials)
         self.paths = paths
         self.observe = observe
+        self.record = record
+        self.replay = replay
         self._server: ThreadingHTTPServer | None = None
         self._unix: socketserver.ThreadingUnixStreamServer | None = None
         self._folder: Path | None = None
@@ -175,6 +185,10 @@ class KeyForwarder:
             _refuse(request, 413, "request body missing a length or too large")
             return
         body = request.rfile.read(length) if length else None
+        if self.replay is not None:
+            self._replayed(request, body)
+            return
+        started = time.time()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _OWN_HEADERS}
         headers.update(self.credentials)
         up = self.upstream
@@ -190,12 +204,16 @@ class KeyForwarder:
             request.send_header("Transfer-Encoding", "chunked")  # streamed as it comes (server-sent events)
             request.end_headers()
             kept = bytearray()
+            keep = self.observe is not None or self.record is not None
             while chunk := answer.read1(65536):
                 request.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 request.wfile.flush()
-                if self.observe is not None and len(kept) < OBSERVED_BODY:
+                if keep and len(kept) < OBSERVED_BODY:
                     kept += chunk[:OBSERVED_BODY - len(kept)]
             request.wfile.write(b"0\r\n\r\n")
+            if self.record is not None:
+                self.record(path, body, answer.status, answer.getheader("Content-Type") or "", bytes(kept), started,
+                            time.time())
             if self.observe is not None:
                 self.observe(answer.status, bytes(kept))
         except (OSError, http.client.HTTPException) as error:
@@ -203,6 +221,19 @@ class KeyForwarder:
                 _refuse(request, 502, f"the model's endpoint did not answer: {type(error).__name__}")
         finally:
             connection.close()
+
+
+    def _replayed(self, request: BaseHTTPRequestHandler, body: bytes | None) -> None:
+        """The recording's answer to `request`, as the upstream would have sent it (whole, with its length)."""
+        assert self.replay is not None
+        status, content_type, data = self.replay.answer(request.command, request.path, body)
+        request.send_response(status)
+        request.send_header("Content-Type", content_type)
+        request.send_header("Content-Length", str(len(data)))
+        request.end_headers()
+        request.wfile.write(data)
+        if self.observe is not None:
+            self.observe(status, data[:OBSERVED_BODY])
 
 
 def _remove_socket_folder(folder: Path) -> None:

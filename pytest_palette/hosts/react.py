@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..arena.cassette import CASSETTE_NAME, Cassette, Exchange
 from ..arena.command_log import CommandLog
 from ..arena.replay import replay_model
-from ..models import PROVIDER_KEYS, ModelSpec, ModelUnavailable, RetryCounter, build_chat_model, check_model
+from ..models import ModelSpec, ModelUnavailable, RetryCounter, build_chat_model, check_model
 from ..skill import SkillCard, install
 from .base import (
     COMMAND_TIMEOUT,
@@ -32,6 +32,7 @@ from .base import (
     OptionRefused,
     Problem,
     TurnRecord,
+    secret_values,
 )
 from .shell import DEFAULT_OUTPUT_LIMIT, Shell
 
@@ -263,10 +264,10 @@ def recorder(cassette: Cassette, turn: int) -> Any:
             if run_id not in self.started:
                 return
             started, messages, tools = self.started.pop(run_id)
-            cassette.calls += 1
-            cassette.add(Exchange(index=cassette.calls, turn=turn, model=cassette.model, provider=cassette.provider,
-                                  started_at=round(started, 3), ended_at=round(time.time(), 3), messages=messages,
-                                  tools=tools, answer=answer, error=error))
+            cassette.add(Exchange(index=cassette.next_index(), turn=turn, model=cassette.model,
+                                  provider=cassette.provider, started_at=round(started, 3),
+                                  ended_at=round(time.time(), 3), messages=messages, tools=tools, answer=answer,
+                                  error=error))
 
     return Recorder()
 
@@ -375,5 +376,4 @@ class ReactHost(Host):
                             log=workspace.command_log(), sandbox=sandbox, retries=retries,
                             output_limit=settings.output_limit,
                             cassette=Cassette(workspace.own(CASSETTE_NAME), model.text, model.provider,
-                                              [env[name] for names in PROVIDER_KEYS.values() for name in names
-                                               if env.get(name)]) if settings.record else None)
+                                              secret_values(env, sandbox)) if settings.record else None)

@@ -4,15 +4,19 @@ CUGA reaches it as an OpenAI-compatible endpoint (`OPENAI_BASE_URL=<base_url>/v1
 Code CLI as an Anthropic one (`ANTHROPIC_BASE_URL=<base_url>`). Each request is answered by one
 policy, chosen when the server is made, from the messages that request carries and nothing else. Given a
 fault schedule (rehearsal/injection.py), it fails some model calls the way providers do (429, 5xx, a reset).
+Given a key (`--require-key`), it answers only requests that carry it, as a provider does (`x-api-key`, or
+`Authorization: Bearer`): a run against it shows where a key travels, with a fake one.
 
     python -m pytest_palette.rehearsal.server --port 8765    # serve until interrupted
     python -m pytest_palette.rehearsal.server --faults 429:0.2,500:0.05,seed=7
+    python -m pytest_palette.rehearsal.server --require-key sk-fake-0123    # a provider that checks its key
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import hmac
 import json
 import logging
 import signal
@@ -70,6 +74,8 @@ class _Handler(BaseHTTPRequestHandler):
     def dispatch(self, method: str) -> None:
         route = urlsplit(self.path).path.rstrip("/")  # the Claude CLI appends ?beta=true
         try:
+            if not self.authorized():
+                raise HttpError(401, "authentication_error", "invalid x-api-key")
             if method == "GET" and route == "/v1/models":
                 self.send_json(200, models())
             elif method == "POST" and route in POST_ROUTES:
@@ -88,6 +94,14 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as error:  # a policy or adapter bug: answer it, never hang the client
             log.exception("rehearsal server failed on %s %s", method, route)
             self.send_json(500, {"type": "error", "error": {"type": "api_error", "message": repr(error)}})
+
+    def authorized(self) -> bool:
+        """Whether the request carries the server's key, when it requires one (the body is not read otherwise)."""
+        key = self.server.key
+        if key is None:
+            return True
+        given = self.headers.get("x-api-key") or (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+        return hmac.compare_digest(given.strip().encode(), key.encode())
 
     def read_json(self) -> Json:
         length = int(self.headers.get("Content-Length") or 0)
@@ -186,9 +200,10 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, policy: RehearsalPolicy, port: int, faults: FaultSchedule | None = None,
-                 latency: ModelLatency | None = None) -> None:
+                 latency: ModelLatency | None = None, key: str | None = None) -> None:
         super().__init__((HOST, port), _Handler)
         self.policy = policy
+        self.key = key
         self.faults = faults
         self.latency = latency
         self.served: list[tuple[str, str]] = []
@@ -227,17 +242,20 @@ class RehearsalServer:
     """The rehearsal policy served on 127.0.0.1 at a free port, for the life of a `with` block."""
 
     def __init__(self, policy: RehearsalPolicy | None = None, port: int = 0,
-                 faults: FaultSchedule | None = None, latency: ModelLatency | None = None) -> None:
+                 faults: FaultSchedule | None = None, latency: ModelLatency | None = None,
+                 key: str | None = None) -> None:
         self.policy = policy or RehearsalPolicy()
         self.faults = faults
         self.latency = latency
+        #: The key every request must carry, as a provider's would; None: it checks none.
+        self.key = key
         self._port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> RehearsalServer:
         if self._server is None:
-            self._server = _Server(self.policy, self._port, self.faults, self.latency)
+            self._server = _Server(self.policy, self._port, self.faults, self.latency, self.key)
             self._thread = threading.Thread(target=self._server.serve_forever, name="rehearsal-server",
                                             kwargs={"poll_interval": 0.1}, daemon=True)
             self._thread.start()
@@ -278,8 +296,10 @@ class RehearsalServer:
         generous enough for a busy machine: the listing is computed from nothing)."""
         if self._server is None:
             return False
+        request = urllib.request.Request(f"{self.openai_base_url}/models",
+                                         headers={"x-api-key": self.key} if self.key else {})
         try:
-            with urllib.request.urlopen(f"{self.openai_base_url}/models", timeout=timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 return bool(response.status == 200)
         except (OSError, ValueError):
             return False
@@ -302,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", default=None, metavar="SPEC",
                         help="transient errors to inject, e.g. 429:0.2,500:0.05,seed=7 (kinds: "
                              "429, 500, 502, 503, 529, reset)")
+    parser.add_argument("--require-key", default=None, metavar="KEY",
+                        help="answer only requests carrying KEY (x-api-key or Authorization: Bearer), as a provider "
+                             "does: give it a fake key, never a real one")
     args = parser.parse_args(argv)
     try:
         faults = FaultSchedule.parse(args.faults) if args.faults is not None else None
@@ -311,15 +334,18 @@ def main(argv: list[str] | None = None) -> int:
     # A handler, not KeyboardInterrupt: an interrupt that lands mid-print or mid-start still stops cleanly.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())
-    server = RehearsalServer(port=args.port, faults=faults).start()
+    server = RehearsalServer(port=args.port, faults=faults, key=args.require_key).start()
+    key = "<the key given>" if args.require_key else "dummy"
     try:
-        print(f"rehearsal model serving at {server.base_url}" + (f", injecting {faults}" if faults else ""),
-              flush=True)
-        print(f"  CUGA / OpenAI clients:  OPENAI_BASE_URL={server.openai_base_url} OPENAI_API_KEY=dummy",
+        print(f"rehearsal model serving at {server.base_url}" + (f", injecting {faults}" if faults else "")
+              + (", answering only requests that carry the key given" if args.require_key else ""), flush=True)
+        print(f"  CUGA / OpenAI clients:  OPENAI_BASE_URL={server.openai_base_url} OPENAI_API_KEY={key}",
               flush=True)
         print(f"  pytest (react, cuga):   --model openai:rehearsal --palette-base-url {server.openai_base_url} "
-              "with OPENAI_API_KEY=dummy", flush=True)
-        print(f"  Claude Code:            ANTHROPIC_BASE_URL={server.base_url} ANTHROPIC_API_KEY=sk-ant-dummy",
+              f"with OPENAI_API_KEY={key}", flush=True)
+        print(f"  pytest (claude):        --model anthropic:claude-sonnet-4-5 --palette-base-url {server.base_url} "
+              f"with ANTHROPIC_API_KEY={key}", flush=True)
+        print(f"  Claude Code:            ANTHROPIC_BASE_URL={server.base_url} ANTHROPIC_API_KEY={key}",
               flush=True)
         while not stopping.wait(0.2):
             pass
