@@ -273,8 +273,11 @@ def test_the_harness_endpoint_records_a_call_to_a_keyed_provider_and_replays_it_
         connection = http.client.HTTPConnection("127.0.0.1", int(forwarder.base_url.rsplit(":", 1)[1]), timeout=30)
         connection.request("POST", "/v1/messages?beta=true", body=request,
                            headers={"x-api-key": "sk-ant-placeholder", "Content-Type": "application/json"})
-        answer = connection.getresponse()
-        return answer.status, answer.read()
+        try:
+            answer = connection.getresponse()
+            return answer.status, answer.read()
+        finally:
+            connection.close()
 
     folder = tmp_path / "claude" / "plain"
     with RehearsalServer(key=key) as server:
