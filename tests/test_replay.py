@@ -18,6 +18,7 @@ from pytest_palette.arena.replay import (
     ReplayUnavailable,
     WireReplay,
     divergence,
+    first_difference,
     recorded_run,
     replay_model,
     whole_stream,
@@ -302,6 +303,19 @@ def test_the_harness_endpoint_records_a_call_to_a_keyed_provider_and_replays_it_
     assert status == 200 and assembled(again) == assembled(live)
 
 
+def test_two_recordings_part_at_the_first_answer_that_differs() -> None:
+    def said(index: int, text: str, error: str = "") -> Exchange:
+        answer = {"type": "ai", "data": {"content": text, "type": "ai", "tool_calls": []}}
+        return Exchange(index=index, turn=1 + index // 3, model="m", provider="p", started_at=0.0, ended_at=1.0,
+                        messages=[], tools=[], answer=None if error else answer, error=error)
+
+    one = [said(1, "plan"), said(2, "", error="RateLimitError: 429"), said(3, "build")]
+    assert first_difference(one, [said(1, "plan"), said(2, "build")]) is None  # a retry is not an answer
+    assert first_difference(one, [said(1, "plan"), said(2, "build now")]) == \
+        "answer 2 differs (turn 2, call 3 | turn 1, call 2): 'build' | 'build now'"
+    assert first_difference(one, one[:1]) == "the same first 1 answer(s); then one recording ends (2 answer(s) | 1)"
+
+
 # -- the acceptance run: a keyed provider over HTTP, recorded on every host, replayed with it gone ---------------
 
 #: A fake key with a shape no file of ours holds by accident: the provider requires it, nothing may write it.
@@ -322,9 +336,11 @@ def _record(folder: Path, hosts: list[str], model: str, url: str, key_variable: 
 @pytest.mark.end_to_end
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_a_run_recorded_from_a_keyed_provider_replays_on_every_host_with_the_provider_gone(tmp_path: Path) -> None:
+def test_a_run_recorded_from_a_keyed_provider_replays_on_every_host_with_the_provider_gone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from test_cuga_host import _REASON
 
+    from pytest_palette.commands import main
     from pytest_palette.hosts.claude import find_cli
     from pytest_palette.rehearsal.server import RehearsalServer
     from pytest_palette.results.ledger import load
@@ -360,6 +376,14 @@ def test_a_run_recorded_from_a_keyed_provider_replays_on_every_host_with_the_pro
             cassette = copy / host / TAMPERED / "cassette.jsonl"
             lines = cassette.read_text(encoding="utf-8").splitlines(keepends=True)
             cassette.write_text("".join(lines[:2] + lines[3:]), encoding="utf-8")
+        # Two recordings of one case side by side: the first answer that differs, in the tampered items only.
+        capsys.readouterr()
+        tampered = set(wires[wire]) - {"react"}
+        assert main(["diff", str(sweep.runs / "recorded"), str(copy)]) == (1 if tampered else 0)
+        said = capsys.readouterr().out
+        assert all(f"{host}/{TAMPERED}: answer 3 differs (turn 1, call 3 | turn 1, call 4)" in said
+                   for host in tampered), said
+        assert said.count("differs") == len(tampered) and f"{len(tampered)} of {len(THREE) * len(wires[wire])}" in said
         replayed = run_session(tmp_path / f"{wire}-replay", [str(repo / "cases"), "-k", " or ".join(THREE),
                                                             f"--host={','.join(wires[wire])}",
                                                             f"--model=replay:{copy}", f"--rootdir={repo}"])

@@ -15,6 +15,7 @@ recorded bytes of each answer, with the recorded item's folder read as this item
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -438,3 +439,75 @@ class WireReplay:
         else:
             body = {"error": {"message": message, "type": "invalid_request_error", "code": None}}
         return status, "application/json", json.dumps(body).encode()
+
+
+# -- two recordings of one item, side by side (`palette-bench diff`) -----------------------------------------------
+
+def answer_words(exchange: Exchange) -> str | None:
+    """What the model answered at one exchange, as words and calls — whatever the serialisation — with the
+    recorded item's folder written `<item>`; None for a call that failed (a retry is not an answer)."""
+    answer = exchange.answer
+    if answer is None or exchange.error:
+        return None
+    if exchange.wire == "langchain":
+        words, calls = _content(answer), _calls(answer)
+    else:
+        words, calls = _wire_answer(exchange.wire, whole_stream(str(answer.get("body", ""))))
+    said = words.strip() + "".join(f"\n→ {name} {args}" for name, args in calls)
+    return said.replace(exchange.root, "<item>") if exchange.root else said
+
+
+def _wire_answer(wire: Wire, body: str) -> tuple[str, list[tuple[str, str]]]:
+    """The words and calls of a wire's answer, whole (JSON) or streamed (joined by `whole_stream`)."""
+    events: list[Any] = []
+    for line in body.splitlines():
+        if line.startswith("data:") and line[5:].strip() != "[DONE]":
+            with contextlib.suppress(ValueError):  # a stream's comment, a truncated body: not read
+                events.append(json.loads(line[5:]))
+    if not events:
+        with contextlib.suppress(ValueError):
+            events = [json.loads(body)]
+    words: list[str] = []
+    calls: list[tuple[str, str]] = []
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        if wire == "anthropic":
+            for block in event.get("content") or []:  # a whole message
+                if block.get("type") == "text":
+                    words.append(str(block.get("text", "")))
+                elif block.get("type") == "tool_use":
+                    calls.append((str(block.get("name")), json.dumps(block.get("input"), sort_keys=True)))
+            block = event.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                calls.append((str(block.get("name")), ""))
+            delta = event.get("delta") or {}
+            if delta.get("type") == "text_delta":
+                words.append(str(delta.get("text", "")))
+            elif delta.get("type") == "input_json_delta" and calls:
+                calls[-1] = (calls[-1][0], calls[-1][1] + str(delta.get("partial_json", "")))
+            continue
+        for choice in event.get("choices") or []:
+            message = choice.get("message") or choice.get("delta") or {}
+            words.append(str(message.get("content") or ""))
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                if function.get("name"):
+                    calls.append((str(function["name"]), ""))
+                if calls:
+                    calls[-1] = (calls[-1][0], calls[-1][1] + str(function.get("arguments") or ""))
+    return "".join(words), calls
+
+
+def first_difference(before: Sequence[Exchange], after: Sequence[Exchange]) -> str | None:
+    """Where two recordings of one item part: the first answer of the model that differs, in words — its turn and
+    call in each, what each answered — or one ending before the other. None: the same answers throughout."""
+    answered = [[(e, w) for e in recording if (w := answer_words(e)) is not None] for recording in (before, after)]
+    for number, ((was, said), (now, says)) in enumerate(zip(*answered, strict=False), 1):
+        if said != says:
+            return (f"answer {number} differs (turn {was.turn}, call {was.index} | turn {now.turn}, call "
+                    f"{now.index}): {_clip(said)!r} | {_clip(says)!r}")
+    if len(answered[0]) != len(answered[1]):
+        return (f"the same first {min(map(len, answered))} answer(s); then one recording ends "
+                f"({len(answered[0])} answer(s) | {len(answered[1])})")
+    return None

@@ -21,6 +21,8 @@ COMMANDS = (
                          "metrics; a run with the skill beside one without it: the lift"),
     ("compare", "compare", "two runs before vs after (or with the skill vs without it), per case and host, with a "
                            "paired exact test"),
+    ("diff", "diff", "two recordings of the same cases (--palette-record): the first answer of the model that "
+                     "differs, item by item"),
     ("view", "view", "a static HTML site to look at: the matrix, a page per item with its slides, comparisons"),
 )
 
