@@ -323,6 +323,8 @@ FAKE_KEY = "sk-palette-fake-key-7b20e4"
 #: Three core cases, on every host: each cuga conversation costs seconds of CPU to start.
 THREE = ("plain_request", "pasted_notes", "conditional_yes")
 TAMPERED = "pasted_notes"
+#: Its cassette removed on the wire hosts: skipped with the reason.
+UNRECORDED = "plain_request"
 
 
 def _record(folder: Path, hosts: list[str], model: str, url: str, key_variable: str) -> Sweep:
@@ -368,7 +370,7 @@ def test_a_run_recorded_from_a_keyed_provider_replays_on_every_host_with_the_pro
         url = urls[wire]
         assert {r.terms.label for r in records} == {f"{r.terms.model} at {url}" for r in records}
     # The provider is gone. Each recording is replayed from a copy in which one answer of TAMPERED is taken out on
-    # the wire hosts (react's own tampering is the good sweep's test).
+    # the wire hosts, and UNRECORDED's cassette is gone (react's own are the good sweep's test).
     for wire, sweep in recorded.items():
         copy = tmp_path / f"{wire}-copy"
         shutil.copytree(sweep.runs / "recorded", copy, symlinks=True)
@@ -376,6 +378,7 @@ def test_a_run_recorded_from_a_keyed_provider_replays_on_every_host_with_the_pro
             cassette = copy / host / TAMPERED / "cassette.jsonl"
             lines = cassette.read_text(encoding="utf-8").splitlines(keepends=True)
             cassette.write_text("".join(lines[:2] + lines[3:]), encoding="utf-8")
+            (copy / host / UNRECORDED / "cassette.jsonl").unlink()
         # Two recordings of one case side by side: the first answer that differs, in the tampered items only.
         capsys.readouterr()
         tampered = set(wires[wire]) - {"react"}
@@ -383,7 +386,9 @@ def test_a_run_recorded_from_a_keyed_provider_replays_on_every_host_with_the_pro
         said = capsys.readouterr().out
         assert all(f"{host}/{TAMPERED}: answer 3 differs (turn 1, call 3 | turn 1, call 4)" in said
                    for host in tampered), said
-        assert said.count("differs") == len(tampered) and f"{len(tampered)} of {len(THREE) * len(wires[wire])}" in said
+        assert all(f"{host}/{UNRECORDED}: recorded in RUN_A only" in said for host in tampered), said
+        assert said.count("differs (") == len(tampered) and \
+            f"{2 * len(tampered)} of {len(THREE) * len(wires[wire])} item(s) differ" in said
         replayed = run_session(tmp_path / f"{wire}-replay", [str(repo / "cases"), "-k", " or ".join(THREE),
                                                             f"--host={','.join(wires[wire])}",
                                                             f"--model=replay:{copy}", f"--rootdir={repo}"])
@@ -396,6 +401,10 @@ def test_a_run_recorded_from_a_keyed_provider_replays_on_every_host_with_the_pro
                 assert now.outcome == "error" and now.failures[0].startswith(
                     f"{host}: turn 1 failed: ReplayDiverged: call 3 (turn 1) diverges from the recording: it sent"), \
                     now.failures
+                continue
+            if host != "react" and case == UNRECORDED:
+                assert now.outcome == "skipped" and f"nothing to replay: {host}/{UNRECORDED} has no cassette" in \
+                    now.failures[0], now.failures
                 continue
             assert was.judged is not None and now.judged is not None, (host, case, now.failures)
             # Every verdict, slide count, call chain and score is the recording's: the commands ran again.
