@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from sweeps import Sweep, run_session
 
@@ -418,3 +419,16 @@ def test_a_run_recorded_from_a_keyed_provider_replays_on_every_host_with_the_pro
     holding = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()
                and FAKE_KEY.encode() in p.read_bytes()]
     assert holding == []
+
+
+def test_a_cassette_is_served_only_as_an_answer_whatever_it_was_made_to_hold() -> None:
+    # A cassette may come from anywhere (a bug report): its answer's status and type are checked before serving.
+    request = anthropic_request(RECORDED_ROOT)
+    forged = msgspec.structs.replace(wire_exchange(1, request, "{}"), answer={
+        "status": 200, "content_type": "text/plain\r\nX-Injected: 1", "body": "{}"})
+    assert WireReplay([forged], Path(RECORDED_ROOT)).answer("POST", "/v1/messages", json.dumps(request).encode())[1] \
+        == "application/octet-stream"
+    broken = msgspec.structs.replace(forged, answer={"status": "200 OK", "body": "{}"})
+    replay = WireReplay([broken], Path(RECORDED_ROOT))
+    assert replay.answer("POST", "/v1/messages", json.dumps(request).encode())[0] == 400
+    assert replay.diverged == "call 1 (turn 1): the recording kept no answer to serve"

@@ -42,6 +42,8 @@ _HEX = re.compile(r"\b[0-9a-f]{8,}\b")
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
 #: How CUGA's codeact hands the model what a code block printed: as a user message that begins so.
 _EXECUTION = ("Execution output:", "Error during execution")
+#: A recorded answer's content type, served again only if it is one (never a header of its own making).
+_CONTENT_TYPE = re.compile(r"[\w.+-]+/[\w.+-]+(?:; ?[\w-]+=[\w.\"-]+)*")
 
 
 class ReplayUnavailable(Exception):
@@ -65,6 +67,14 @@ class RecordedRun:
     def model_of(self, host: str) -> str:
         """The model the run's items on `host` were recorded with (the run's, when it ran none there)."""
         return ", ".join(sorted({r.terms.model for r in self.records if r.host == host})) or self.model
+
+    def client_model(self, host: str) -> tuple[str, str]:
+        """(provider, model id) `host`'s client was told when it recorded: `rehearsal[:<name>]` is its own id."""
+        recorded = self.model_of(host)
+        if recorded.startswith("rehearsal"):
+            return "rehearsal", recorded
+        provider, _, model_id = recorded.partition(":")
+        return provider, model_id or recorded
 
     def cassette(self, relative: PurePosixPath) -> list[Exchange] | str:
         """The recorded exchanges of the item whose folder is `relative` (`<host>/<case>[-k]`, the same in the
@@ -416,7 +426,8 @@ class WireReplay:
             if self.diverged is not None:
                 return self._error(400, f"ReplayDiverged: {self.diverged}")
         assert answer is not None
-        return int(answer["status"]), str(answer.get("content_type") or "application/json"), \
+        kind = str(answer.get("content_type") or "application/json")
+        return answer["status"], kind if _CONTENT_TYPE.fullmatch(kind) else "application/octet-stream", \
             self._as_ours(whole_stream(str(answer.get("body", "")))).encode()
 
     def _next(self, body: bytes | None) -> tuple[str | None, dict[str, Any] | None]:
@@ -438,7 +449,8 @@ class WireReplay:
                            client_words=True)
         if found:
             return f"call {call} (turn {exchange.turn}) diverges from the recording: {found}", None
-        if exchange.answer is None or "status" not in exchange.answer:
+        status = (exchange.answer or {}).get("status")
+        if not isinstance(status, int) or not 100 <= status <= 599:  # a cassette is read as untrusted as any file
             return f"call {call} (turn {exchange.turn}): the recording kept no answer to serve", None
         return None, exchange.answer
 

@@ -149,8 +149,8 @@ def cli_version(cli: Path) -> str:
 def cli_model(model: ModelSpec) -> str:
     """The `--model` the CLI is given for a spec this host supports: a replay's, the one it was recorded with."""
     if model.provider == "replay" and model.recording is not None:
-        recorded = model.recording.model_of("claude")
-        return REHEARSAL_CLI_MODEL if recorded.startswith("rehearsal") else recorded.partition(":")[2] or recorded
+        provider, model_id = model.recording.client_model("claude")
+        return REHEARSAL_CLI_MODEL if provider == "rehearsal" else model_id
     return REHEARSAL_CLI_MODEL if model.provider == "rehearsal" else model.model_id
 
 

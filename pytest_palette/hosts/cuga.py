@@ -160,9 +160,7 @@ def cuga_model(model: ModelSpec, env: Mapping[str, str], rehearsal_url: str | No
             raise HostError(f"the {model.provider} model needs its endpoint's URL")
         # CUGA's OpenAI client, pointed at the loopback rehearsal server (or the replay); the key is a placeholder.
         # A replay names the model it replays, as CUGA was told when it was recorded.
-        recorded = model.recording.model_of("cuga") if model.recording is not None else model.text
-        name = model.text if model.provider == "rehearsal" else \
-            recorded if recorded.startswith("rehearsal") else recorded.partition(":")[2] or recorded
+        name = model.recording.client_model("cuga")[1] if model.recording is not None else model.text
         return CugaModel(settings_file, {"OPENAI_BASE_URL": rehearsal_url, "OPENAI_API_KEY": "dummy",
                                          "MODEL_NAME": name})
     variables = {"MODEL_NAME": model.model_id}
