@@ -346,6 +346,26 @@ def test_the_score_over_time_has_a_point_per_run_in_start_order_and_a_line_per_s
     assert [(a, b) for a, b in compared if a in runs and b in runs] == [(started[0], later) for later in started[1:]]
 
 
+def test_a_replay_of_a_run_is_a_line_of_its_own_in_the_score_over_time(offline_runs: OfflineRuns,
+                                                                       tmp_path: Path) -> None:
+    # The same skill replayed from the recording (docs/runs.md, "Replay"): it measured the harness, not the model.
+    def replayed(record: Record) -> Record:
+        return msgspec.structs.replace(record, terms=msgspec.structs.replace(
+            record.terms, provider="replay", model="replay:runs/good", label="replay of rehearsal from good"))
+
+    pairs = {(r.host, r.case): replayed for r in load(offline_runs.good).latest.values()}
+    replay = rescored(offline_runs.good, tmp_path / "replay", "replay", later=3600.0, changes=pairs,
+                      hosts={"react"})
+    write([offline_runs.good, replay], tmp_path / "site")
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    hosts = re.findall(r'<svg class="trend".*?</svg>\s*<figcaption><strong>([^<]+)</strong>', index, re.DOTALL)
+    react = dict(zip(hosts, re.findall(r'<svg class="trend".*?</svg>', index, re.DOTALL), strict=True))["react"]
+    skill = next(iter(load(offline_runs.good).latest.values())).terms.skill_hash
+    assert re.findall(r'data-run="([^"]+)" data-skill="([^"]+)"', react) == \
+        [("good", skill), ("replay", f"{skill} (replayed)")]
+    assert react.count("<polyline") == 2
+
+
 def item_checks(text: str) -> list[tuple[str, str, str, str]]:
     """The checks table of an item page: (check, role, state, the row's text) per row."""
     return [(name, role, state, text_of(row)) for name, role, state, row in re.findall(

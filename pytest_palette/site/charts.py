@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..results.report import Column
 from .matrix import MatrixColumn, RunView
 
 #: Bins of a score histogram: 0–0.1, …, 0.9–1.0 (the last holds 1.0, a pass).
@@ -104,19 +105,25 @@ def in_start_order(runs: list[RunView]) -> list[RunView]:
     return sorted(runs, key=lambda run: min(r.usage.started_at for r in run.records))
 
 
+def _series_key(column: Column) -> str:
+    """A column's series: its skill hash — and a replay of a recorded run is a series of its own, for it measured
+    the harness, not the model again (docs/runs.md, "Replay")."""
+    return ", ".join(column.skill_hashes) + (" (replayed)" if "replay" in column.providers else "")
+
+
 def trends(runs: list[RunView]) -> list[Trend]:
     """Per host, its mean score run by run; none for fewer than two runs (a point is not a trend)."""
     if len(runs) < 2:
         return []
     ordered = in_start_order(runs)
-    skills = list(dict.fromkeys(", ".join(c.skill_hashes) for run in ordered for c in run.report.columns))
+    skills = list(dict.fromkeys(_series_key(c) for run in ordered for c in run.report.columns))
     found: dict[str, dict[str, list[Point]]] = {}
     for index, run in enumerate(ordered):
         for column in run.report.columns:
             score = column.score
             if score is None:
                 continue
-            skill = ", ".join(column.skill_hashes)
+            skill = _series_key(column)
             found.setdefault(column.host, {}).setdefault(skill, []).append(
                 Point(run.run_id, index, score.mean, score.n))
     ids = [run.run_id for run in ordered]
