@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import msgspec
@@ -432,3 +432,24 @@ def test_a_cassette_is_served_only_as_an_answer_whatever_it_was_made_to_hold() -
     replay = WireReplay([broken], Path(RECORDED_ROOT))
     assert replay.answer("POST", "/v1/messages", json.dumps(request).encode())[0] == 400
     assert replay.diverged == "call 1 (turn 1): the recording kept no answer to serve"
+
+
+def test_a_replayed_item_needs_a_cassette_in_its_hosts_own_serialisation(tmp_path: Path) -> None:
+    from ledger_records import as_record, record
+
+    from pytest_palette.arena.cassette import CASSETTE_NAME, Cassette
+    from pytest_palette.arena.replay import RecordedRun
+    from pytest_palette.arena.workspace import Workspace
+    from pytest_palette.hosts.base import HostError, NothingRecorded, recorded_exchanges
+    from pytest_palette.models import ModelSpec
+
+    kept = msgspec.structs.replace(as_record(record()), workspace="react/three_slides")
+    model = ModelSpec("replay:r", "replay", "r", recording=RecordedRun(tmp_path, "r1", "rehearsal", (kept,)))
+    item = Workspace(tmp_path / "react" / "three_slides", PurePosixPath("react/three_slides"))
+    with pytest.raises(NothingRecorded, match=r"^nothing to replay: react/three_slides has no cassette"):
+        recorded_exchanges(model, item, "langchain")
+    Cassette(item.folder / CASSETTE_NAME, "anthropic:m", "anthropic").add(
+        wire_exchange(1, anthropic_request(RECORDED_ROOT), "{}"))
+    with pytest.raises(HostError, match="recorded as anthropic exchanges; this host's client speaks langchain"):
+        recorded_exchanges(model, item, "langchain")
+    assert [e.wire for e in recorded_exchanges(model, item, "anthropic")] == ["anthropic"]

@@ -100,21 +100,27 @@ class WireRecorder:
                  started: float, ended: float) -> None:
         if path.split("?")[0] not in MODEL_ROUTES:
             return
-        try:
-            body = json.loads(request or b"{}")
-        except ValueError:
-            body = {}
-        body = body if isinstance(body, dict) else {}
-        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-        if self.wire == "anthropic" and body.get("system"):
-            messages.insert(0, {"role": "system", "content": body["system"]})
-        tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
+        messages, tools = request_messages(self.wire, request)
         self.cassette.add(Exchange(
             index=self.cassette.next_index(), turn=self.turn(), model=self.cassette.model,
             provider=self.cassette.provider, started_at=round(started, 3), ended_at=round(ended, 3),
             messages=messages, tools=tools,
             answer={"status": status, "content_type": content_type, "body": answer.decode("utf-8", "replace")},
             error="" if status < 400 else f"HTTP {status}", wire=self.wire, root=self.root))
+
+
+def request_messages(wire: Wire, request: bytes | str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A wire request's messages and tools as a cassette keeps them: an Anthropic request's `system` first, as a
+    message of role "system". None of either when the body is not a JSON object."""
+    try:
+        body = json.loads(request or b"{}")
+    except ValueError:
+        body = {}
+    body = body if isinstance(body, dict) else {}
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    if wire == "anthropic" and body.get("system"):
+        messages.insert(0, {"role": "system", "content": body["system"]})
+    return messages, [t for t in body.get("tools") or [] if isinstance(t, dict)]
 
 
 def read_cassette(folder: Path) -> list[Exchange]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..results.ledger import load
 from ..results.record import Record
-from .cassette import MODEL_ROUTES, Exchange, Wire, read_cassette
+from .cassette import MODEL_ROUTES, Exchange, Wire, read_cassette, request_messages
 from .workspace import UnsafeRecord, Workspace
 
 #: What a replayed model is called: `replay:<run folder>`.
@@ -437,14 +437,7 @@ class WireReplay:
                     f"{len(self.exchanges)} call(s)"), None
         exchange = self.exchanges[self.position]
         self.position += 1
-        try:
-            request = json.loads(self._as_recorded((body or b"{}").decode("utf-8", "replace")))
-        except ValueError:
-            request = {}
-        messages = [m for m in (request.get("messages") or []) if isinstance(m, dict)] \
-            if isinstance(request, dict) else []
-        if self.wire == "anthropic" and isinstance(request, dict) and request.get("system"):
-            messages.insert(0, {"role": "system", "content": request["system"]})
+        messages, _ = request_messages(self.wire, self._as_recorded((body or b"").decode("utf-8", "replace")))
         found = divergence(wire_messages(self.wire, exchange.messages), wire_messages(self.wire, messages),
                            client_words=True)
         if found:
@@ -473,13 +466,14 @@ def answer_words(exchange: Exchange) -> str | None:
     if exchange.wire == "langchain":
         words, calls = _content(answer), _calls(answer)
     else:
-        words, calls = _wire_answer(exchange.wire, whole_stream(str(answer.get("body", ""))))
+        words, calls = wire_answer(exchange.wire, whole_stream(str(answer.get("body", ""))))
     said = words.strip() + "".join(f"\n→ {name} {args}" for name, args in calls)
     return said.replace(exchange.root, "<item>") if exchange.root else said
 
 
-def _wire_answer(wire: Wire, body: str) -> tuple[str, list[tuple[str, str]]]:
-    """The words and calls of a wire's answer, whole (JSON) or streamed (joined by `whole_stream`)."""
+def wire_answer(wire: Wire, body: str) -> tuple[str, list[tuple[str, str]]]:
+    """The words and calls of a wire's answer, whole (JSON) or streamed (server-sent events, each piece in turn);
+    what is not an answer (an error, not JSON) has none."""
     events: list[Any] = []
     for line in body.splitlines():
         if line.startswith("data:") and line[5:].strip() != "[DONE]":
@@ -494,30 +488,39 @@ def _wire_answer(wire: Wire, body: str) -> tuple[str, list[tuple[str, str]]]:
         if not isinstance(event, dict):
             continue
         if wire == "anthropic":
-            for block in event.get("content") or []:  # a whole message
+            for block in _dicts(event.get("content")):  # a whole message
                 if block.get("type") == "text":
                     words.append(str(block.get("text", "")))
                 elif block.get("type") == "tool_use":
                     calls.append((str(block.get("name")), json.dumps(block.get("input"), sort_keys=True)))
-            block = event.get("content_block") or {}
-            if block.get("type") == "tool_use":
-                calls.append((str(block.get("name")), ""))
-            delta = event.get("delta") or {}
+            opened, delta = _dict(event.get("content_block")), _dict(event.get("delta"))
+            if opened.get("type") == "tool_use":
+                calls.append((str(opened.get("name")), ""))
             if delta.get("type") == "text_delta":
                 words.append(str(delta.get("text", "")))
             elif delta.get("type") == "input_json_delta" and calls:
                 calls[-1] = (calls[-1][0], calls[-1][1] + str(delta.get("partial_json", "")))
             continue
-        for choice in event.get("choices") or []:
-            message = choice.get("message") or choice.get("delta") or {}
+        for choice in _dicts(event.get("choices")):
+            message = choice.get("message") or choice.get("delta")
+            if not isinstance(message, dict):
+                continue
             words.append(str(message.get("content") or ""))
-            for call in message.get("tool_calls") or []:
-                function = call.get("function") or {}
+            for call in _dicts(message.get("tool_calls")):
+                function = _dict(call.get("function"))
                 if function.get("name"):
                     calls.append((str(function["name"]), ""))
                 if calls:
                     calls[-1] = (calls[-1][0], calls[-1][1] + str(function.get("arguments") or ""))
     return "".join(words), calls
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def first_difference(before: Sequence[Exchange], after: Sequence[Exchange]) -> str | None:

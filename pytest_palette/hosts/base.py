@@ -19,6 +19,7 @@ from ..skill import SkillCard
 if TYPE_CHECKING:
     import pytest
 
+    from ..arena.cassette import Exchange, Wire
     from ..arena.replay import WireReplay
     from ..arena.sandbox import Sandbox
     from ..arena.workspace import Workspace
@@ -119,6 +120,20 @@ def secret_values(env: Mapping[str, str], sandbox: Sandbox) -> list[str]:
     credentials file's values the sandbox withholds."""
     names = sorted({name for names in PROVIDER_KEYS.values() for name in names} | set(CREDENTIAL_VARIABLES))
     return [env[name] for name in names if env.get(name)] + list(sandbox.secrets)
+
+
+def recorded_exchanges(model: ModelSpec, workspace: Workspace, wire: Wire) -> list[Exchange]:
+    """What `--model replay:RUN` recorded for this item, on the `wire` the host's client speaks: NothingRecorded
+    (the item is skipped, with the reason) when the recording holds none for it; a HostError when it was recorded
+    on another wire."""
+    assert model.recording is not None, "a replay's model names its recorded run"
+    recorded = model.recording.cassette(workspace.relative)
+    if isinstance(recorded, str):  # nothing recorded for this item: not a verdict, a skip with the reason
+        raise NothingRecorded(f"nothing to replay: {recorded}")
+    if recorded[0].wire != wire:
+        raise HostError(f"{workspace.relative}'s cassette was recorded as {recorded[0].wire} exchanges; this host's "
+                        f"client speaks {wire}")
+    return recorded
 
 
 def held_to_recording(replay: WireReplay | None, send: Callable[[], TurnRecord]) -> TurnRecord:

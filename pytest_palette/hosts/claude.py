@@ -54,10 +54,10 @@ from .base import (
     HostOption,
     HostSession,
     HostSettings,
-    NothingRecorded,
     Problem,
     TurnRecord,
     held_to_recording,
+    recorded_exchanges,
     secret_values,
 )
 from .endpoint import PLACEHOLDER_KEY, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint, credentials
@@ -764,14 +764,9 @@ class ClaudeHost(Host):
                        sandbox: Sandbox) -> KeyForwarder | None:
         """A conversation's own forwarder, when it is recorded or replayed (each model call is its item's); None:
         it shares the host's."""
-        if model.provider == "replay" and model.recording is not None:
-            recorded = model.recording.cassette(workspace.relative)
-            if isinstance(recorded, str):  # nothing recorded for this item: not a verdict, a skip with the reason
-                raise NothingRecorded(f"nothing to replay: {recorded}")
-            if recorded[0].wire != "anthropic":
-                raise HostError(f"{workspace.relative}'s cassette was recorded on the {recorded[0].wire} wire; "
-                                "the Claude Code CLI speaks Anthropic's")
-            return KeyForwarder(None, {}, replay=WireReplay(recorded, workspace.folder.resolve())).start()
+        if model.provider == "replay":
+            replay = WireReplay(recorded_exchanges(model, workspace, "anthropic"), workspace.folder.resolve())
+            return KeyForwarder(None, {}, replay=replay).start()
         if not settings.record:
             return None
         upstream, held = ((model.base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API, credentials(env))

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..arena.cassette import CASSETTE_NAME, Cassette, WireRecorder
-from ..arena.replay import WireReplay
+from ..arena.replay import WireReplay, wire_answer
 from ..arena.sandbox import Sandbox, allowed_environment
 from ..models import NO_KEY_HINT, ModelSpec, missing_credentials
 from ..skill import SkillCard, drift, install, skill_hash
@@ -54,10 +54,10 @@ from .base import (
     HostError,
     HostSession,
     HostSettings,
-    NothingRecorded,
     Problem,
     TurnRecord,
     held_to_recording,
+    recorded_exchanges,
     secret_values,
 )
 from .endpoint import OPENAI_FORWARDED, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint
@@ -385,20 +385,7 @@ class Ended:
 
 def answer_text(body: bytes) -> str:
     """The assistant text of one chat-completions answer, streamed (server-sent events) or whole; "" if none."""
-    try:
-        if body.lstrip().startswith(b"data:"):
-            parts: list[str] = []
-            for line in body.splitlines():
-                data = line.removeprefix(b"data:").strip()
-                if not line.startswith(b"data:") or not data or data == b"[DONE]":
-                    continue
-                for choice in json.loads(data).get("choices") or []:
-                    parts.append(str(((choice or {}).get("delta") or {}).get("content") or ""))
-            return "".join(parts)
-        choices = json.loads(body).get("choices") or []
-        return "".join(str(((c or {}).get("message") or {}).get("content") or "") for c in choices)
-    except (ValueError, AttributeError, TypeError):
-        return ""
+    return wire_answer("openai", body.decode("utf-8", "replace"))[0]
 
 
 class CugaSession(HostSession):
@@ -808,15 +795,8 @@ class CugaHost(Host):
 
     def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings, sandbox: Sandbox) -> CugaSession:
-        replay = None
-        if model.provider == "replay" and model.recording is not None:
-            recorded = model.recording.cassette(workspace.relative)
-            if isinstance(recorded, str):  # nothing recorded for this item: not a verdict, a skip with the reason
-                raise NothingRecorded(f"nothing to replay: {recorded}")
-            if recorded[0].wire != "openai":
-                raise HostError(f"{workspace.relative}'s cassette was recorded on the {recorded[0].wire} wire; the "
-                                "cuga host's client speaks OpenAI's")
-            replay = WireReplay(recorded, workspace.folder.resolve())
+        replay = WireReplay(recorded_exchanges(model, workspace, "openai"), workspace.folder.resolve()) \
+            if model.provider == "replay" else None
         url = (self._endpoint.server(model, settings).openai_base_url if model.provider == "rehearsal"
                else "http://127.0.0.1:0/v1" if replay else None)
         cassette = Cassette(workspace.own(CASSETTE_NAME), model.text, model.provider, secret_values(env, sandbox)) \

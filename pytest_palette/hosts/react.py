@@ -28,10 +28,10 @@ from .base import (
     HostOption,
     HostSession,
     HostSettings,
-    NothingRecorded,
     OptionRefused,
     Problem,
     TurnRecord,
+    recorded_exchanges,
     secret_values,
 )
 from .shell import DEFAULT_OUTPUT_LIMIT, Shell
@@ -362,11 +362,8 @@ class ReactHost(Host):
              settings: HostSettings, sandbox: Sandbox) -> ReactSession:
         # Counted where the client stamps its retries (the openai SDK); other clients retry uncounted.
         retries = RetryCounter() if model.provider == "openai" else None
-        if model.provider == "replay" and model.recording is not None:
-            recorded = model.recording.cassette(workspace.relative)
-            if isinstance(recorded, str):  # nothing recorded for this item: not a verdict, a skip with the reason
-                raise NothingRecorded(f"nothing to replay: {recorded}")
-            chat = replay_model(recorded, model.label)
+        if model.provider == "replay":
+            chat = replay_model(recorded_exchanges(model, workspace, "langchain"), model.label)
         else:
             # The model's client gets `env` (its key); the agent's shell gets only the sandbox's.
             chat = build_chat_model(model, env, max_retries=None if model.provider == "rehearsal" else
