@@ -14,7 +14,7 @@ from typing import Any
 
 from .cases import DEFAULT_MAX_POLLS, Case, Expect, item_name
 from .replies import ReplyKind, classify_reply, named_slide, named_topic
-from .results.checks import COMMON_CHECKS, NEAR_MISS, PALETTE_CHECKS, RULES, CheckSpec, Outcome, merged, score
+from .results.checks import CALLS, COMMON_CHECKS, NEAR_MISS, PALETTE_CHECKS, RULES, CheckSpec, Outcome, merged, score
 from .results.record import GATE, Check
 from .rules import Failure, Finding, Note, Passed, SkillRules, Ungraded
 from .run.content import coverage, deck_text, figures, headings, not_mentioned, topic_words
@@ -108,7 +108,10 @@ def judge(case: Case, evidence: Evidence, host: str = "", rules: SkillRules | No
     the calls beside them. A near miss (`expect.skill` false) is judged by `near_miss` alone, for any skill."""
     facts = CallFacts.of(evidence)
     rules = rules or PALETTE_RULES
-    findings = near_miss(case, evidence) if not case.expect.skill else rules.judge(case, evidence)
+    # A call the evidence cannot read could have been anything, a build before the approval among them: the item
+    # cannot pass on it, whatever the rules find in the calls it can read.
+    unread = [Failure(words, (), CALLS) for words in evidence.doubts]
+    findings = [*unread, *(near_miss(case, evidence) if not case.expect.skill else rules.judge(case, evidence))]
     expect = case.expect
     found = assessed(findings, {**COMMON_CHECKS, **rules.checks}, expect)
     return Verdict(
@@ -301,8 +304,9 @@ def built_before_approval(case: Case, evidence: Evidence) -> tuple[str, int] | N
         if call.get("command") == "start" and isinstance(at, (int, float)) and at < approved_at:
             turn = sum(1 for started in starts if started <= at)
             after = "the opening request" if turn <= 1 else f"reply {turn - 1} ({case.replies[turn - 2]!r})"
+            line = f", in `{call['line']}`" if call.get("line") else ""
             return (f"the build started before the user approved — the confirmation gate was skipped (it started "
-                    f"after {after}; the approval came with reply {len(case.replies)}, {case.replies[-1]!r})",
+                    f"after {after}{line}; the approval came with reply {len(case.replies)}, {case.replies[-1]!r})",
                     index)
     return None
 

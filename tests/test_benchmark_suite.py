@@ -299,13 +299,19 @@ def test_each_known_bad_agent_fails_exactly_its_documented_cases(sweeps: Sweeps,
 
 @pytest.fixture(scope="module")
 def untraced_skill(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The reference skill with its tracer switched off: a skill that writes no trace, like IBM's deck.py."""
+    """The reference skill with its tracer and its record of runs switched off: a skill that writes no trace and
+    keeps no record (arena/skill_runs.py), like IBM's deck.py."""
     copy = tmp_path_factory.mktemp("untraced") / "palette"
     shutil.copytree(REPO / "pytest_palette" / "skills" / "palette", copy)
     script = copy / "scripts" / "deck.py"
     text = script.read_text(encoding="utf-8")
-    switched = text.replace('os.environ.get("PALETTE_TRACE", "").strip()', '""')
-    assert switched != text, "the reference deck.py no longer reads PALETTE_TRACE this way"
+    switched = text
+    for was, now in (('os.environ.get("PALETTE_TRACE", "").strip()', '""'),
+                     ('RECORD_SOCKET = "/run/palette/skill-runs.sock"', 'RECORD_SOCKET = "/nonexistent"'),
+                     ('RECORD_PROTOCOL = "palette-skill-runs/1"', 'RECORD_PROTOCOL = "none"'),
+                     ('env_set("PALETTE_SKILL_RECORD")', '""')):
+        assert was in switched, f"the reference deck.py no longer says {was}: switch its tracer and record off anew"
+        switched = switched.replace(was, now)
     script.write_text(switched, encoding="utf-8")
     return copy
 

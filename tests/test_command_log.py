@@ -193,10 +193,10 @@ def test_the_trace_of_another_skill_agrees_with_the_record_of_its_scripts(tmp_pa
     log = CommandLog(workspace.commands)
     log.add(f"{CHANGELOG} plan --request r --out plan.md", 10.0, 10.1, 0, "{}")
     log.add(f"{CHANGELOG} write --plan plan.md --out CHANGELOG.md", 20.0, 20.1, 0, "{}")
-    calls, source, notes = calls_of(workspace, scripts=("changelog.py",))
-    assert ([c["command"] for c in calls], source, notes) == (["plan", "write"], "trace", ())
-    _, _, notes = calls_of(workspace)
+    calls, source, notes, doubts = calls_of(workspace, scripts=("changelog.py",))
+    assert ([c["command"] for c in calls], source, notes, doubts) == (["plan", "write"], "trace", (), ())
+    _, _, notes, _ = calls_of(workspace)
     assert notes and "the host never saw run: plan at 00:00:10.00, write at 00:00:20.00" in notes[0]
     workspace.trace.unlink()  # no trace: judged from the record of its scripts
-    calls, source, _ = calls_of(workspace, scripts=("changelog.py",))
+    calls, source, _, _ = calls_of(workspace, scripts=("changelog.py",))
     assert ([c["command"] for c in calls], source) == (["plan", "write"], "host")

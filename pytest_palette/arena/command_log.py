@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -132,9 +133,11 @@ def skill_calls(runs: list[CommandRun], scripts: Collection[str] = (SKILL_SCRIPT
     calls = []
     for run in runs:
         for subcommand, args in invocations(run.command, scripts):
+            if written_out(subcommand) and not SUBCOMMAND.fullmatch(subcommand):
+                continue  # a file named beside the script (`wc -l deck.py plan.md`), not a run of it
             calls.append({"at": run.started_at, "command": subcommand, "args": args,
                           "seconds": round(run.ended_at - run.started_at, 3), "exit_code": run.exit_code,
-                          "stdout": run.stdout, "from": "host"})
+                          "stdout": run.stdout, "from": "host", "line": shown_line(run.command)})
     return calls
 
 
@@ -144,9 +147,18 @@ def without_heredocs(command: str) -> str:
     return _HEREDOC.sub(lambda found: f"<<{found.group(2)}{found.group(3)}\n", command)
 
 
-def invocations(command: str, scripts: Collection[str] = (SKILL_SCRIPT,)) -> Iterator[tuple[str, dict[str, Any]]]:
+#: Commands whose argument is a command line of its own: `eval …`, `sh -c '…'` (bash, dash, zsh …).
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash"})
+#: How deep a command line run by another is read (`bash -c "eval '…'"`): far past what a person writes.
+_NESTED = 4
+
+
+def invocations(command: str, scripts: Collection[str] = (SKILL_SCRIPT,),
+                depth: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
     """Each run of one of the skill's `scripts` (file names) in a shell command line: its subcommand and its
-    options, named as the script's parser names them (`--hold-seconds 0` → `hold_seconds: 0.0`)."""
+    options, named as the script's parser names them (`--hold-seconds 0` → `hold_seconds: 0.0`). A command line
+    that `eval` or `sh -c` runs is read too. The subcommand is the word as written: where the shell writes it
+    (`$S`, a loop's variable, `$(…)`), only the skill's own record of its runs can say what it was."""
     try:
         lexer = shlex.shlex(without_heredocs(command), posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
@@ -154,15 +166,38 @@ def invocations(command: str, scripts: Collection[str] = (SKILL_SCRIPT,)) -> Ite
     except ValueError:  # unbalanced quotes: not a command line this record can read
         return
     for start, token in enumerate(tokens):
-        if Path(token).name not in scripts:
-            continue
         rest: list[str] = []
         for word in tokens[start + 1:]:
             if word in _SEPARATORS:
                 break
             rest.append(word)
+        name = Path(token).name
+        if depth < _NESTED and (token == "eval" or (name in _SHELLS and rest[:1] == ["-c"])):
+            # What it runs is one word (quoted) or the words after it: read as a command line of its own. Words
+            # that are the outer line's own (`eval python3 deck.py start`) are read there, not twice.
+            inner = rest[1:2] if token != "eval" else rest
+            if token != "eval" or len(rest) == 1:
+                yield from invocations(" ".join(inner), scripts, depth + 1)
+            continue
+        if name not in scripts:
+            continue
         if rest and not rest[0].startswith("-"):
             yield rest[0], _options(rest[1:])
+
+
+def shown_line(command: str, width: int = 300) -> str:
+    """A command line as a note or a call names it: on one line, clipped."""
+    flat = " ".join(command.split())
+    return flat if len(flat) <= width else flat[:width - 3] + "..."
+
+
+def written_out(word: str) -> bool:
+    """Whether a subcommand word is as the script received it, not one the shell writes (`$S`, `` `…` ``)."""
+    return "$" not in word and "`" not in word
+
+
+#: A word that could be a subcommand: not a path, a file name or an option (`wc -l deck.py plan.md` runs nothing).
+SUBCOMMAND = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
 
 def _options(words: list[str]) -> dict[str, Any]:
@@ -201,9 +236,37 @@ _LISTED = 4
 _CLIPPED = re.compile(r"… \[\+\d+ chars\]$")
 
 
-def reconcile(traced: list[dict[str, Any]], seen: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+@dataclass(frozen=True)
+class Against:
+    """How a note names the record a trace is held against: the host's record of commands, or the record of the
+    skill's runs (`skill_runs`)."""
+
+    ran_at: str = "the host ran it at"
+    not_run: str = "at times the host did not run them"
+    times: str = "the host's times are judged"
+    differs: str = "differs from what the host saw"
+    judged: str = "the host's is judged"
+    lacks: str = "lacks calls the host saw run"
+    lacking: str = "they are judged from the host's record"
+    unseen: str = "has calls the host never saw run"
+    unjudged: str = ("they are not judged (a call the host's record cannot read, such as one from a script of the "
+                     "agent's, is not judged either)")
+    clock: str = "the host's clock"
+
+
+HOST = Against()
+RUNS = Against(ran_at="it ran at", not_run="at times they did not run",
+               times="the times of the record of the skill's runs are judged",
+               differs="differs from the record of the skill's runs", judged="the record's is judged",
+               lacks="lacks runs its record holds", lacking="they are judged from the record",
+               unseen="has calls no run of its record made", unjudged="they are not judged",
+               clock="the harness's clock")
+
+
+def reconcile(traced: list[dict[str, Any]], seen: list[dict[str, Any]],
+              against: Against = HOST) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     """The calls to judge from the skill's trace and the host's record of its calls (`skill_calls`), and what the
-    two disagree on, in words.
+    two disagree on, in words (naming the record as `against` says).
 
     The trace is written inside the sandbox, where the agent can rewrite it; the record is written by the harness,
     outside, on its clock. So the record decides which calls ran, in which order and when: each of its calls is
@@ -251,40 +314,37 @@ def reconcile(traced: list[dict[str, Any]], seen: list[dict[str, Any]]) -> tuple
             calls.append(call)
             continue
         line = traced[pairs[index]]
-        judged, differences = _checked(line, call, shared=runs[call["at"], call["seconds"]] > 1)
+        judged, differences = _checked(line, call, runs[call["at"], call["seconds"]] > 1, against)
         calls.append(judged)
         if not _within(line.get("at"), call, CLOCK_SLACK):
-            moved.append(f"{call['command']} at {_clock(line.get('at'))} (the host ran it at "
-                         f"{_clock(call['at'])}–{_clock(call['at'] + call['seconds'])})")
+            moved.append(f"{call['command']} at {clock(line.get('at'))} ({against.ran_at} "
+                         f"{clock(call['at'])}–{clock(call['at'] + call['seconds'])})")
         if differences:
-            changed.append(f"{call['command']} at {_clock(call['at'])} ({'; '.join(differences)})")
-    missing = [f"{call['command']} at {_clock(call['at'])}" for index, call in enumerate(seen) if index not in pairs]
+            changed.append(f"{call['command']} at {clock(call['at'])} ({'; '.join(differences)})")
+    missing = [f"{call['command']} at {clock(call['at'])}" for index, call in enumerate(seen) if index not in pairs]
     unseen = [index for index in range(len(traced)) if index not in used]
-    unseen_words = [f"{traced[i].get('command')} at {_clock(traced[i].get('at'))}" for i in unseen[:_LISTED]]
+    unseen_words = [f"{traced[i].get('command')} at {clock(traced[i].get('at'))}" for i in unseen[:_LISTED]]
     notes = []
     if moved:
-        notes.append(f"the skill's trace puts calls at times the host did not run them: {_listed(moved)}; the "
-                     "host's times are judged")
+        notes.append(f"the skill's trace puts calls {against.not_run}: {_listed(moved)}; {against.times}")
     if changed:
-        notes.append(f"the skill's trace differs from what the host saw: {_listed(changed)}; the host's is judged")
+        notes.append(f"the skill's trace {against.differs}: {_listed(changed)}; {against.judged}")
     if missing:
-        notes.append(f"the skill's trace lacks calls the host saw run: {_listed(missing)}; they are judged from "
-                     "the host's record")
+        notes.append(f"the skill's trace {against.lacks}: {_listed(missing)}; {against.lacking}")
     if unseen:
-        notes.append(f"the skill's trace has calls the host never saw run: {_listed(unseen_words, len(unseen))}; "
-                     "they are not judged (a call the host's record cannot read, such as one from a script of the "
-                     "agent's, is not judged either)")
+        notes.append(f"the skill's trace {against.unseen}: {_listed(unseen_words, len(unseen))}; {against.unjudged}")
     return calls, tuple(notes)
 
 
-def _checked(line: dict[str, Any], call: dict[str, Any], shared: bool) -> tuple[dict[str, Any], list[str]]:
+def _checked(line: dict[str, Any], call: dict[str, Any], shared: bool,
+             against: Against = HOST) -> tuple[dict[str, Any], list[str]]:
     """A trace line bounded by the record of the command that ran it (`shared` with other calls of the skill), and
     what had to be bounded, in words."""
     start, seconds = float(call["at"]), float(call["seconds"])
     at, took = _finite(line.get("at")), _finite(line.get("seconds"))
     differences = []
     if took is not None and took > seconds + CLOCK_SLACK:
-        differences.append(f"it took {took:g} s in the trace but {seconds:g} s by the host's clock")
+        differences.append(f"it took {took:g} s in the trace but {seconds:g} s by {against.clock}")
     traced_args: dict[str, Any] = line["args"] if isinstance(line.get("args"), dict) else {}
     args: dict[str, Any] = {}
     for key, value in call["args"].items():
@@ -322,7 +382,7 @@ def _within(at: object, call: dict[str, Any], slack: float) -> bool:
     return number is not None and call["at"] - slack <= number <= call["at"] + call["seconds"] + slack
 
 
-def _clock(at: object) -> str:
+def clock(at: object) -> str:
     """A time on the machine's clock as people read it (UTC, to the hundredth of a second)."""
     if not isinstance(at, (int, float)) or not math.isfinite(at) or not 0 <= at < 1e11:
         return f"{at!r}"

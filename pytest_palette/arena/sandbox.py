@@ -50,7 +50,7 @@ from pathlib import Path
 import psutil
 
 from ..backend import REFERENCE_HOME
-from . import leftovers
+from . import leftovers, skill_runs
 
 BUBBLEWRAP = "bubblewrap"
 UNCONFINED = "unconfined"
@@ -175,8 +175,13 @@ class Sandbox:
     everything it started is stopped when the item ends."""
 
     def __init__(self, work: Path, env: Mapping[str, str], mode: str = "bubblewrap", trace: Path | None = None,
-                 limits: Limits = Limits(), passed: Iterable[str] = (), withheld: Iterable[str] = ()) -> None:
+                 limits: Limits = Limits(), passed: Iterable[str] = (), withheld: Iterable[str] = (),
+                 record: Path | None = None, scripts: frozenset[str] = frozenset()) -> None:
+        """`record`, when given, is where the record of the skill's runs is kept (`skill_runs`): its socket is bound
+        into every command's view, and a run is the skill's when its file hashes to one of `scripts`."""
         self.work, self.trace, self.limits = work, trace, limits
+        self._record_at, self._scripts = record, scripts
+        self.recorder: skill_runs.Recorder | None = None
         self.kind = MODES[mode]
         self.withheld = tuple(sorted(set(withheld) - set(passed)))
         self.env = allowed_environment(env, work, passed, withheld)
@@ -234,6 +239,29 @@ class Sandbox:
             self.own(path)
         if self.confined and (self._keeper is None or not self._keeper.alive()):
             self._keeper = _Keeper.start(self._as_item() + [self._bwrap], self.limits)
+        if self._record_at is not None and self.recorder is None:
+            self.recorder = skill_runs.Recorder(self._record_at, self._scripts, self.holds, self.work).start()
+            if not self.confined:  # no place of its own to bind it: the scripts are told where it is
+                self.env[skill_runs.VARIABLE] = str(self.recorder.socket)
+
+    def holds(self, pid: int) -> bool:
+        """Whether process `pid` is one of this item's: in its keeper's pid namespace, or (as root) of its user id;
+        not as root, in a user namespace below the harness's (a claude command's runs below the client's own)."""
+        if not self.confined:
+            return True
+        try:
+            if self._keeper is not None and os.readlink(f"/proc/{pid}/ns/pid") == self._keeper.pidns:
+                return True
+            if self.uid is not None:
+                return psutil.Process(pid).uids().real == self.uid
+            return os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user")
+        except (OSError, psutil.Error):
+            return False
+
+    def record_settled(self) -> None:
+        """Every run of the skill's script that has ended is in its record (its last words may be on their way)."""
+        if self.recorder is not None:
+            self.recorder.settle()
 
     # -- commands --------------------------------------------------------------------------------------
 
@@ -248,8 +276,17 @@ class Sandbox:
         return [*self.wrap(cwd or self.work, network=self.network, uid=self.uid, extra=extra), shell, "-c",
                 command]
 
+    def _socket_bind(self, nested: bool) -> tuple[str, str] | None:
+        """The record's socket, as (where it is, where a command finds it); from inside a client's own sandbox
+        (`nested`), it is already where commands find it."""
+        if self.recorder is None:
+            return None
+        target = str(skill_runs.SOCKET)
+        return (target if nested else str(self.recorder.socket)), target
+
     def wrap(self, cwd: Path | None, *, network: bool, uid: int | None, limits: bool = True,
-             extra: Iterable[Path] = (), join: bool = True, hidden: Iterable[Path] = ()) -> list[str]:
+             extra: Iterable[Path] = (), join: bool = True, hidden: Iterable[Path] = (),
+             nested: bool = False) -> list[str]:
         """The prefix before a program's own argv: a shell that joins the item's keeper (as `uid`), bubblewrap
         with this item's view, the limits, and after the program a look at work/'s size. With `limits` False
         (a client: the claude CLI) no keeper and no limits: a sandbox of its own, with `uid`, or a user
@@ -263,7 +300,7 @@ class Sandbox:
         # A client whose commands join the keeper (as root) keeps the machine's /proc, unchanged: the kernel lets
         # a command mount a /proc of the keeper's pid namespace only where a whole /proc is already visible.
         view = _binds(_system() + shown([*self._readable, *extra]), shown(self._writable), shown(self._protected),
-                      self.limits, proc=limits or uid is None)
+                      self.limits, proc=limits or uid is None, socket=self._socket_bind(nested))
         chdir = ["--chdir", str(cwd)] if cwd else []
         if not limits:
             # A client (the claude CLI) gets no limits: it reserves more address space than fits a command, and
@@ -312,7 +349,7 @@ class Sandbox:
             # No --chdir: the client runs each command in its own current directory. No uid: the client's
             # sandbox already switched to the item's.
             run = shlex.join(self.wrap(None, network=self.network, uid=None, join=self.uid is not None,
-                                       hidden=hidden))
+                                       hidden=hidden, nested=True))
             body = f'exec env -i {env} {run} {shell} -c "$1"'
         else:
             body = f'exec env -i {env} {shell} -c "$1"'
@@ -339,6 +376,7 @@ class Sandbox:
         stopped += leftovers.stop(self.trace, grace) if self.trace is not None else []
         if self.uid is not None:
             stopped += _kill_user(self.uid)
+        self.record_settled()  # the runs just stopped are written down as ended
         return stopped
 
     def processes(self) -> list[int]:
@@ -353,6 +391,9 @@ class Sandbox:
         try:
             self.stop()
         finally:
+            if self.recorder is not None:
+                self.recorder.close()
+                self.recorder = None
             if self._lock is not None:
                 os.close(self._lock)
                 self._lock = None
@@ -500,7 +541,7 @@ def _namespaces(network: bool) -> list[str]:
 
 
 def _binds(readable: Iterable[Path], writable: Iterable[Path], protected: Iterable[Path],
-           limits: Limits, proc: bool = True) -> list[str]:
+           limits: Limits, proc: bool = True, socket: tuple[str, str] | None = None) -> list[str]:
     # /proc of the pid namespace the command is in (the item's); /tmp and /dev/shm tmpfs of a bounded size
     # (bwrap's /dev would hold a /dev/shm as large as half the machine's memory).
     args = [*(["--proc", "/proc"] if proc else ["--bind", "/proc", "/proc"]), "--dev", "/dev",
@@ -529,6 +570,8 @@ def _binds(readable: Iterable[Path], writable: Iterable[Path], protected: Iterab
         made.add(path)
     for path in protected:
         args += ["--ro-bind", str(path), str(path)]
+    if socket is not None:  # the record of the skill's runs, at a place of its own no command can move
+        args += [*parents(Path(socket[1])), "--bind", *socket]
     # The sandbox's own root (the folders made above) read-only too: a write beside work/ fails, rather than
     # landing in a throwaway folder that looks like the run's.
     return [*args, "--remount-ro", "/"]

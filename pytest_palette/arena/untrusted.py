@@ -249,3 +249,15 @@ def _descend_folder(root: Path, relative: PurePath) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+def folder_identity(root: Path, relative: PurePath) -> tuple[int, int]:
+    """The device and inode of the folder `relative` below `root`, reached through no link: to tell whether a folder
+    named by an untrusted party is the one a process really is in. OSError when it is not there."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC) if not relative.parts else \
+        _descend_folder(root, relative)
+    try:
+        status = os.fstat(fd)
+        return status.st_dev, status.st_ino
+    finally:
+        os.close(fd)

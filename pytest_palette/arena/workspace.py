@@ -25,6 +25,7 @@ from ..cases import MAX_NAME, NAME, Case, item_name
 from ..results.record import Record
 from . import untrusted
 from .command_log import CommandLog
+from .skill_runs import RECORD_NAME
 
 TRACE_NAME = "palette-calls.jsonl"
 TURNS_NAME = "turns.json"
@@ -151,6 +152,11 @@ class Workspace:
     def commands(self) -> Path:
         """Our own record of the commands the agent ran (`command_log`), beside the skill's trace."""
         return self.own(COMMANDS_NAME)
+
+    @property
+    def skill_runs(self) -> Path:
+        """The harness's record of every run of the skill's scripts (`skill_runs`), beside the skill's trace."""
+        return self.own(RECORD_NAME)
 
     def command_log(self) -> CommandLog:
         """The record a host writes of each command its agent runs (`commands`); a watch hears of each too."""

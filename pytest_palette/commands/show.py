@@ -71,13 +71,14 @@ def describe(workspace: Workspace, record: Record, verbose: bool) -> list[str]:
         " (no longer on disk: removed after the run)"
     lines.append(f"   deck: {judged.slides} slides, IBM Plex={judged.has_plex}, {deck}{gone}" if judged and judged.deck
                  else "   deck: none")
-    calls, source, _ = calls_of(workspace)
+    calls, source, _, _ = calls_of(workspace)
     lines += [f"   note: {note}" for note in (judged.notes if judged else ())]
     if not calls:
         lines.append("   palette calls: (none — the skill was never driven)")
     else:
-        lines.append("   palette calls:" if source == "trace" else
-                     "   palette calls (from the host's record of commands):")
+        lines.append({"trace": "   palette calls:",
+                      "record": "   palette calls (from the record of the skill's runs):"}.get(
+                          source, "   palette calls (from the host's record of commands):"))
     for call in calls:
         lines.append(f"     {format_call(call)}")
         lines.append(f"       → {' '.join(str(call.get('stdout', '')).split())[:120]}")

@@ -19,6 +19,8 @@ from .record import GATE, JUDGED, SCORED, Check, Judged, Record, Role
 RULES = "rules"
 #: A near miss's one check, for any skill: the skill was left alone.
 NEAR_MISS = "near_miss"
+#: Every skill's: each call is one the evidence can read (docs/judge.md, "What ran").
+CALLS = "calls"
 #: The model-graded checks a case may ask for, whatever the skill (docs/judge.md).
 RUBRIC = "rubric"
 VALIDITY = "validity"
@@ -52,6 +54,7 @@ PALETTE_CHECKS: dict[str, CheckSpec] = {
 COMMON_CHECKS: dict[str, CheckSpec] = {
     NEAR_MISS: CheckSpec(GATE, "a request that needs no skill (expect.skill false) is answered without it"),
     RULES: CheckSpec(GATE, "a failure of a skill's rules that names no check of its own"),
+    CALLS: CheckSpec(GATE, "every call the evidence holds can be read: what each run of the skill's script did"),
     RUBRIC: CheckSpec(SCORED, "the case's rubric, graded by --palette-grader"),
     VALIDITY: CheckSpec(GATE, "the agent stayed within the user's request, judged by --palette-validity"),
 }

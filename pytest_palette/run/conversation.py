@@ -62,10 +62,13 @@ def conversation_environment(workspace: Workspace, base_env: Mapping[str, str] |
     return agent_environment(workspace.trace, base_env)
 
 
-def open_sandbox(workspace: Workspace, settings: HostSettings, base_env: Mapping[str, str] | None = None) -> Sandbox:
-    """The sandbox of one item's commands (`--palette-sandbox`); the caller closes it when the item ends."""
+def open_sandbox(workspace: Workspace, settings: HostSettings, base_env: Mapping[str, str] | None = None,
+                 scripts: frozenset[str] | None = None) -> Sandbox:
+    """The sandbox of one item's commands (`--palette-sandbox`); the caller closes it when the item ends. With the
+    `scripts` of a skill that tells the record of its runs (their hashes), the record is kept in the item's folder."""
     return Sandbox(workspace.work, conversation_environment(workspace, base_env), settings.sandbox,
-                   trace=workspace.trace, passed=settings.sandbox_env, withheld=settings.withheld)
+                   trace=workspace.trace, passed=settings.sandbox_env, withheld=settings.withheld,
+                   record=workspace.skill_runs if scripts is not None else None, scripts=scripts or frozenset())
 
 
 def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpec, settings: HostSettings,

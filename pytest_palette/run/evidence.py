@@ -14,9 +14,9 @@ import zipfile
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..arena import command_log, untrusted
+from ..arena import command_log, skill_runs, untrusted
 from ..arena.workspace import Workspace
 from ..cases import Case
 from ..results.record import DeckBy
@@ -46,8 +46,9 @@ class Evidence:
     #: When each message was sent (the opening, then each reply), from turns.json; () when not recorded (a
     #: conversation held by hand, or a run of an earlier version).
     turns_started: tuple[float, ...] = ()
-    #: Where `calls` come from: "trace" (the skill's own), "host" (our record of the commands the agent ran,
-    #: when the skill wrote no trace), or "" (neither has a call).
+    #: Where `calls` come from: "record" (the harness's record of the skill's runs, `arena/skill_runs.py`), "trace"
+    #: (the skill's own), "host" (our record of the commands the agent ran, when the skill wrote no trace), or ""
+    #: (none has a call).
     calls_from: str = "trace"
     #: What the reader of the evidence must know: that the calls came from our record, where the two disagree,
     #: and each file of the agent's that was refused (a link, a FIFO, over its bound) or read only in part.
@@ -57,6 +58,9 @@ class Evidence:
     #: What the agent answered each message, from turns.json (the harness's record of the conversation); () when
     #: not kept. A rule may ask whether it said anything, never believe what it said.
     answers: tuple[str, ...] = ()
+    #: Calls whose doing the evidence cannot tell (a run not shown to be the skill's script, a run the host saw that
+    #: never reached the record, a subcommand only the shell knew), in words: the item cannot pass on them.
+    doubts: tuple[str, ...] = ()
 
     @property
     def commands(self) -> list[str]:
@@ -70,10 +74,10 @@ def read(workspace: Workspace, grace: float, turns_started: tuple[float, ...] = 
     one, else our own record of the commands the agent ran (the runs of the skill's `scripts`)."""
     on_disk = read_folder(workspace.work, workspace.trace, grace)
     runs = command_log.read(workspace.commands)
-    calls, source, notes = calls_of(workspace, list(on_disk.calls), runs, scripts)
-    return replace(on_disk, turns_started=turns_started, calls=tuple(calls), calls_from=source,
-                   call_notes=on_disk.call_notes + notes, commands_run=tuple(runs),
-                   answers=turn_answers(workspace.turns))
+    found = calls_of(workspace, list(on_disk.calls), runs, scripts)
+    return replace(on_disk, turns_started=turns_started, calls=tuple(found.calls), calls_from=found.source,
+                   call_notes=on_disk.call_notes + found.notes, commands_run=tuple(runs),
+                   answers=turn_answers(workspace.turns), doubts=found.doubts)
 
 
 def turn_answers(path: Path) -> tuple[str, ...]:
@@ -89,15 +93,43 @@ def turn_answers(path: Path) -> tuple[str, ...]:
     return tuple(str(turn.get("answer") or "") for turn in turns)
 
 
+class Calls(NamedTuple):
+    """An item's calls as the judge reads them, where they come from, notes, and what cannot be told (`doubts`)."""
+
+    calls: list[dict[str, Any]]
+    source: str
+    notes: tuple[str, ...]
+    doubts: tuple[str, ...] = ()
+
+
 def calls_of(workspace: Workspace, traced: list[dict[str, Any]] | None = None,
              runs: list[command_log.CommandRun] | None = None,
-             scripts: Collection[str] = (command_log.SKILL_SCRIPT,),
-             ) -> tuple[list[dict[str, Any]], str, tuple[str, ...]]:
-    """An item's calls as the judge reads them (`choose_calls`), from its trace and our record of its
-    commands (each read here unless given), where a run of one of the skill's `scripts` is a call."""
+             scripts: Collection[str] = (command_log.SKILL_SCRIPT,)) -> Calls:
+    """An item's calls as the judge reads them, from the record of the skill's runs when it holds any
+    (`skill_runs.calls_in`: what ran, whatever the command line said, held against the host's record and the
+    trace), else from its trace and our record of its commands (`choose_calls`), each read here unless given; a
+    run of one of the skill's `scripts` is a call."""
     traced = read_trace(workspace.trace) if traced is None else traced
-    seen = command_log.skill_calls(command_log.read(workspace.commands) if runs is None else runs, scripts)
-    return choose_calls(traced, seen, workspace.commands.exists())
+    runs = command_log.read(workspace.commands) if runs is None else runs
+    record = skill_runs.read(workspace.skill_runs)
+    # A record that holds no run is no evidence that nothing ran: the skill's script may never have started (its
+    # interpreter missing: a fault of its own), or a host of the user's ran its commands outside the item's sandbox.
+    # Our record of the commands and the trace then say what they can, as for a skill that keeps no record.
+    if record is not None and (record.runs or record.dropped):
+        reading = skill_runs.calls_in(record, runs, scripts)
+        notes = reading.notes
+        if traced:  # the trace adds nothing the record lacks: only where it disagrees is said
+            notes += command_log.reconcile(traced, reading.calls, command_log.RUNS)[1]
+        return Calls(reading.calls, "record" if reading.calls else "", notes, reading.doubts)
+    seen = command_log.skill_calls(runs, scripts)
+    # A subcommand only the shell knew (`$S`, a loop's variable) is not a call the host's words can name: with no
+    # record of the skill's runs, what it did cannot be told.
+    unread = [call for call in seen if not command_log.written_out(call["command"])]
+    doubts = tuple(f"the host saw `{call['line']}` run the skill's script at {command_log.clock(call['at'])}, but "
+                   f"its subcommand ({call['command']}) is written by the shell, and the skill keeps no record of its "
+                   "runs: what it did cannot be told" for call in unread)
+    written = [call for call in seen if command_log.written_out(call["command"])]
+    return Calls(*choose_calls(traced, written, workspace.commands.exists()), doubts)
 
 
 def choose_calls(traced: list[dict[str, Any]], seen: list[dict[str, Any]],

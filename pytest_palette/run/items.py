@@ -135,7 +135,7 @@ class CaseItem(pytest.Item):
         if over:
             return over
         open_run(session.ledger)  # before an agent can write anything into the run
-        self._sandbox = open_sandbox(self.workspace, settings.host)
+        self._sandbox = open_sandbox(self.workspace, settings.host, scripts=session.skill_scripts)
         on_open = None
         if ahead is not None:
             ahead.closers.append(self._sandbox.stop)
@@ -183,6 +183,8 @@ class CaseItem(pytest.Item):
             # What the turns took before the failure (retries, tokens) still counts: read back what was kept.
             self._transcript = Transcript.saved(self.workspace)
             self._error(str(failure), said=f"host {self.host_name} failed: {failure}")
+        if self._sandbox is not None:  # the last answers of the skill's runs are in their record before it is read
+            self._sandbox.record_settled()
         judgement = judge_folder(
             self.case, self.workspace, host=self.host_name, started=self._transcript.started,
             grace=settings.build_grace, save=True, rules=session.rules, skill=session.judged_as,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from .. import __version__
-from ..arena import sandbox
+from ..arena import sandbox, skill_runs
 from ..arena.workspace import Workspace
 from ..backend import describe_backend, round_trip
 from ..cases import EXPECT_KEYS, ExpectCheck, known_checks
@@ -71,6 +71,14 @@ class Session:
     rule_sets: dict[str, SkillRules] = field(default_factory=dict)
     #: The names the credentials file set in os.environ (the environment lacked them), unset again at the end.
     supplied: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def skill_scripts(self) -> frozenset[str] | None:
+        """The hashes of the skill's scripts when they tell the record of their runs (`arena/skill_runs.py`): the
+        record is then kept of every item, and the judge reads its calls there. None for a skill that does not."""
+        if self.skill is None or not skill_runs.speaks_protocol(self.skill.scripts):
+            return None
+        return skill_runs.digests(self.skill.scripts)
 
     @property
     def judged_as(self) -> str:

@@ -203,7 +203,7 @@ def read(run_folder: Path, record: Record) -> Item:
     # The calls as the judge reads them (the host's record decides which ran and when: a failure's blame points into
     # these); a project's own rules' skill, whose scripts are not known here, by its trace.
     own = record.judged is not None and (record.judged.rules or PALETTE) != PALETTE
-    calls, item.calls_from, notes = (traced, "trace", ()) if traced and own else \
+    calls, item.calls_from, notes, _ = (traced, "trace", (), ()) if traced and own else \
         evidence.calls_of(workspace, traced, runs)
     item.notes = record.judged.notes if record.judged else notes
     started = [turn.started_at for turn in transcript.turns if turn.started_at is not None]

@@ -19,6 +19,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,6 +30,17 @@ MIN_PPTX_BYTES = 20_000
 LOG_TAIL_LINES = 15
 ARG_CLIP = 600
 STDOUT_CLIP = 4000
+
+# The harness that benchmarks this skill (pytest-palette) keeps its own record of every run of this script, one the
+# agent that runs it can neither edit nor delete: it listens on this socket inside the agent's sandbox, or where
+# PALETTE_SKILL_RECORD says (unconfined). Protocol palette-skill-runs/1, JSON lines: {argv, cwd} when the run
+# begins, then — once the harness has nodded (it looked at this process) — {command, args} when the arguments are
+# parsed (or {exit_code, stdout} when they are refused), then {exit_code, stdout} when it ends. With no harness,
+# or one that does not answer, the script runs as ever.
+RECORD_SOCKET = "/run/palette/skill-runs.sock"
+RECORD_PROTOCOL = "palette-skill-runs/1"
+RECORD_NOD_SECONDS = 60.0
+RECORD_STDOUT = 1_000_000
 
 BUILD_STATE = ".palette-build.json"
 BUILD_EXIT = ".palette-exit"
@@ -852,12 +864,63 @@ def write_trace(
         pass
 
 
+class Record:
+    """This run, told to the harness's record as it happens (see RECORD_SOCKET). Never breaks the command."""
+
+    def __init__(self) -> None:
+        self.sock: Optional[socket.socket] = None
+        path = RECORD_SOCKET if os.path.exists(RECORD_SOCKET) else env_set("PALETTE_SKILL_RECORD")
+        if not path:
+            return
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(RECORD_NOD_SECONDS)
+            sock.connect(path)
+            self.sock = sock
+            self.say({"protocol": RECORD_PROTOCOL, "argv": sys.argv, "cwd": os.getcwd()})
+            # The nod: the harness has read this process's arguments and script while it waits, before any work.
+            sock.recv(64)
+        except OSError:
+            pass
+
+    def say(self, message: Json) -> None:
+        if self.sock is None:
+            return
+        try:
+            self.sock.sendall(json.dumps(message, ensure_ascii=False, default=str).encode("utf-8") + b"\n")
+        except OSError:
+            self.close()
+
+    def parsed(self, args: argparse.Namespace) -> None:
+        self.say({"command": args.command,
+                  "args": {k: v for k, v in vars(args).items() if k not in ("func", "command") and v is not None}})
+
+    def ended(self, code: Any, stdout: str) -> None:
+        code = code if isinstance(code, int) else 1 if code else 0  # SystemExit's code may be None or a message
+        self.say({"exit_code": code, "stdout": clip(stdout, RECORD_STDOUT)})
+        self.close()
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+            self.sock = None
+
+
 def _on_signal(signum: int, _frame: Any) -> NoReturn:
     raise Interrupted(signum)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = build_parser().parse_args(argv)  # usage errors exit 2 here, before any trace
+    record = Record()
+    try:
+        args = build_parser().parse_args(argv)  # usage errors exit 2 here, before any trace
+    except SystemExit as refused:
+        record.ended(refused.code, "")
+        raise
+    record.parsed(args)
     started = time.time()
     # A host that kills a long hold still gets an answer and a trace line.
     signal.signal(signal.SIGTERM, _on_signal)
@@ -881,6 +944,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         result = Result({"ok": False, "error": error}, code=1, pretty=False)
     text = render(result.payload, result.pretty)
     write_trace(started, args, result.code, text, error)
+    record.ended(result.code, text)
     sys.stdout.write(text)
     sys.stdout.flush()
     return result.code
