@@ -337,7 +337,8 @@ def test_a_hostile_agent_is_contained_on_every_host_and_still_judged(
 
 @pytest.mark.end_to_end
 @needs_bubblewrap
-def test_unconfined_runs_say_so_in_the_record_the_table_and_the_report(pytester: pytest.Pytester) -> None:
+def test_unconfined_runs_say_so_in_the_record_the_table_the_report_and_show(pytester: pytest.Pytester,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     pytester.makefile(".yaml", cases=CASE)
     pytester.makeini("[pytest]\npalette_cases = .\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--palette-sandbox", "none")
@@ -351,6 +352,10 @@ def test_unconfined_runs_say_so_in_the_record_the_table_and_the_report(pytester:
     assert main(["report", str(run), "--out", str(pytester.path / "report.md")]) == 0
     assert "Unconfined: the agent's commands on react ran without the sandbox" in \
         (pytester.path / "report.md").read_text()
+    capsys.readouterr()
+    assert main(["show", str(run)]) == 0
+    assert capsys.readouterr().out.splitlines()[2].startswith(
+        "Unconfined: the agent's commands on react ran without the sandbox (--palette-sandbox none")
 
 
 @pytest.mark.end_to_end
