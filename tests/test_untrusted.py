@@ -23,6 +23,7 @@ from pytest_palette.cases import Case, Expect
 from pytest_palette.commands import main
 from pytest_palette.results.record import from_json
 from pytest_palette.run.evidence import MIN_PPTX_BYTES, inspect_deck, newest_deck, read_folder, save_outputs, trace_of
+from pytest_palette.run.session import run_copies
 
 SECRET = "root-only-secret-4f1e"
 
@@ -243,6 +244,14 @@ def test_what_copies_write_is_bounded_by_the_bytes_read_per_item_and_per_run(wor
     with pytest.raises(Refused, match=r"^d\.bin would take the item's copies past 3 MiB$"):
         copy(work, Path("d.bin"), tmp_path / "d.bin", 4 * mib, grown, check=grow)
     assert not (tmp_path / "d.bin").exists() and grown.written == 3 * mib and grown.left == 0
+
+
+def test_each_xdist_worker_holds_an_even_share_of_the_runs_copies() -> None:
+    alone, third = run_copies(1), run_copies(3)
+    assert (alone.total, alone.why(alone.total + 1)) == (untrusted.RUN_COPY_BYTES, "would take the run's copies past "
+                                                          f"{untrusted.RUN_COPY_BYTES >> 20:,} MiB")
+    assert third.total * 3 <= untrusted.RUN_COPY_BYTES < (third.total + 1) * 3
+    assert third.why(third.total + 1).startswith("would take this worker's share of the run's copies (1 of 3) past ")
 
 
 def test_saving_outputs_leaves_out_sparse_foreign_and_oversized_previews_and_says_so(work: Path,
