@@ -28,7 +28,7 @@ from typing import BinaryIO
 _MiB = 1024 * 1024
 #: The bounds of each kind of file read from an agent's folder or a saved run: far above what a real skill
 #: writes, far below what would fill the disk or the harness's memory.
-PREVIEW_BYTES = 8 * _MiB  # one slide-N.png: the reference renderer's are 30-60 KB; a full-HD photo, a few MiB
+PREVIEW_BYTES = 8 * _MiB  # one slide-N.png: the reference renderer's are 20-130 KB; a full-HD photo, a few MiB
 PREVIEW_SIDE = 8192  # pixels a side of a slide-N.png, a PNG (the reference renderer draws 1280 x 720)
 PREVIEWS = 200  # slide previews copied per deck
 PLAN_BYTES = 4 * _MiB  # plan*.md
