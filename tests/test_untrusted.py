@@ -213,7 +213,7 @@ def test_a_preview_is_a_png_of_a_slides_size(tmp_path: Path) -> None:
     assert problem(_png_header(1280, 720)[:30]) == "is not a PNG image (its header is not one)"
     assert problem(_png_header(100_000, 720)) == (f"is a picture of 100000 x 720 pixels, larger than a slide's "
                                                   f"preview (at most {untrusted.PREVIEW_SIDE} a side)")
-    assert problem(_png_header(0, 720)) is not None
+    assert problem(_png_header(0, 720)) == "is not a PNG image (its header says it has no pixels)"
 
 
 def test_what_copies_write_is_bounded_by_the_bytes_read_per_item_and_per_run(work: Path, tmp_path: Path) -> None:

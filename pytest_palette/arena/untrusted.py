@@ -108,7 +108,9 @@ def preview_problem(head: bytes) -> str | None:
             zlib.crc32(header[4:21]) != int.from_bytes(header[21:25], "big"):
         return "is not a PNG image (its header is not one)"
     width, height = struct.unpack(">II", header[8:16])
-    if not (0 < width <= PREVIEW_SIDE and 0 < height <= PREVIEW_SIDE):
+    if not (width and height):
+        return "is not a PNG image (its header says it has no pixels)"
+    if width > PREVIEW_SIDE or height > PREVIEW_SIDE:
         return f"is a picture of {width} x {height} pixels, larger than a slide's preview (at most {PREVIEW_SIDE} a " \
                "side)"
     return None
