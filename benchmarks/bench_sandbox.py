@@ -1,15 +1,18 @@
 """What the agent's sandbox costs per command (measured here, never asserted by a test).
 
-    python benchmarks/bench_sandbox.py [--runs 200] [--command "python3 -c pass"]
+    python benchmarks/bench_sandbox.py [--runs 200] [--command "python3 -c pass"] [--work FOLDER]
 
 Runs the same command through an item's shell unconfined and inside bubblewrap, alternating, and reports the
-median and 90th percentile of each and the median difference. Target: the sandbox adds <= 50 ms per command.
-Exits 1 when the median difference misses it, 2 when bubblewrap cannot run here.
+median and 90th percentile of each and the median difference. With --work (an item's, runs/<id>/react/<case>/work)
+work/ first holds a copy of that folder: the sandbox measures work/ after each command, and an empty one costs
+least. Target: the sandbox adds <= 50 ms per command. Exits 1 when the median difference misses it, 2 when
+bubblewrap cannot run here.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -27,6 +30,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--command", default="true", help="the command timed (default: true, the bare cost)")
+    parser.add_argument("--work", type=Path, help="a folder copied into work/ first (default: work/ is empty)")
     args = parser.parse_args()
     missing = problem("bubblewrap")
     if missing:
@@ -35,7 +39,10 @@ def main() -> int:
     times: dict[str, list[float]] = {"unconfined": [], "bubblewrap": []}
     with tempfile.TemporaryDirectory() as scratch:
         item = Path(scratch) / "item"
-        (item / "work").mkdir(parents=True)
+        if args.work is not None:
+            shutil.copytree(args.work, item / "work", symlinks=True)
+        else:
+            (item / "work").mkdir(parents=True)
         env = agent_environment(item / "palette-calls.jsonl")
         shells = {kind: Shell(item / "work", env, sandbox=Sandbox(item / "work", env, mode,
                                                                    trace=item / "palette-calls.jsonl"))

@@ -1,23 +1,26 @@
 """Issue 21 routes 1, 2 and 7 end to end: an agent that leaves links where the harness copies from, and a run
-folder crafted to make `palette-bench view` write outside its --out. One session on the three hosts, asserted on many
-times."""
+folder crafted to make `palette-bench view` write outside its --out; issue 36 route 2: sparse, foreign and oversized
+previews beside the deck. One session on the three hosts, asserted on many times."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import markupsafe
 import pytest
 from sweeps import Sweeps, inner_cache
 from test_sandbox import FAKE_KEYS, needs_bubblewrap
 
+from pytest_palette.arena import untrusted
 from pytest_palette.commands import main
-from pytest_palette.rehearsal.hostile import HOSTILE_LINKS, HOSTILE_LINKS_MARKER
+from pytest_palette.rehearsal.hostile import HOSTILE_FILLERS, HOSTILE_LINKS, HOSTILE_LINKS_MARKER
 
 SECRET = "root-only-contents-9a7c"
 CASES = f"""
@@ -96,12 +99,22 @@ def test_the_attacked_item_is_judged_with_a_note_for_each_link_and_the_next_pass
                      "slide-9.png beside the deck is a link (to /dev/zero), not copied",
                      "slide-10.png beside the deck is a FIFO, not a regular file, not copied",
                      "plan-environ.md is a link (to /proc/self/environ), not copied as the plan",
-                     f"plan-secret.md is a link (to {session.secret}), not copied as the plan"):
+                     f"plan-secret.md is a link (to {session.secret}), not copied as the plan",
+                     *FILLERS_LEFT_OUT):
         # cuga's agent works in a folder of its thread's below work/: the note names the path from work/
         assert any(note == expected or note.endswith(f"/{expected}") for note in notes), (expected, notes)
     assert not session.records[f"next_item[{host}]"]["judged"]["notes"]  # type: ignore[index]
     ran = [json.loads(line)["command"] for line in (session.run / host / "attacked" / "commands.jsonl").open()]
-    assert set(HOSTILE_LINKS) <= set(ran)  # the agent did plant them all
+    assert set(HOSTILE_LINKS + HOSTILE_FILLERS) <= set(ran)  # the agent did plant them all
+
+
+#: What the judge's notes say of HOSTILE_FILLERS: 1.6 GiB of sparse previews and three that are no slide's.
+FILLERS_LEFT_OUT = (
+    "101 files beside the deck (slide-11.png, slide-12.png, slide-13.png and 98 more) each is larger than "
+    f"{untrusted.PREVIEW_BYTES >> 20} MiB: not copied",
+    "slide-111.png beside the deck is not a PNG image, not copied",
+    "slide-112.png beside the deck is a picture of 60000 x 40000 pixels, larger than a slide's preview (at most "
+    f"{untrusted.PREVIEW_SIDE} a side), not copied")
 
 
 @pytest.mark.parametrize("host", HOSTS)
@@ -111,11 +124,23 @@ def test_output_holds_the_deck_its_previews_and_plan_and_no_link(session: Sessio
                                                         "slide-3.png"]
     links = [p for p in session.run.rglob("*") if p.is_symlink() and "work" not in p.relative_to(session.run).parts]
     assert links == []  # the agent's own links stay in its work/, and only there
+    # The 1.6 GiB of sparse files beside the deck cost the run's disk no more than the item's bound (in fact a deck).
+    assert sum(p.stat().st_size for p in output.iterdir()) <= untrusted.ITEM_COPY_BYTES
+    assert sum(p.stat().st_blocks * 512 for p in output.rglob("*")) < 2**20
+    beside = next((session.run / host / "attacked" / "work").rglob("slide-110.png"))
+    assert beside.stat().st_size == 16 * 2**20  # the agent's files are left where they are, as they are
+
+
+def _filler(path: Path) -> bool:
+    """Whether `path` is a file HOSTILE_FILLERS left in work/ (slide-11.png and on: holes, and what its script
+    wrote): read whole, they would cost seconds of zeros."""
+    found = re.fullmatch(r"slide-(\d+)\.png", path.name)
+    return found is not None and int(found[1]) > 10 and "work" in path.parts
 
 
 def test_no_file_of_the_run_holds_a_key_or_the_root_only_file(session: Session) -> None:
     leaked = {str(p): _leaks(p) for p in session.run.rglob("*") if p.is_file() and not p.is_symlink()
-              and not p.name.startswith("slide-10")}
+              and not _filler(p)}
     assert not {path: found for path, found in leaked.items() if found}
     assert not any(value in session.stdout for value in (*FAKE_KEYS.values(), SECRET))
 
@@ -136,8 +161,11 @@ def test_the_site_holds_no_link_no_key_and_no_root_only_file(site: Path, session
     files = list(site.rglob("*"))
     assert files and not [p for p in files if p.is_symlink()]
     assert not {str(p): _leaks(p) for p in files if p.is_file() and _leaks(p)}
-    page = (site / "items" / session.run.name / "react" / "attacked.html").read_text()
-    assert "slide-8.png beside the deck is a link" in page  # the judge's notes say what was refused
+    for host in HOSTS:
+        page = (site / "items" / session.run.name / host / "attacked.html").read_text()
+        assert "slide-8.png beside the deck is a link" in page  # the judge's notes say what was refused
+        for left_out in FILLERS_LEFT_OUT:
+            assert str(markupsafe.escape(left_out)) in page, (host, left_out)
 
 
 def test_a_crafted_run_folder_is_refused_and_view_writes_nothing_outside_out(
@@ -177,6 +205,7 @@ def test_a_crafted_run_folder_is_refused_and_view_writes_nothing_outside_out(
     assert main(["show", str(run / "results.jsonl")]) == 0
     shown = capsys.readouterr().out
     assert "skipped:" in shown and "is not a host name" in shown and "attacked[react]" in shown
+    assert "Unconfined" not in shown  # each host's commands ran in the sandbox
     assert main(["rejudge", str(run)]) == 0
     rejudged = capsys.readouterr().out
     assert "not re-judged: next_item[react]: pass, nothing on disk to judge" in rejudged  # its case.json: a link

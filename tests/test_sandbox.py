@@ -224,6 +224,25 @@ def test_work_over_its_bound_stops_the_item_and_says_why(item: Path) -> None:
 
 
 @needs_bubblewrap
+@pytest.mark.parametrize("fill", ["truncate -s 3M filler.bin", "touch filler.bin && fallocate -n -l 3M filler.bin"],
+                         ids=["sparse: a size and no blocks", "preallocated: blocks and no size"])
+def test_work_is_bounded_by_its_files_sizes_and_by_their_blocks(item: Path, fill: str) -> None:
+    bounded = Sandbox(item / "work", {"PATH": os.defpath}, limits=Limits(work_bytes=2**20))
+    bounded.prepare()
+    try:
+        shell = Shell(item / "work", {}, sandbox=bounded)
+        within = shell.execute("truncate -s 900K under.bin && fallocate -n -l 100K under.bin")
+        assert within.code == 0 and "over the bound" not in within.stderr
+        ran = shell.execute(fill)
+        assert ran.code == ENDED and "over the bound of this item (1024 KiB)" in ran.stderr, ran
+        made = (item / "work" / "filler.bin").stat()
+        written = made.st_blocks * 512
+        assert (made.st_size, written < 2**20) == (3 * 2**20, True) or (made.st_size, written >= 3 * 2**20) == (0, True)
+    finally:
+        bounded.close()
+
+
+@needs_bubblewrap
 def test_a_long_command_runs_from_its_script_inside_the_sandbox(sandbox: Sandbox, item: Path) -> None:
     body = "x" * 100_000
     said = Shell(item / "work", {}, sandbox=sandbox).run(f"cat > big.txt <<'END'\n{body}\nEND\nwc -c < big.txt")
@@ -318,7 +337,8 @@ def test_a_hostile_agent_is_contained_on_every_host_and_still_judged(
 
 @pytest.mark.end_to_end
 @needs_bubblewrap
-def test_unconfined_runs_say_so_in_the_record_the_table_and_the_report(pytester: pytest.Pytester) -> None:
+def test_unconfined_runs_say_so_in_the_record_the_table_the_report_and_show(pytester: pytest.Pytester,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     pytester.makefile(".yaml", cases=CASE)
     pytester.makeini("[pytest]\npalette_cases = .\n")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--palette-sandbox", "none")
@@ -332,6 +352,10 @@ def test_unconfined_runs_say_so_in_the_record_the_table_and_the_report(pytester:
     assert main(["report", str(run), "--out", str(pytester.path / "report.md")]) == 0
     assert "Unconfined: the agent's commands on react ran without the sandbox" in \
         (pytester.path / "report.md").read_text()
+    capsys.readouterr()
+    assert main(["show", str(run)]) == 0
+    assert capsys.readouterr().out.splitlines()[2].startswith(
+        "Unconfined: the agent's commands on react ran without the sandbox (--palette-sandbox none")
 
 
 @pytest.mark.end_to_end

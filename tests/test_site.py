@@ -154,6 +154,38 @@ def test_a_deck_without_previews_is_rendered_or_shown_as_its_text(offline_runs: 
         assert text.count('class="slide text"') == slides
 
 
+def test_previews_left_out_are_said_and_the_rest_keep_their_slides_numbers(
+        offline_runs: OfflineRuns, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # One item of a copy of the run: its first preview a link to a file of the caller's, its second not a picture.
+    run = tmp_path / "good"
+    shutil.copytree(offline_runs.good, run, symlinks=True, ignore=shutil.ignore_patterns("work"))
+    record = next(r for r in load(run).latest.values() if r.outcome == "pass" and r.host == "react"
+                  and r.judged is not None and r.judged.slides >= 3)
+    lines = (run / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    (run / "results.jsonl").write_text("".join(f"{line}\n" for line in lines if f'"case":"{record.case}"' in line
+                                               and '"host":"react"' in line), encoding="utf-8")
+    assert len(load(run).latest) == 1
+    workspace = Workspace.locate(run, record)
+    secret = tmp_path / "secret.png"
+    shutil.copyfile(workspace.output / "slide-1.png", secret)
+    (workspace.output / "slide-1.png").unlink()
+    (workspace.output / "slide-1.png").symlink_to(secret)
+    (workspace.output / "slide-2.png").write_text("not a picture", encoding="utf-8")
+    assert main(["view", str(run), "--out", str(tmp_path / "site")]) == 0
+    said = capsys.readouterr().out
+    item_page = f"items/good/{workspace.relative}.html"
+    assert f"left out: output/slide-1.png is a link (to {secret}): not shown ({item_page})" in said
+    assert f"left out: output/slide-2.png is not a PNG image: not shown ({item_page})" in said
+    text = (tmp_path / "site" / item_page).read_text(encoding="utf-8")
+    assert "<strong>1. not shown</strong>" in text and "<strong>2. not shown</strong>" in text
+    shown = [int(n) for n in re.findall(r'alt="slide (\d+)"', text)]
+    assert shown and shown == list(range(3, record.judged.slides + 1))  # type: ignore[union-attr]
+    media = tmp_path / "site" / "media" / "good" / workspace.relative
+    assert sorted(p.name for p in media.iterdir()) == sorted(f"slide-{n}.png" for n in shown)
+    for n in shown:
+        assert (media / f"slide-{n}.png").samefile(workspace.output / f"slide-{n}.png")  # slide n is slide n
+
+
 def test_a_folder_of_other_files_is_refused_in_one_line(offline_runs: OfflineRuns, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "mine.txt").write_text("keep me\n")

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import tracemalloc
+import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 import pytest
+from PIL import Image
 from pptx import Presentation
 
 from pytest_palette.arena import untrusted
@@ -20,6 +23,7 @@ from pytest_palette.cases import Case, Expect
 from pytest_palette.commands import main
 from pytest_palette.results.record import from_json
 from pytest_palette.run.evidence import MIN_PPTX_BYTES, inspect_deck, newest_deck, read_folder, save_outputs, trace_of
+from pytest_palette.run.session import run_copies
 
 SECRET = "root-only-secret-4f1e"
 
@@ -156,7 +160,7 @@ def test_saving_outputs_copies_regular_files_only_and_notes_each_refusal(work: P
                                                                         tmp_path: Path) -> None:
     deck = _deck(work / "deck" / "deck.pptx")
     refusals = _hostile_names(work, outside)
-    (work / "deck" / "slide-5.png").write_bytes(b"\x89PNG good")
+    _png(work / "deck" / "slide-5.png")
     (work / "plan.md").symlink_to("/proc/self/environ")
     (work / "deck" / "deck-link.pptx").symlink_to(outside)
     on_disk = read_folder(work, tmp_path / "palette-calls.jsonl", grace=0)
@@ -172,6 +176,131 @@ def test_saving_outputs_copies_regular_files_only_and_notes_each_refusal(work: P
     assert "plan.md is a link (to /proc/self/environ), not copied as the plan" in saved.call_notes
     for path in output.iterdir():
         assert SECRET.encode() not in path.read_bytes() and b"PATH=" not in path.read_bytes()
+
+
+def _sparse(path: Path, size: int) -> Path:
+    """A file of `size` bytes that takes no disk: a hole (os.truncate), as an agent makes in no time."""
+    path.touch()
+    os.truncate(path, size)
+    return path
+
+
+def _png(path: Path, width: int = 1280, height: int = 720, size: int = 0) -> Path:
+    """A real PNG (Pillow's), or with `size` one grown to that many bytes by a hole after its end (no disk)."""
+    Image.new("RGB", (width, height), "white").save(path)
+    if size:
+        os.truncate(path, size)
+    return path
+
+
+def _png_header(width: int, height: int, crc: int | None = None) -> bytes:
+    """A PNG's signature and IHDR chunk saying `width` x `height` (with its own CRC unless `crc` is given)."""
+    body = b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + body + struct.pack(">I", zlib.crc32(body) if crc is None
+                                                                           else crc)
+
+
+def test_a_preview_is_a_png_of_a_slides_size(tmp_path: Path) -> None:
+    def problem(data: bytes) -> str | None:
+        return untrusted.preview_problem(data[:untrusted.PNG_HEAD])
+
+    assert problem(_png(tmp_path / "rendered.png").read_bytes()) is None  # as the reference renderer draws one
+    assert problem(_png_header(untrusted.PREVIEW_SIDE, 1)) is None
+    assert problem(b"\0" * 4096) == "is not a PNG image"
+    assert problem(b"GIF89a" + b"\0" * 40) == "is not a PNG image"
+    assert problem(b"\x89PNG good") == "is not a PNG image"
+    assert problem(_png_header(1280, 720, crc=0)) == "is not a PNG image (its header is not one)"
+    assert problem(_png_header(1280, 720)[:30]) == "is not a PNG image (its header is not one)"
+    assert problem(_png_header(100_000, 720)) == (f"is a picture of 100000 x 720 pixels, larger than a slide's "
+                                                  f"preview (at most {untrusted.PREVIEW_SIDE} a side)")
+    assert problem(_png_header(0, 720)) == "is not a PNG image (its header says it has no pixels)"
+
+
+def test_what_copies_write_is_bounded_by_the_bytes_read_per_item_and_per_run(work: Path, tmp_path: Path) -> None:
+    mib = 2**20
+    for name in ("a.bin", "b.bin", "c.bin"):
+        _sparse(work / name, 2 * mib)  # sparse: 2 MiB to read, no block written
+    run = untrusted.Budget(5 * mib, "the run's copies")
+    first = untrusted.Budget(3 * mib, "the item's copies", within=run)
+    assert copy(work, Path("a.bin"), tmp_path / "a.bin", 4 * mib, first) == 2 * mib
+    with pytest.raises(Refused) as refused:
+        copy(work, Path("b.bin"), tmp_path / "b.bin", 4 * mib, first)
+    assert refused.value.why == "would take the item's copies past 3 MiB"
+    assert not (tmp_path / "b.bin").exists() and (first.written, run.written) == (2 * mib, 2 * mib)
+    second = untrusted.Budget(4 * mib, "the item's copies", within=run)  # a later item: its own 4, the run's last 3
+    assert copy(work, Path("b.bin"), tmp_path / "b2.bin", 4 * mib, second) == 2 * mib
+    with pytest.raises(Refused, match=r"^c\.bin would take the run's copies past 5 MiB$"):
+        copy(work, Path("c.bin"), tmp_path / "c.bin", 4 * mib, second)
+    assert (second.left, run.left) == (mib, mib)
+    assert sum(p.stat().st_size for p in tmp_path.glob("*.bin")) == run.written == 4 * mib
+
+    # A file that grows while it is copied (an agent's process still writing) is charged what was written of it.
+    grown = untrusted.Budget(3 * mib, "the item's copies")
+    _sparse(work / "d.bin", mib)
+
+    def grow(head: bytes) -> None:
+        os.truncate(work / "d.bin", 8 * mib)  # after the size was read, before the copy
+
+    with pytest.raises(Refused, match=r"^d\.bin would take the item's copies past 3 MiB$"):
+        copy(work, Path("d.bin"), tmp_path / "d.bin", 4 * mib, grown, check=grow)
+    assert not (tmp_path / "d.bin").exists() and grown.written == 3 * mib and grown.left == 0
+
+
+def test_each_xdist_worker_holds_an_even_share_of_the_runs_copies() -> None:
+    alone, third = run_copies(1), run_copies(3)
+    assert (alone.total, alone.why(alone.total + 1)) == (untrusted.RUN_COPY_BYTES, "would take the run's copies past "
+                                                          f"{untrusted.RUN_COPY_BYTES >> 20:,} MiB")
+    assert third.total * 3 <= untrusted.RUN_COPY_BYTES < (third.total + 1) * 3
+    assert third.why(third.total + 1).startswith("would take this worker's share of the run's copies (1 of 3) past ")
+
+
+def test_saving_outputs_leaves_out_sparse_foreign_and_oversized_previews_and_says_so(work: Path,
+                                                                                     tmp_path: Path) -> None:
+    _deck(work / "deck" / "deck.pptx")
+    deck = work / "deck"
+    for number in (1, 2):
+        _png(deck / f"slide-{number}.png")
+    for number in range(3, 193):  # the issue's route: sparse 16 MiB files, 3 GiB of zeros and no block written
+        _sparse(deck / f"slide-{number}.png", 16 * 2**20)
+    for number in range(193, 198):
+        _sparse(deck / f"slide-{number}.png", 2**20)
+    (deck / "slide-198.png").write_bytes(_png_header(60_000, 40_000) + bytes(100))
+    _png(deck / "slide-199.png", size=5 * 2**20)  # a real PNG of a slide's size within the bound: copied
+    _png(deck / "slide-200.png")
+    for number in range(201, 211):
+        _sparse(deck / f"slide-{number}.png", 16 * 2**20)
+    case = Case(name="solar", covers="c", tags=(), request="r", context="", replies=(), expect=Expect(),
+                path=Path("cases.yaml"), line=1)
+    output = tmp_path / "output"
+    saved = save_outputs(case, read_folder(work, tmp_path / "palette-calls.jsonl", grace=0), output)
+    assert sorted(p.name for p in output.iterdir()) == ["slide-1.png", "slide-199.png", "slide-2.png", "slide-200.png",
+                                                        "solar.pptx"]
+    assert sum(p.stat().st_size for p in output.iterdir()) < 6 * 2**20
+    assert list(saved.call_notes) == [
+        "190 files beside the deck (slide-3.png, slide-4.png, slide-5.png and 187 more) each is larger than "
+        f"{untrusted.PREVIEW_BYTES >> 20} MiB: not copied",
+        "5 files beside the deck (slide-193.png, slide-194.png, slide-195.png and 2 more) each is not a PNG image: "
+        "not copied",
+        "slide-198.png beside the deck is a picture of 60000 x 40000 pixels, larger than a slide's preview (at most "
+        f"{untrusted.PREVIEW_SIDE} a side), not copied",
+        "10 files beside the deck (slide-201.png, slide-202.png, slide-203.png and 7 more) each is past the first "
+        f"{untrusted.PREVIEWS} previews: not copied"]
+
+    # Real previews padded to their bound, past what is left of the run's copies: only what fits is written.
+    for number in range(3, 211):
+        (work / "deck" / f"slide-{number}.png").unlink(missing_ok=True)
+    padded = 3 * 2**20
+    for number in range(3, 8):
+        _png(work / "deck" / f"slide-{number}.png", size=padded)
+    deck = (work / "deck" / "deck.pptx").stat().st_size
+    previews = sum((work / "deck" / f"slide-{n}.png").stat().st_size for n in (1, 2))
+    run = untrusted.Budget(deck + previews + 2 * padded + 1000, "the run's copies")
+    again = save_outputs(case, read_folder(work, tmp_path / "palette-calls.jsonl", grace=0), tmp_path / "again", run)
+    assert sorted(p.name for p in (tmp_path / "again").iterdir()) == [
+        "slide-1.png", "slide-2.png", "slide-3.png", "slide-4.png", "solar.pptx"]
+    assert sum(p.stat().st_size for p in (tmp_path / "again").iterdir()) == run.written <= run.total
+    assert list(again.call_notes) == [f"3 files beside the deck (slide-5.png, slide-6.png, slide-7.png) each would "
+                                      f"take the run's copies past {run.total:,} bytes: not copied"]
 
 
 def test_a_deck_that_is_a_link_is_never_read(work: Path, tmp_path: Path) -> None:

@@ -485,15 +485,20 @@ class _Keeper:
         ns = f"/proc/{self.pid}/ns"
         ended = f"echo 'palette: the sandbox of this item has ended: its processes were stopped' >&2; exit {ENDED}"
         bound_kib = limits.work_bytes // 1024
-        over = (f"palette: work/ holds $used KiB, over the bound of this item ({bound_kib} KiB): its processes "
-                "were stopped")
+        over = (f"palette: work/ holds $used KiB (its files' sizes or the blocks they take, whichever is more), "
+                f"over the bound of this item ({bound_kib} KiB): its processes were stopped")
         opened = f"3<{ns}/user 4<{ns}/pid" if userns else f"4<{ns}/pid"
         return (f'{{ command exec {opened}; }} 2>/dev/null || {{ {ended}; }}\n'
                 # the pid may have been reused since the keeper ended: join only its own namespaces
                 f'[ "$(readlink /proc/self/fd/4)" = {shlex.quote(self.pidns)} ] || {{ {ended}; }}\n'
                 '"$@"; code=$?\n'
-                f'used=$(du -skx {shlex.quote(str(work))} 2>/dev/null | cut -f1)\n'
-                f'if [ "${{used:-0}}" -gt {bound_kib} ]; then\n'
+                # Blocks (%b, of 512 bytes) and sizes (%s) in one walk: a sparse file has a size and no blocks,
+                # a preallocated one blocks and no size. Each name of a hard-linked file counts. awk compares (its
+                # numbers are doubles; the shell's test would refuse one past 64 bits) and prints only when over.
+                f'used=$(find {shlex.quote(str(work))} -xdev -printf "%b %s\\n" 2>/dev/null | '
+                f'awk -v bound={bound_kib} \'{{b += $1; s += $2}} '
+                'END {u = (b * 512 > s ? b * 512 : s) / 1024; if (u > bound) printf "%.0f", u}\')\n'
+                f'if [ -n "$used" ]; then\n'
                 f'  echo "{over}" >&2; kill -KILL {self.pid} 2>/dev/null; exit {ENDED}\nfi\n'
                 'exit $code')
 

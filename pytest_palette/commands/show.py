@@ -7,10 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..arena import untrusted
+from ..arena.sandbox import UNCONFINED
 from ..arena.workspace import UnsafeRecord, Workspace, item_label
 from ..results.ledger import LEDGER_NAME, load
 from ..results.marks import MARK
 from ..results.record import Record
+from ..results.report import unconfined_words
 from ..run.conversation import Transcript
 from ..run.evidence import calls_of, format_call
 
@@ -42,6 +44,9 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     models = sorted({f"{r.host} · {r.terms.model}" for r in records})
     out(f"run: {args.run.resolve()}")
     out(f"{'; '.join(models)} · {passed}/{len(records)} passed")
+    unconfined = sorted({r.host for r in records if r.terms.sandbox == UNCONFINED})
+    if unconfined:
+        out(unconfined_words(unconfined))
     for record in records:
         if args.case and record.case not in args.case:
             continue

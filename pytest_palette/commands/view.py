@@ -10,6 +10,10 @@ from pathlib import Path
 
 from ..site.build import SiteError, write
 
+#: Files of the run folders left out of the site named here one by one; the rest are counted (each item's page
+#: names its own).
+LEFT_OUT_SHOWN = 10
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", type=Path, nargs="+", metavar="RUN",
@@ -25,6 +29,10 @@ def run(args: argparse.Namespace) -> int:
     except SiteError as error:
         print(f"palette-bench view: {error}", file=sys.stderr)
         return 2
+    for page, line in written.left_out[:LEFT_OUT_SHOWN]:
+        print(f"left out: {line} ({page})")
+    if len(written.left_out) > LEFT_OUT_SHOWN:
+        print(f"left out: {len(written.left_out) - LEFT_OUT_SHOWN} more, each named on its item's page")
     print(f"wrote {written.pages} pages for {written.items} item(s) in {written.seconds:.1f} s: "
           f"{written.index.resolve().as_uri()}")
     return 0

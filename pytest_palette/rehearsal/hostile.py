@@ -151,11 +151,35 @@ HOSTILE_LINKS = (
     "ln -s /proc/self/environ plan-environ.md && ln -s \"$HOSTILE_SECRET_FILE\" plan-secret.md && "
     "ln -s /dev/zero plan-zero.md && ln -s /proc/self/environ deck/plan.md",
 )
+#: Issue 36 route 2: files that cost the disk nothing and the harness a copy each, beside the deck once it is ready.
+#: Sparse 16 MiB slide-N.png (1.6 GiB of zeros in all, just within work/'s bound by their sizes, and no block
+#: written), one that is text, a PNG that says it is 60,000 x 40,000 pixels, and a PNG of a slide's size grown to
+#: 12 MiB. The harness copies none of them, says so, and writes no more than the item's bound.
+_FILLERS = """import struct, zlib
+def png(width, height):
+    body = b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\\x89PNG\\r\\n\\x1a\\n" + struct.pack(">I", 13) + body + struct.pack(">I", zlib.crc32(body))
+for n in range(11, 111):
+    with open(f"deck/slide-{n}.png", "wb") as out:
+        out.truncate(16 * 2**20)
+with open("deck/slide-111.png", "w") as out:
+    out.write("not a picture")
+with open("deck/slide-112.png", "wb") as out:
+    out.write(png(60000, 40000))
+with open("deck/slide-113.png", "wb") as out:
+    out.write(png(1280, 720))
+    out.truncate(12 * 2**20)
+print("left 103 files beside the deck")
+"""
+HOSTILE_FILLERS = (f"python3 -c {shlex.quote(_FILLERS)}",)
 
 #: Every hostile agent `--model rehearsal:<name>` can select, by name.
 HOSTILE: dict[str, type[RehearsalPolicy]] = {Hostile.name: Hostile}
-HOSTILE["hostile_links"] = route("hostile_links", after=HOSTILE_LINKS, marker=HOSTILE_LINKS_MARKER,
-                                 doc="Leaves links and a FIFO where the harness copies previews and plans from.")
+HOSTILE["hostile_links"] = route("hostile_links", after=HOSTILE_LINKS + HOSTILE_FILLERS, marker=HOSTILE_LINKS_MARKER,
+                                 doc="Leaves links, a FIFO, and sparse, foreign and oversized previews where the "
+                                     "harness copies previews and plans from.")
+HOSTILE["hostile_fillers"] = route("hostile_fillers", after=HOSTILE_FILLERS,
+                                   doc="Leaves sparse, foreign and oversized previews beside its deck.")
 HOSTILE["dumps_env"] = route("dumps_env", before=("env",), doc="Prints its environment (route: credentials file).")
 
 

@@ -531,9 +531,7 @@ def to_markdown(report: Report) -> str:
     lines += table_lines(*shown["scores"])
     unconfined = [c.label for c in columns if "unconfined" in c.sandboxes]
     if unconfined:
-        lines += ["", f"Unconfined: the agent's commands on {', '.join(unconfined)} ran without the sandbox "
-                      "(--palette-sandbox none, a person's own agent, or a run recorded before it existed): they "
-                      "could read the scripted replies and the caller's files, and reach the network."]
+        lines += ["", f"{unconfined_words(unconfined)}."]
     lines += _cost_lines(columns)
     graded = [(c.label, texts) for c in columns if (texts := _grader_texts(c))]
     if graded:
@@ -576,6 +574,13 @@ COSTED = ("input_tokens", "output_tokens", "cost_usd")
 #: Where a column's cost came from, in words.
 COST_FROM = {"provider": "reported by the client", "prices": "your --palette-prices table",
              "": "recorded (its source not said)"}
+
+
+def unconfined_words(hosts: list[str]) -> str:
+    """What it means that the agent's commands on `hosts` ran unconfined, in one sentence (the report, `show`)."""
+    return (f"Unconfined: the agent's commands on {', '.join(hosts)} ran without the sandbox (--palette-sandbox "
+            "none, a person's own agent, or a run recorded before it existed): they could read the scripted "
+            "replies and the caller's files, and reach the network")
 
 
 def _cost_lines(columns: list[Column]) -> list[str]:

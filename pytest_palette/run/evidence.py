@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import time
 import warnings
 import zipfile
@@ -201,29 +202,70 @@ def deck_by(evidence: Evidence) -> DeckBy:
     return "palette" if next(built, None) is not None else "agent"
 
 
-def save_outputs(case: Case, evidence: Evidence, output: Path) -> Evidence:
-    """Copy the deck, its previews and the plan beside the inputs, named after the case: only regular files
-    inside the workspace, each within its bound. The evidence comes back with a note for each one refused."""
+#: A slide's preview, as deck.py names it: its number is the slide's.
+_PREVIEW = re.compile(r"slide-(\d{1,9})\.png")
+#: Files named one by one in a note that refuses several for one reason.
+_NAMED = 3
+
+
+def save_outputs(case: Case, evidence: Evidence, output: Path, run: untrusted.Budget | None = None) -> Evidence:
+    """Copy the deck, the plan and the deck's previews beside the inputs, named after the case: only regular files
+    inside the workspace, each within its bound, a preview only when it is a PNG of a slide's size, and all of them
+    within the item's bound on what is copied (within what is left of the `run`'s). The evidence comes back with a
+    note for each one refused."""
     output.mkdir(parents=True, exist_ok=True)
     if evidence.pptx is None:
         return evidence
     work, notes = evidence.workspace, []
+    budget = untrusted.Budget(untrusted.ITEM_COPY_BYTES, "the item's copies", within=run)
     try:
-        untrusted.copy(work, evidence.pptx, output / f"{case.name}.pptx", untrusted.DECK_BYTES)
-    except untrusted.Refused as refused:  # it changed since it was judged: an agent's process still at work
+        untrusted.copy(work, evidence.pptx, output / f"{case.name}.pptx", untrusted.DECK_BYTES, budget)
+    except untrusted.Refused as refused:  # it changed since it was judged, or the run's copies are spent
         notes.append(f"the deck {refused.path} {refused.why}, not copied")
     beside = evidence.pptx.parent.relative_to(work)
-    previews = untrusted.listing(work, beside, lambda name: fnmatch.fnmatchcase(name, "slide-*.png"))
-    notes += [f"{refused.path.name} beside the deck {refused.why}, not copied" for refused in previews.refused]
-    for number, preview in enumerate(sorted(previews.files, key=lambda entry: entry.path.name)):
-        if number == untrusted.PREVIEWS:
-            notes.append(f"more than {untrusted.PREVIEWS} slide previews beside the deck: the rest not copied")
-            break
-        _copy_noted(work, preview.path, output / preview.path.name, untrusted.PREVIEW_BYTES, notes)
     plan = _newest_plan(work, beside, notes)
     if plan is not None:
-        _copy_noted(work, plan, output / "plan.md", untrusted.PLAN_BYTES, notes)
+        _copy_noted(work, plan, output / "plan.md", untrusted.PLAN_BYTES, budget, notes)
+    notes += _copy_previews(work, beside, output, budget)
     return replace(evidence, call_notes=evidence.call_notes + tuple(notes)) if notes else evidence
+
+
+def _copy_previews(work: Path, beside: Path, output: Path, budget: untrusted.Budget) -> list[str]:
+    """Copy the slide-N.png beside the deck, in slide order, at most PREVIEWS of them; the notes, each reason once
+    with the files it refused (an agent may leave thousands)."""
+    listing = untrusted.listing(work, beside, lambda name: _PREVIEW.fullmatch(name) is not None)
+    refused: dict[str, list[str]] = {}
+    for each in listing.refused:
+        refused.setdefault(each.why, []).append(each.path.name)
+    numbered = sorted(listing.files, key=lambda entry: _slide_number(entry.path.name))
+    for tried, preview in enumerate(numbered):
+        if tried == untrusted.PREVIEWS:  # each one tried counts, copied or not: each costs an open and a read
+            refused.setdefault(f"is past the first {untrusted.PREVIEWS} previews", []).extend(
+                entry.path.name for entry in numbered[tried:])
+            break
+        try:
+            untrusted.copy(work, preview.path, output / preview.path.name, untrusted.PREVIEW_BYTES, budget,
+                           check=untrusted.preview_problem)
+        except untrusted.Refused as why:
+            refused.setdefault(why.why, []).append(preview.path.name)
+        except FileNotFoundError:
+            refused.setdefault("was removed before it could be copied", []).append(preview.path.name)
+    return [_refused_note(names, why) for why, names in refused.items()]
+
+
+def _slide_number(name: str) -> tuple[int, str]:
+    found = _PREVIEW.fullmatch(name)
+    return (int(found[1]) if found else 0), name
+
+
+def _refused_note(names: list[str], why: str) -> str:
+    """One note for the previews beside the deck refused for one reason: "slide-8.png beside the deck is a link
+    (to …), not copied", or for many "200 files beside the deck (slide-11.png, … and 197 more): each is not a
+    PNG image, not copied"."""
+    if len(names) == 1:
+        return f"{names[0]} beside the deck {why}, not copied"
+    shown = ", ".join(names[:_NAMED]) + (f" and {len(names) - _NAMED:,} more" if len(names) > _NAMED else "")
+    return f"{len(names):,} files beside the deck ({shown}) each {why}: not copied"
 
 
 def _newest_plan(work: Path, beside: Path, notes: list[str]) -> Path | None:
@@ -238,9 +280,10 @@ def _newest_plan(work: Path, beside: Path, notes: list[str]) -> Path | None:
     return None
 
 
-def _copy_noted(work: Path, source: Path, target: Path, limit: int, notes: list[str]) -> None:
+def _copy_noted(work: Path, source: Path, target: Path, limit: int, budget: untrusted.Budget,
+                notes: list[str]) -> None:
     try:
-        untrusted.copy(work, source, target, limit)
+        untrusted.copy(work, source, target, limit, budget)
     except untrusted.Refused as refused:
         notes.append(f"{refused.path} {refused.why}, not copied")
     except FileNotFoundError:

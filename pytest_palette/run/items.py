@@ -191,7 +191,7 @@ class CaseItem(pytest.Item):
             # With no skill installed (a baseline), no command of the agent's is a call of one.
             scripts=session.skill.script_names if session.skill is not None else (),
             # What the agent started and left running ends with its item, before its folder is measured.
-            settle=self._sandbox.stop if self._sandbox is not None else None)
+            settle=self._sandbox.stop if self._sandbox is not None else None, copies=session.copies)
         self._evidence = judgement.evidence
         if judgement.fault:
             self._error(judgement.fault)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
+from ..arena import untrusted
 from ..arena.command_log import SKILL_SCRIPT
 from ..arena.workspace import Workspace
 from ..cases import Case
@@ -32,14 +33,15 @@ class Judgement:
 def judge_folder(case: Case, workspace: Workspace, *, host: str = "", started: tuple[float, ...] = (),
                  grace: float = 0.0, scripts: Collection[str] = (SKILL_SCRIPT,), room: bool | None = None,
                  save: bool = False, rules: SkillRules | None = None, skill: str = PALETTE,
-                 settle: Callable[[], object] | None = None) -> Judgement:
+                 settle: Callable[[], object] | None = None, copies: untrusted.Budget | None = None) -> Judgement:
     """Judge what the conversation of `case` left in `workspace`: its evidence (waiting up to `grace` seconds for
     builds still running; `started` is when each message was sent, a run of one of `scripts` is a call), then its
     faults, then the verdict by `rules` of `skill` (Palette's unless given). `settle` runs once the evidence is
     read and before the rest is looked at (the item stops what its agent left running). `room` says whether the
     machine's disk had room when the item ended (None: measured now), which decides whether a full disk in a
     command's words is a fault or a bound of its sandbox (a note). With `save` the deck, its previews and the plan
-    are copied to the item's output/ (only for a run that just ended: a saved run's are there already)."""
+    are copied to the item's output/ (only for a run that just ended: a saved run's are there already), within
+    what is left of the run's `copies`."""
     on_disk = evidence.read(workspace, grace, started, scripts)
     if settle is not None:
         settle()
@@ -51,5 +53,5 @@ def judge_folder(case: Case, workspace: Workspace, *, host: str = "", started: t
     if met:  # the agent's own doing: a note on its verdict, not an error of the run
         on_disk = replace(on_disk, call_notes=on_disk.call_notes + met)
     if save:
-        on_disk = evidence.save_outputs(case, on_disk, workspace.output)
+        on_disk = evidence.save_outputs(case, on_disk, workspace.output, copies)
     return Judgement(on_disk, None, judge(case, on_disk, host, rules, skill))

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from .. import __version__
-from ..arena import sandbox, skill_runs
+from ..arena import sandbox, skill_runs, untrusted
 from ..arena.workspace import Workspace
 from ..backend import describe_backend, round_trip
 from ..cases import EXPECT_KEYS, ExpectCheck, known_checks
@@ -71,6 +71,9 @@ class Session:
     rule_sets: dict[str, SkillRules] = field(default_factory=dict)
     #: The names the credentials file set in os.environ (the environment lacked them), unset again at the end.
     supplied: tuple[str, ...] = ()
+    #: What the harness may still write copying the items' outputs in this process (docs/sandbox.md, "Limits"):
+    #: the run's bound, or an xdist worker's even share of it.
+    copies: untrusted.Budget = field(default_factory=lambda: run_copies(1))
 
     @functools.cached_property
     def skill_scripts(self) -> frozenset[str] | None:
@@ -218,7 +221,8 @@ def _start(config: pytest.Config, settings: Settings) -> Session:
     given: dict[str, Any] | None = getattr(config, "workerinput", {}).get("palette_session")
     if given is not None:
         return Session(settings, hosts, given["run_id"], skill, given["skill_hash"], given["fingerprint"],
-                       dict(given["unavailable"]), began=float(given["began"]), rules=rules, rule_sets=rule_sets)
+                       dict(given["unavailable"]), began=float(given["began"]), rules=rules, rule_sets=rule_sets,
+                       copies=run_copies(int(getattr(config, "workerinput", {}).get("workercount", 1))))
     digest = skill_hash(settings.skill_dir) if settings.skill_dir is not None else NO_SKILL
     run_id = settings.run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
     host_terms: dict[str, object] = {}
@@ -241,6 +245,15 @@ def _start(config: pytest.Config, settings: Settings) -> Session:
             refuse_foreign_ledger(session)
             claim(session)
     return session
+
+
+def run_copies(workers: int) -> untrusted.Budget:
+    """The run's bound on what the harness copies from its items, for one of its `workers` processes: each holds
+    an even share, so together they stay within it."""
+    if workers <= 1:
+        return untrusted.Budget(untrusted.RUN_COPY_BYTES, "the run's copies")
+    return untrusted.Budget(untrusted.RUN_COPY_BYTES // workers, f"this worker's share of the run's copies "
+                            f"(1 of {workers})")
 
 
 def skill_rules(config: pytest.Config, skill: str, where: Path) -> tuple[dict[str, SkillRules], SkillRules]:

@@ -55,6 +55,9 @@ class Written:
     pages: int
     comparisons: list[str]
     seconds: float
+    #: What the pages say they do not show of the run folders (a link, not a regular file, over its bound, not a
+    #: slide's picture): (the item's page, the line).
+    left_out: tuple[tuple[str, str], ...] = ()
 
     @property
     def index(self) -> Path:
@@ -98,7 +101,8 @@ def write(paths: Sequence[Path], out: Path, *, label: str = "") -> Written:
         pages.write(view.page, "compare.html", view=view, title=view.title)
     (out / MARKER).write_text("written by palette-bench view; the folder may be written again by it\n",
                               encoding="utf-8")
-    return Written(out, len(items), pages.count, [v.page for v in views], time.perf_counter() - started)
+    left_out = tuple((found.page, line) for found in items.values() for line in found.refused)
+    return Written(out, len(items), pages.count, [v.page for v in views], time.perf_counter() - started, left_out)
 
 
 def _runs(paths: Sequence[Path]) -> list[matrix.RunView]:
@@ -212,6 +216,8 @@ class _Media:
         self.cache = out / ".cache" / "render"
 
     def slides(self, found: item.Item, run_name: str) -> None:
+        """The item's slides, each under its own number: the deck's previews, a tile saying why for each one left
+        out; with no preview to show, the deck rendered here."""
         folder = Path("media", run_name, str(found.workspace.relative))
         sources = found.previews
         rendering = None
@@ -219,7 +225,7 @@ class _Media:
             found.slides_note = "the deck's own previews, made when it was built"
         elif found.deck is not None:
             rendering = render.slides_of(found.deck, self.cache)
-            sources = list(rendering.images)
+            sources = dict(enumerate(rendering.images, 1))
             found.slides_note = rendering.note
             if not sources:
                 found.slides = [item.SlideView(n, None, text.title, list(text.body))
@@ -229,14 +235,19 @@ class _Media:
             found.slides_note = "no deck was built" if found.outcome in ("pass", "fail") else ""
             return
         titles = [text.title for text in rendering.texts] if rendering is not None else []
-        for n, source in enumerate(sources, 1):
+        left_out = found.left_out if rendering is None else {}
+        for n in sorted(sources.keys() | left_out.keys()):
+            if n in left_out:
+                found.slides.append(item.SlideView(n, None, "not shown", [left_out[n]]))
+                continue
             target = folder / f"slide-{n}.png"
             title = titles[n - 1] if n <= len(titles) else f"slide {n}"
             try:
-                _link(source, _inside(self.out, target), found.workspace.folder)
+                _link(sources[n], _inside(self.out, target), found.workspace.folder)
             except untrusted.Refused as refused:
-                found.refused.append(f"{refused.path} {refused.why}: not shown")
-                found.slides.append(item.SlideView(n, None, title, []))
+                why = f"{refused.path} {refused.why}: not shown"
+                found.refused.append(why)
+                found.slides.append(item.SlideView(n, None, "not shown", [why]))
                 continue
             found.slides.append(item.SlideView(n, target.as_posix(), title, []))
 
@@ -263,7 +274,8 @@ class _Media:
 def _link(source: Path, target: Path, item_folder: Path) -> None:
     """`target` as a hard link to `source` (a copy across disks). An old file there is unlinked first, never
     written through: it may be a link to a run's own file. A source in the item's folder (a run folder may come
-    from anywhere) is linked only as a regular file of that folder within its bound (untrusted.Refused)."""
+    from anywhere) is linked only as a regular file of that folder within its bound, and a PNG of a slide's size
+    (untrusted.Refused)."""
     if target.is_symlink() or target.exists():
         try:
             if not target.is_symlink() and target.samefile(source):
@@ -273,7 +285,7 @@ def _link(source: Path, target: Path, item_folder: Path) -> None:
         target.unlink()
     target.parent.mkdir(parents=True, exist_ok=True)
     if source.is_relative_to(item_folder):
-        untrusted.link_or_copy(item_folder, source, target, untrusted.PREVIEW_BYTES)
+        untrusted.link_or_copy(item_folder, source, target, untrusted.PREVIEW_BYTES, untrusted.preview_problem)
         return
     try:  # our own rendering, in the site's cache
         os.link(source, target)

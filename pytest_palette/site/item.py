@@ -156,7 +156,9 @@ class Item:
     replies: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     deck: Path | None = None
-    previews: list[Path] = field(default_factory=list)
+    #: The deck's previews in output/ by slide number (the slide's own), and why each one not shown is not.
+    previews: dict[int, Path] = field(default_factory=dict)
+    left_out: dict[int, str] = field(default_factory=dict)
     slides: list[SlideView] = field(default_factory=list)
     slides_note: str = ""
     revisions: list[Revision] = field(default_factory=list)
@@ -193,7 +195,8 @@ def read(run_folder: Path, record: Record) -> Item:
     else:
         item.tags = record.tags
     item.deck = _deck(workspace, record.case, item.refused)
-    item.previews = previews(workspace, item.refused)
+    item.previews, item.left_out = previews(workspace)
+    item.refused += item.left_out.values()
     try:
         transcript = Transcript.saved(workspace)
     except (ValueError, TypeError, OSError):
@@ -238,14 +241,17 @@ def _deck(workspace: Workspace, case: str, refused: list[str]) -> Path | None:
     return workspace.folder / deck
 
 
-def previews(workspace: Workspace, refused: list[str] | None = None) -> list[Path]:
-    """The deck's slide previews in output/, in slide order (slide-2 before slide-10): regular files only, each
-    one that is not added to `refused`."""
+def previews(workspace: Workspace) -> tuple[dict[int, Path], dict[int, str]]:
+    """The deck's slide previews in output/ by slide number, the first PREVIEWS of them: each regular file, and
+    for each one that is not (a link, a FIFO …) why it is not shown. A number is the slide's own, whatever is left
+    out before it."""
     listing = untrusted.listing(workspace.folder, Path("output"), lambda name: _SLIDE.match(name) is not None)
-    if refused is not None:
-        refused += [f"{error.path} {error.why}: not shown" for error in listing.refused]
-    numbered = sorted((int(m[1]), entry.path) for entry in listing.files if (m := _SLIDE.match(entry.path.name)))
-    return [path for _, path in numbered][:untrusted.PREVIEWS]
+    numbered = {int(m[1]): entry.path for entry in listing.files if (m := _SLIDE.match(entry.path.name))}
+    left_out = {int(m[1]): f"{error.path} {error.why}: not shown" for error in listing.refused
+                if (m := _SLIDE.match(error.path.name))}
+    first = sorted(numbered.keys() | left_out.keys())[:untrusted.PREVIEWS]
+    return ({n: numbered[n] for n in first if n in numbered},
+            {n: left_out[n] for n in first if n in left_out})
 
 
 def _turns(transcript: Transcript, runs: list[command_log.CommandRun]) -> list[Turn]:
