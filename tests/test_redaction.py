@@ -17,10 +17,12 @@ from pytest_palette.cases import CaseFileError, load_cases
 from pytest_palette.commands import main
 from pytest_palette.hosts.base import secret_values
 from pytest_palette.models import PROVIDER_KEYS
+from pytest_palette.results import step_summary
 from pytest_palette.results.ledger import append
 from pytest_palette.results.record import from_json
 from pytest_palette.results.redaction import MIN_LENGTH, REDACTED, Secrets, is_secret
 from pytest_palette.run.credentials import Credentials
+from pytest_palette.run.progress import Board
 from pytest_palette.run.scrubbing import scrub
 from pytest_palette.site.build import write as write_site
 
@@ -198,8 +200,22 @@ def test_a_reports_text_crash_line_output_and_properties_are_scrubbed() -> None:
         assert TOKEN not in str(report.longrepr) and REDACTED in str(report.longrepr)
         assert report.sections == [("Captured stdout call", f"printed {REDACTED}")]
         assert report.user_properties == [("failures", f'["{REDACTED}"]'), ("seconds", 1.5)]
-    assert reports[0].longrepr.reprcrash.message == f"RuntimeError: the harness failed with {REDACTED}"  # type: ignore[union-attr]
+    assert reports[0].longrepr.reprcrash.message == f"RuntimeError: the harness failed with {REDACTED}"
     assert kept.longrepr == "nothing secret"
+
+
+def test_the_step_summary_and_the_progress_lines_hold_no_secret(tmp_path: Path) -> None:
+    secrets = Secrets.of({"GITHUB_TOKEN": TOKEN})
+    failed = as_record(record(outcome="fail", failures=[f"the deck lacks {TOKEN}"]))
+    summary = tmp_path / "summary.md"
+    step_summary.append([failed], ["react"], print, {"GITHUB_STEP_SUMMARY": str(summary)}, secrets)
+    assert f"the deck lacks {REDACTED}" in summary.read_text() and TOKEN not in summary.read_text()
+    said: list[str] = []
+    board = Board(5, tmp_path, secrets)
+    board._write = said.append  # what pytest_sessionstart sets to the terminal's
+    board.send({"item": "x[react]", "kind": "start", "id": 1, "command": f"curl -H 'x: {TOKEN}' h", "at": 100.0})
+    board.send({"item": "x[react]", "kind": "end", "id": 1, "at": 107.0})
+    assert said == [f"  x[react] · ran curl -H 'x: {REDACTED}' h (7 s)"]
 
 
 def test_every_command_and_every_file_it_writes_holds_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line  # what was read past, said in one line on stderr
     secrets = secrets_here()
     try:
-        # Whatever a command prints, no secret of this machine's (redaction.py).
+        # Whatever a command prints, no secret of this machine's (results/redaction.py).
         with contextlib.redirect_stdout(Scrubbed(sys.stdout, secrets)), \
                 contextlib.redirect_stderr(Scrubbed(sys.stderr, secrets)):
             return int(args.handler(args))

@@ -69,8 +69,8 @@ def emit_markdown(markdown: str, out: Path | None, also: Path | None = None) -> 
 
 
 def write(path: Path, text: str) -> None:
-    """`text` into `path`, with no secret of this machine's in it (redaction.py); ReportError in one line when it
-    cannot be written (a folder, a file as a folder…)."""
+    """`text` into `path`, with no secret of this machine's in it (results/redaction.py); ReportError in one line
+    when it cannot be written (a folder, a file as a folder…)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(secrets_here().scrub(text), encoding="utf-8")

@@ -113,9 +113,9 @@ class NothingRecorded(HandedOver):
 
 
 def secret_values(env: Mapping[str, str], sandbox: Sandbox) -> list[str]:
-    """Every value nothing written may hold (a cassette, a log): the secrets in `env` (by redaction.py's rule:
-    every provider's key, ANTHROPIC_AUTH_TOKEN, WATSONX_APIKEY, RITS_API_KEY, any *_KEY, *_TOKEN …), and the
-    credentials file's values the sandbox withholds."""
+    """Every value nothing written may hold (a cassette, a log): the secrets in `env`, by the rule of
+    results/redaction.py (every provider's key, ANTHROPIC_AUTH_TOKEN, WATSONX_APIKEY, RITS_API_KEY, any *_KEY,
+    *_TOKEN …), and the credentials file's values the sandbox withholds."""
     return [*redaction.secret_values(env), *sandbox.secrets]
 
 

@@ -1,5 +1,5 @@
 """The second wall at pytest's seams: every report and warning is scrubbed of the session's secrets
-(redaction.py) before JUnit, the terminal or the table read it.
+(results/redaction.py) before JUnit, the terminal or the table read it.
 
 An item's report carries its record (already scrubbed as the ledger holds it), its failure text, its captured
 output and its properties; a collection's report carries a case file's error. Each could hold what a message

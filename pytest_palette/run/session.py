@@ -72,7 +72,7 @@ class Session:
     rule_sets: dict[str, SkillRules] = field(default_factory=dict)
     #: The names the credentials file set in os.environ (the environment lacked them), unset again at the end.
     supplied: tuple[str, ...] = ()
-    #: What every line leaving the run is scrubbed of (redaction.py): compiled once, when the session starts.
+    #: What every line leaving the run is scrubbed of (results/redaction.py): compiled once, when the session starts.
     secrets: Secrets = field(default_factory=Secrets)
 
     @property
