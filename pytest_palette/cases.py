@@ -25,6 +25,7 @@ import yaml
 from .replies import asks_for_change
 from .results.checks import COMMON_CHECKS, PALETTE_CHECKS
 from .results.record import GATE, Role
+from .results.redaction import Secrets
 
 NAME = re.compile(r"[a-z0-9_]+")
 #: A case name becomes a folder name and a test id: short enough for any file system, long enough for a title.
@@ -87,44 +88,51 @@ def _kind(mode: int) -> str:
     return next((said for test, said in kinds if test(mode)), "not a regular file")
 
 
-def read_regular(path: Path, limit: int, kernel: frozenset[int] = frozenset(), inside: Path | None = None) -> str:
+def read_regular(path: Path, limit: int, kernel: frozenset[int] = frozenset(), inside: Path | None = None,
+                 written: str | None = None) -> str:
     """A regular file's UTF-8 text, at most `limit` bytes, read without trusting what the path leads to: links are
     followed to their end first, and the end must be a regular file outside /proc, /sys and /dev (and the kernel's
-    file systems, `kernel`), inside the folder `inside` when given. Raise Refused with the reason."""
+    file systems, `kernel`), inside the folder `inside` when given. Raise Refused with the reason.
+
+    The reason names the file by where it leads — unless `written`, the path as the case file writes it, names a
+    ${VARIABLE}: then by `written` alone, since the expansion may be a secret (issue 36)."""
     real = Path(os.path.realpath(path))
+    hidden = written is not None and VARIABLE.search(written) is not None
+    subject = written if hidden else str(real)
     if inside is not None and not real.is_relative_to(os.path.realpath(inside)):
-        raise Refused(f"{path} leads to {real}, outside the case file's folder {inside}: a relative path stays "
-                      "in it (write an absolute path or ${VARIABLE} to read elsewhere)")
+        led = "leads" if hidden else f"leads to {real},"
+        raise Refused(f"{written if hidden else path} {led} outside the case file's folder {inside}: a relative "
+                      "path stays in it (write an absolute path or ${VARIABLE} to read elsewhere)")
     for tree in SYSTEM_TREES:
         if real.is_relative_to(tree):
-            raise Refused(f"{real} is under {tree}: a case file reads regular files only")
+            raise Refused(f"{subject} is under {tree}: a case file reads regular files only")
     try:
         mode = os.stat(real).st_mode
     except FileNotFoundError:
-        raise Refused(f"no file at {real}") from None
+        raise Refused(f"no file at {subject}") from None
     except OSError as error:
-        raise Refused(f"cannot read {real}: {error.strerror}") from None
+        raise Refused(f"cannot read {subject}: {error.strerror}") from None
     if not stat.S_ISREG(mode):  # refused before opening it: opening a device or a FIFO can act
-        raise Refused(f"{real} is {_kind(mode)}: a case file reads regular files only")
+        raise Refused(f"{subject} is {_kind(mode)}: a case file reads regular files only")
     try:  # no link at the end, no wait on a FIFO swapped in meanwhile
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as error:
-        raise Refused(f"cannot read {real}: {error.strerror}") from None
+        raise Refused(f"cannot read {subject}: {error.strerror}") from None
     with os.fdopen(fd, "rb") as file:
         opened = os.fstat(fd)  # what was opened, which is what counts
         if not stat.S_ISREG(opened.st_mode):
-            raise Refused(f"{real} is {_kind(opened.st_mode)}: a case file reads regular files only")
+            raise Refused(f"{subject} is {_kind(opened.st_mode)}: a case file reads regular files only")
         if opened.st_dev in kernel:
-            raise Refused(f"{real} is a file of the kernel: a case file reads regular files only")
+            raise Refused(f"{subject} is a file of the kernel: a case file reads regular files only")
         # The size a kernel file states is often 0: the read is bounded, not only the stat.
         data = file.read(limit + 1) if opened.st_size <= limit else b""
     if max(len(data), opened.st_size) > limit:
         size = f"{opened.st_size:,} bytes" if opened.st_size > limit else f"more than {limit:,} bytes"
-        raise Refused(f"{real} is {size}, more than the {limit:,} allowed (--palette-max-context)")
+        raise Refused(f"{subject} is {size}, more than the {limit:,} allowed (--palette-max-context)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise Refused(f"{real} is not UTF-8 text") from None
+        raise Refused(f"{subject} is not UTF-8 text") from None
 
 
 def climbs_out(relative: str) -> bool:
@@ -192,7 +200,8 @@ class Case:
     line: int
     #: Why this case cannot run here (an unset variable, a missing file); it ERRORs at setup.
     problem: str | None = None
-    context_source: str | None = field(default=None, compare=False)
+    #: Where the pasted material was read: never shown (the expansion of a ${VARIABLE} may be a secret).
+    context_source: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def opening(self) -> str:
@@ -247,9 +256,10 @@ class _Reader:
 
     def __init__(self, path: Path, env: Mapping[str, str], max_context: int = MAX_CONTEXT,
                  namespaces: Mapping[str, ExpectCheck | None] | None = None,
-                 checks: Mapping[str, Role] | None = None) -> None:
+                 checks: Mapping[str, Role] | None = None, secrets: Secrets | None = None) -> None:
         self.path = path
         self.env = env
+        self._secrets = secrets
         self.max_context = max_context
         self.namespaces = dict(namespaces or {})
         self.checks = dict(checks) if checks is not None else known_checks()
@@ -268,6 +278,21 @@ class _Reader:
     def kernel(self) -> frozenset[int]:
         """The kernel's file systems here, looked up once per case file that reads a file."""
         return kernel_devices()
+
+    @functools.cached_property
+    def secrets(self) -> Secrets:
+        """The session's secrets, or those of `env` (compiled once per case file that reads a file)."""
+        return self._secrets if self._secrets is not None else Secrets.of(self.env)
+
+    def pasted(self, path: Path, inside: Path | None, written: str) -> str:
+        """A file's text as pasted material (read_regular), refused when it holds a secret's value: it would go
+        to the model and into the run's files (the credentials file, a `.env`)."""
+        text = read_regular(path, self.max_context, self.kernel, inside, written).strip()
+        holder = self.secrets.found(text)
+        if holder is not None:
+            subject = written if VARIABLE.search(written) else os.path.realpath(path)
+            raise Refused(f"{subject} holds the value of ${holder}: pasted material never carries a secret")
+        return text
 
     def error(self, node: yaml.Node, message: str) -> CaseFileError:
         return CaseFileError(self.path, node.start_mark.line + 1, message)
@@ -425,8 +450,7 @@ class _Reader:
                              f"{self.path.parent} (write an absolute path or ${{VARIABLE}} to read elsewhere)"
         path = self.path.parent / text
         try:
-            return read_regular(path, self.max_context, self.kernel, None if chosen else self.path.parent).strip(), \
-                os.path.realpath(path), None
+            return self.pasted(path, None if chosen else self.path.parent, raw), os.path.realpath(path), None
         except Refused as refused:
             return "", os.path.realpath(path), f"{where}: {refused}"
 
@@ -556,12 +580,18 @@ class _Reader:
         # Folders are passed over, as before; anything else that matches is read as a regular file, or refused.
         matches = sorted(Path(p) for p in glob.glob(full) if not os.path.isdir(p))
         if not matches:
-            problem = f"{self.path}:{line}: documents {pattern!r} matched no file ({full})"
+            # The glob as written, and as expanded only when it names no variable (the value may be a secret).
+            problem = f"{self.path}:{line}: documents {pattern!r} matched no file" + \
+                ("" if VARIABLE.search(pattern) else f" ({full})")
             yield self.build(placeholder, common, "", pattern, problem, line, fields, label)
             return
         inside = None if chosen else self.path.parent
         named: dict[str, Path] = {}
         for document in matches:
+            holder = self.secrets.found(document.name)
+            if holder is not None:  # neither its name nor its case's may be shown
+                raise self.error(fields["documents"][0], f"{label}: a document's file name holds the value of "
+                                                         f"${holder}: rename it")
             name = re.sub(r"[^a-z0-9_]+", "_", document.stem.lower()).strip("_")[:MAX_NAME].rstrip("_")
             if not name:
                 raise self.error(fields["documents"][0], f"{label}: the document {document.name!r} gives no case "
@@ -572,24 +602,35 @@ class _Reader:
                                                          f"{document.name!r} both give the case name {name!r}: "
                                                          "rename one")
             named[name] = document
-            context = self.document(document, fields["documents"][0], label, inside)
+            context = self.document(document, fields["documents"][0], label, inside, pattern)
             yield self.build(name, common, context, str(document), None, line, fields, label)
 
-    def document(self, path: Path, node: yaml.Node, label: str, inside: Path | None) -> str:
-        """A corpus document's text: a regular file, UTF-8, within the size limit."""
+    def document(self, path: Path, node: yaml.Node, label: str, inside: Path | None, pattern: str) -> str:
+        """A corpus document's text: a regular file, UTF-8, within the size limit, no secret in it."""
         try:
-            return read_regular(path, self.max_context, self.kernel, inside).strip()
+            return self.pasted(path, inside, as_written(pattern, path))
         except Refused as refused:
             raise self.error(node, f"{label}: the document {path.name!r}: {refused}") from None
 
 
 def load_cases(path: Path, env: Mapping[str, str] | None = None, max_context: int = MAX_CONTEXT,
                namespaces: Mapping[str, ExpectCheck | None] | None = None,
-               checks: Mapping[str, Role] | None = None) -> list[Case]:
+               checks: Mapping[str, Role] | None = None, secrets: Secrets | None = None) -> list[Case]:
     """Every case in one file, in file order; CaseFileError on the first mistake. `namespaces` are the skills
     whose rules take keys of their own under `expect:` (name → the check of its value); `checks` the checks a
-    case may weigh under `expect: {checks: …}` (name → role; Palette's and the common ones unless given)."""
-    return list(_Reader(path, os.environ if env is None else env, max_context, namespaces, checks).cases())
+    case may weigh under `expect: {checks: …}` (name → role; Palette's and the common ones unless given);
+    `secrets` what no pasted file may hold (the session's; those of `env` unless given)."""
+    return list(_Reader(path, os.environ if env is None else env, max_context, namespaces, checks,
+                        secrets).cases())
+
+
+def as_written(pattern: str, match: Path) -> str:
+    """A file a `documents` glob matched, named as the case file writes it: the glob's folder as written, then the
+    file's name; the glob itself when its last part names a ${VARIABLE} (an expansion is never shown)."""
+    folder, _, last = pattern.rpartition("/")
+    if VARIABLE.search(last):
+        return pattern
+    return f"{folder}/{match.name}" if folder or pattern.startswith("/") else match.name
 
 
 def known_checks(*specs: Mapping[str, Any]) -> dict[str, Role]:

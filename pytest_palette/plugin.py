@@ -21,8 +21,8 @@ from .rules import SkillRules
 from .run import progress
 from .run import session as palette_session
 from .run._private import configured, settle_rootdir
-from .run.failure_message import reword
 from .run.items import CaseFile, CaseItem, converse_ahead, is_case_file, select, timeouts
+from .run.scrubbing import Scrubber
 from .run.session import SESSION
 
 
@@ -60,15 +60,18 @@ def pytest_palette_add_rehearsals(agents: dict[str, Callable[[], RehearsalPolicy
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[SESSION] = palette_session.start(config)
+    session = config.stash[SESSION] = palette_session.start(config)
+    # Every report and warning, before junitxml, the terminal or the table reads it: the judge's words as a failed
+    # item's crash line, and no secret anywhere (run/scrubbing.py).
+    config.pluginmanager.register(Scrubber(session.secrets), "palette-scrubber")
     if palette_session.measuring(config):  # -v lines only for a session of palette cases
-        config.stash[SESSION].progress = progress.start(config, config.stash[SESSION].settings.progress_after)
+        session.progress = progress.start(config, session.settings.progress_after, session.secrets)
     if not hasattr(config, "workerinput"):
-        config.pluginmanager.register(TableReporter(config.stash[SESSION].settings.hosts), "palette-table")
-        if (html := config.stash[SESSION].settings.html) is not None:
+        config.pluginmanager.register(TableReporter(session.settings.hosts), "palette-table")
+        if (html := session.settings.html) is not None:
             from .site.reporter import SiteReporter  # Jinja2 and the site's modules, only for a session that asks
 
-            config.pluginmanager.register(SiteReporter(config.stash[SESSION].run_dir, html), "palette-site")
+            config.pluginmanager.register(SiteReporter(session.run_dir, html, session.secrets), "palette-site")
 
 
 @pytest.hookimpl(trylast=True)
@@ -76,7 +79,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     """$GITHUB_STEP_SUMMARY gets the matrix the table shows (on the controller: workers have no table)."""
     table = config.pluginmanager.get_plugin("palette-table")
     if isinstance(table, TableReporter):
-        step_summary.append(table.ordered(), table.hosts, terminalreporter.write_line)
+        step_summary.append(table.ordered(), table.hosts, terminalreporter.write_line,
+                            secrets=config.stash[SESSION].secrets)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -92,12 +96,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     palette = session.config.stash.get(SESSION, None)
     if palette is not None and palette.overlap is not None:  # Ctrl-C, -x: conversations not taken end here
         palette.overlap.close()
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Before junitxml and the terminal read it: a failed item's crash line is the judge's words."""
-    reword(report)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import os
 import sys
 import warnings
 from collections.abc import Sequence
+from typing import TextIO
 
 from .. import __version__
+from ..results.redaction import Secrets
+from ..run.credentials import secrets_here
 
 # (command, module, summary). Modules are imported only for the command that runs: converse pulls in
 # langgraph (~1 s), which `report` over a big ledger cannot afford.
@@ -50,8 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(chosen if chosen in known else None).parse_args(argv)
     formatting = warnings.formatwarning
     warnings.formatwarning = _one_line  # what was read past, said in one line on stderr
+    secrets = secrets_here()
     try:
-        return int(args.handler(args))
+        # Whatever a command prints, no secret of this machine's (results/redaction.py).
+        with contextlib.redirect_stdout(Scrubbed(sys.stdout, secrets)), \
+                contextlib.redirect_stderr(Scrubbed(sys.stderr, secrets)):
+            return int(args.handler(args))
     except BrokenPipeError:  # `palette-bench show RUN | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -62,3 +71,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
               line: str | None = None) -> str:
     return f"palette-bench: warning: {message}\n"
+
+
+class Scrubbed(io.TextIOBase):
+    """A text stream that writes through to `stream` with every secret taken out."""
+
+    def __init__(self, stream: TextIO, secrets: Secrets) -> None:
+        super().__init__()
+        self.stream, self.secrets = stream, secrets
+
+    def write(self, text: str) -> int:
+        self.stream.write(self.secrets.scrub(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def writable(self) -> bool:
+        return True

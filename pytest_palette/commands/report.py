@@ -11,6 +11,7 @@ from pathlib import Path
 from ..results.ledger import LEDGER_NAME, find, load
 from ..results.report import ReportError, build_report, to_json, to_markdown
 from ..results.tally import Tally, tally
+from ..run.credentials import secrets_here
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
         refuse_outputs(("--out", args.out, "report.md"), ("--json", args.json, "report.json"))
         report = build_report(counted(*args.runs), allow_mixed=args.allow_mixed)
         if args.json:
-            write(args.json, json.dumps(to_json(report), indent=2, ensure_ascii=False) + "\n")
+            data = secrets_here().scrub_data(to_json(report))  # each string, so that JSON stays JSON
+            write(args.json, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
         emit_markdown(to_markdown(report), args.out, also=args.json)
     except ReportError as error:
         print(f"palette-bench report: {error}", file=sys.stderr)
@@ -67,9 +69,10 @@ def emit_markdown(markdown: str, out: Path | None, also: Path | None = None) -> 
 
 
 def write(path: Path, text: str) -> None:
-    """`text` into `path`; ReportError in one line when it cannot be written (a folder, a file as a folder…)."""
+    """`text` into `path`, with no secret of this machine's in it (results/redaction.py); ReportError in one line
+    when it cannot be written (a folder, a file as a folder…)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        path.write_text(secrets_here().scrub(text), encoding="utf-8")
     except OSError as error:
         raise ReportError(f"{path}: cannot be written ({error.strerror or error})") from None

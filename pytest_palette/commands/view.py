@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..run.credentials import secrets_here
 from ..site.build import SiteError, write
 
 #: Files of the run folders left out of the site named here one by one; the rest are counted (each item's page
@@ -25,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         # Absolute: each file of a run is read as a path inside it, and a relative one (`view runs/<id>`) is not.
-        written = write([run.absolute() for run in args.runs], args.out)
+        written = write([run.absolute() for run in args.runs], args.out, secrets=secrets_here())
     except SiteError as error:
         print(f"palette-bench view: {error}", file=sys.stderr)
         return 2

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..models import PROVIDER_KEYS, ModelSpec
+from ..models import ModelSpec
+from ..results import redaction
 from ..skill import SkillCard
 
 if TYPE_CHECKING:
@@ -111,15 +112,11 @@ class NothingRecorded(HandedOver):
     """`--model replay:RUN` and the recorded run holds no cassette for this item."""
 
 
-#: Variables whose values are credentials a model client may hold, beside each provider's key.
-CREDENTIAL_VARIABLES = ("ANTHROPIC_AUTH_TOKEN", "WATSONX_APIKEY", "RITS_API_KEY")
-
-
 def secret_values(env: Mapping[str, str], sandbox: Sandbox) -> list[str]:
-    """Every value nothing written may hold (a cassette, a log): the model credentials in `env`, and the
-    credentials file's values the sandbox withholds."""
-    names = sorted({name for names in PROVIDER_KEYS.values() for name in names} | set(CREDENTIAL_VARIABLES))
-    return [env[name] for name in names if env.get(name)] + list(sandbox.secrets)
+    """Every value nothing written may hold (a cassette, a log): the secrets in `env`, by the rule of
+    results/redaction.py (every provider's key, ANTHROPIC_AUTH_TOKEN, WATSONX_APIKEY, RITS_API_KEY, any *_KEY,
+    *_TOKEN …), and the credentials file's values the sandbox withholds."""
+    return [*redaction.secret_values(env), *sandbox.secrets]
 
 
 def recorded_exchanges(model: ModelSpec, workspace: Workspace, wire: Wire) -> list[Exchange]:

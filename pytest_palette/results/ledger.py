@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .record import Record, RecordError, from_json, from_json_lines
+from .redaction import Secrets
 
 try:
     import fcntl
@@ -63,10 +64,15 @@ def open_run(path: str | os.PathLike[str]) -> None:
     os.close(os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
 
 
-def append(path: str | os.PathLike[str], record: Record) -> bytes:
-    """Append the record to the ledger at `path` as one whole line (RecordError if it is not valid); return
-    the line (without its newline)."""
-    line = record.to_json() + b"\n"
+def append(path: str | os.PathLike[str], record: Record, secrets: Secrets | None = None) -> bytes:
+    """Append the record to the ledger at `path` as one whole line (RecordError if it is not valid), with every
+    secret in it replaced (`secrets`: the session's; the environment's when not given); return the line (without
+    its newline)."""
+    encoded = record.to_json()
+    line = (secrets if secrets is not None else Secrets.of(os.environ)).scrub_json(encoded)
+    if line is not encoded:
+        from_json(line)  # still a record (a name scrubbed is not one: RecordError)
+    line += b"\n"
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)  # read: the torn-line check

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ..cases import item_name
 from .marks import MARK, cell_text
 from .record import Record
+from .redaction import Secrets
 from .report import table_lines
 from .table import footer, session_matrix
 from .tally import tally
@@ -43,13 +44,15 @@ def markdown(records: Sequence[Record], hosts: Sequence[str]) -> str:
 
 
 def append(records: Sequence[Record], hosts: Sequence[str], warn: Callable[[str], object],
-           environ: Mapping[str, str] = os.environ) -> None:
-    """Append the matrix to $GITHUB_STEP_SUMMARY when it is set; a file that cannot be written is a warning
-    (through `warn`), never the session's failure."""
+           environ: Mapping[str, str] = os.environ, secrets: Secrets | None = None) -> None:
+    """Append the matrix to $GITHUB_STEP_SUMMARY when it is set, scrubbed of `secrets` (the session's; those of
+    `environ` when not given); a file that cannot be written is a warning (through `warn`), never the session's
+    failure."""
     path = environ.get(VARIABLE, "").strip()
     text = markdown(records, hosts) if path else ""
     if not text:
         return
+    text = (secrets if secrets is not None else Secrets.of(environ)).scrub(text)
     try:
         with open(path, "a", encoding="utf-8") as summary:  # appended: other steps' summaries stay
             summary.write(text)

@@ -15,6 +15,8 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..results.redaction import Secrets, is_secret
+
 #: The variable that names another file.
 VARIABLE = "PALETTE_ENV"
 #: A credentials file is a few lines; anything larger is not one.
@@ -48,6 +50,12 @@ class Credentials:
         supplied = self.supplies(environ)
         environ.update((name, value) for name, value in self.values if name in supplied)
         return supplied
+
+    def secrets(self) -> tuple[tuple[str, str], ...]:
+        """The file's (name, value) pairs no line leaving a run may hold (results/redaction.py): all but the
+        backend's settings, which the agent's commands get anyway — unless the name says it holds a secret."""
+        return tuple((name, value) for name, value in self.values
+                     if is_secret(name) or not name.startswith(BACKEND_PREFIX))
 
     def withheld(self, passed: tuple[str, ...] = ()) -> tuple[str, ...]:
         """The file's names the agent's commands must not get: all but the backend's settings and those the user
@@ -94,6 +102,21 @@ def load(environ: Mapping[str, str] | None = None) -> Credentials | None:
     except UnicodeDecodeError:
         raise CredentialsError(f"{path}: the credentials file is not UTF-8 text") from None
     return Credentials(path, tuple(parse(text, path).items()))
+
+
+def secrets_of(environ: Mapping[str, str], credentials: Credentials | None) -> Secrets:
+    """What no line leaving a run may hold: the secrets of `environ` and of the credentials file."""
+    return Secrets.of(environ, credentials.secrets() if credentials is not None else ())
+
+
+def secrets_here() -> Secrets:
+    """This process's secrets outside a session (a `palette-bench` command): its environment's and its credentials
+    file's — none of the file's when it cannot be read, since no session could have used them then."""
+    try:
+        found = load()
+    except CredentialsError:
+        found = None
+    return secrets_of(os.environ, found)
 
 
 def parse(text: str, path: Path) -> dict[str, str]:

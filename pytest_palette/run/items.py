@@ -26,7 +26,7 @@ from ..judge import PALETTE, Verdict, explain
 from ..options import Settings
 from ..results.ledger import append, open_run
 from ..results.prices import FROM_PROVIDER, FROM_TABLE, Price
-from ..results.record import CostSource, Judged, Outcome, Record, Usage
+from ..results.record import CostSource, Judged, Outcome, Record, Usage, from_json
 from ..results.table import RECORD_PROPERTY
 from . import evidence
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
@@ -50,11 +50,11 @@ class CaseFile(pytest.File):
     """A YAML file holding a list of cases."""
 
     def collect(self) -> Iterator[CaseItem]:
-        settings = self.config.stash[SESSION].settings
+        session = self.config.stash[SESSION]
+        settings = session.settings
         try:
-            cases = load_cases(self.path, max_context=settings.max_context,
-                               namespaces=self.config.stash[SESSION].namespaces,
-                               checks=self.config.stash[SESSION].checks)
+            cases = load_cases(self.path, max_context=settings.max_context, namespaces=session.namespaces,
+                               checks=session.checks, secrets=session.secrets)
         except CaseFileError as error:
             raise self.CollectError(str(error)) from None
         seen = self.config.stash.setdefault(CASE_NAMES, {})
@@ -221,7 +221,8 @@ class CaseItem(pytest.Item):
             raise PaletteFailure(verdict)
 
     def _finish(self, outcome: Outcome, failures: list[str], verdict: Verdict | None = None) -> None:
-        """Append this item's record to the run's ledger, and carry it on the item's report."""
+        """Append this item's record to the run's ledger, and carry it on the item's report: both as the ledger
+        holds it, scrubbed of the session's secrets."""
         session = self.palette_session
         record = Record(
             run_id=session.run_id, case=self.case.name, host=self.host_name, run_index=self.run_index,
@@ -230,7 +231,8 @@ class CaseItem(pytest.Item):
             terms=session.terms(self.host_name),
             usage=_usage(self._transcript, self._started, time.time(), session.price, self._graded),
             case_hash=self.case.digest(), tags=self.case.tags)
-        self.user_properties += properties(record, append(session.ledger, record))
+        line = append(session.ledger, record, session.secrets)
+        self.user_properties += properties(from_json(line), line)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         # Plain strings: they travel unchanged through xdist.

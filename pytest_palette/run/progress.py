@@ -39,6 +39,7 @@ from typing import Any, Protocol, TextIO
 import pytest
 
 from ..arena.command_log import without_heredocs
+from ..results.redaction import Secrets
 
 #: After the first line for a long command, another this often while it still runs (--help says it too).
 EVERY = 30.0
@@ -106,8 +107,10 @@ class _Running:
 class Board:
     """The controller's progress lines: from its own process's items directly, from xdist workers' files."""
 
-    def __init__(self, after: float, folder: Path) -> None:
+    def __init__(self, after: float, folder: Path, secrets: Secrets | None = None) -> None:
         self.after, self.folder = after, folder
+        #: What every line is scrubbed of before it reaches the terminal (the session's).
+        self.secrets = secrets if secrets is not None else Secrets()
         self.lock = threading.RLock()
         self._turns: dict[str, tuple[int, int]] = {}
         self._running: dict[tuple[str, int], _Running] = {}
@@ -220,7 +223,7 @@ class Board:
     def _say(self, lines: list[str]) -> None:
         if self._write is not None:
             for line in lines:
-                self._write(line)
+                self._write(self.secrets.scrub(line))
 
 
 class _Terminal:
@@ -257,7 +260,7 @@ class _Terminal:
             self.stream = None
 
 
-def start(config: pytest.Config, after: float) -> Sink | None:
+def start(config: pytest.Config, after: float, secrets: Secrets | None = None) -> Sink | None:
     """The sink of this process's items with `-v` (None without): a board on the controller, registered as a
     plugin; on an xdist worker, a file in the folder the controller handed it (`for_workers`)."""
     if config.option.verbose <= 0 or config.option.collectonly:
@@ -265,6 +268,6 @@ def start(config: pytest.Config, after: float) -> Sink | None:
     if hasattr(config, "workerinput"):
         folder = config.workerinput.get("palette_session", {}).get("progress")
         return FileSink(Path(folder) / f"{config.workerinput['workerid']}.jsonl") if folder else None
-    board = Board(after, Path(tempfile.mkdtemp(prefix="palette-progress-")))
+    board = Board(after, Path(tempfile.mkdtemp(prefix="palette-progress-")), secrets)
     config.pluginmanager.register(board, "palette-progress")
     return board

@@ -29,6 +29,7 @@ from ..options import Settings, configure_hosts, resolve
 from ..results.ledger import find, ledger_name, load, read
 from ..results.prices import Price, money, price_of
 from ..results.record import NO_SKILL, RecordError, Role, Terms, from_json
+from ..results.redaction import Secrets
 from ..rules import RulesMissing, SkillRules, rules_for
 from ..skill import SkillCard, load_card, skill_hash
 from . import credentials
@@ -82,6 +83,8 @@ class Session:
         if self.skill is None or not skill_runs.speaks_protocol(self.skill.scripts):
             return None
         return skill_runs.digests(self.skill.scripts)
+    #: What every line leaving the run is scrubbed of (results/redaction.py): compiled once, when the session starts.
+    secrets: Secrets = field(default_factory=Secrets)
 
     @property
     def judged_as(self) -> str:
@@ -195,6 +198,7 @@ def start(config: pytest.Config) -> Session:
         unsupply(settings, supplied)  # the session never was: the process's environment is as it found it
         raise
     session.supplied = supplied
+    session.secrets = credentials.secrets_of(os.environ, settings.credentials)
     return session
 
 
@@ -345,9 +349,14 @@ def finished(run: Path) -> set[tuple[str, str, int]]:
     return {(r.case, r.host, r.run_index) for r in load(run).latest.values() if r.judged is not None}
 
 
-def check(session: Session, write: Any) -> int:
-    """`--palette-check`: every selected host's problems, each with its fix; 0 when all are ready."""
+def check(session: Session, emit: Any) -> int:
+    """`--palette-check`: every selected host's problems, each with its fix; 0 when all are ready. A host's
+    problem may quote its client's words: each line is scrubbed of the session's secrets."""
     settings = session.settings
+
+    def write(text: str, **markup: bool) -> None:
+        emit(session.secrets.scrub(text), **markup)
+
     write(f"palette check: model {settings.model.label} · {skill_words(session)}")
     if settings.credentials is not None:
         write(credentials.describe(settings.credentials, session.supplied).removeprefix("palette: "))

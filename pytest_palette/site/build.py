@@ -37,6 +37,7 @@ from ..results.ledger import find, load
 from ..results.marks import LOOKS, mean_text
 from ..results.prices import money
 from ..results.record import Record
+from ..results.redaction import Secrets
 from . import charts, comparison, item, matrix, render
 from .folder import MARKER, refusal
 
@@ -64,8 +65,9 @@ class Written:
         return self.folder / "index.html"
 
 
-def write(paths: Sequence[Path], out: Path, *, label: str = "") -> Written:
-    """The site over the runs at or under `paths`, written into `out`."""
+def write(paths: Sequence[Path], out: Path, *, label: str = "", secrets: Secrets | None = None) -> Written:
+    """The site over the runs at or under `paths`, written into `out`, each page scrubbed of `secrets` (the
+    session's or the command's; the environment's when not given: results/redaction.py)."""
     started = time.perf_counter()
     runs = _runs(paths)
     _claim(out)
@@ -87,7 +89,7 @@ def write(paths: Sequence[Path], out: Path, *, label: str = "") -> Written:
             if first is not None and image is not None:
                 cell.thumb = media.thumb(out / image, first, names[first.run_folder])
     views = _comparisons(runs, items, names)
-    pages = _Pages(out)
+    pages = _Pages(out, secrets if secrets is not None else Secrets.of(os.environ))
     pages.static()
     pages.write("index.html", "matrix.html", matrix=grid, comparisons=views, title=label or _title(runs),
                 histograms={column.key: charts.column_histogram(column) for column in grid.columns},
@@ -302,8 +304,9 @@ def _inside(out: Path, page: Path | str) -> Path:
 
 
 class _Pages:
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, secrets: Secrets) -> None:
         self.out = out
+        self.secrets = secrets
         self.count = 0
         self.environment = jinja2.Environment(
             loader=jinja2.PackageLoader("pytest_palette", "site/templates"),
@@ -324,7 +327,7 @@ class _Pages:
 
     def write(self, page: str, template: str, **values: Any) -> None:
         root = "../" * page.count("/")
-        text = self.environment.get_template(template).render(root=root, page=page, **values)
+        text = self.secrets.scrub(self.environment.get_template(template).render(root=root, page=page, **values))
         path = _inside(self.out, page)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

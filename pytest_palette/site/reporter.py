@@ -9,13 +9,15 @@ from typing import Any
 import pytest
 
 from ..results.ledger import find
+from ..results.redaction import Secrets
 from .build import SiteError, write
 
 
 class SiteReporter:
-    def __init__(self, run_dir: Path, out: Path) -> None:
+    def __init__(self, run_dir: Path, out: Path, secrets: Secrets | None = None) -> None:
         self.run_dir = run_dir
         self.out = out
+        self.secrets = secrets
 
     @pytest.hookimpl(trylast=True)  # after the table: the site's address is the last thing to read
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -23,7 +25,7 @@ class SiteReporter:
             terminalreporter.write_line(f"palette: no site written to {self.out}: this session recorded nothing")
             return
         try:
-            written = write([self.run_dir], self.out)
+            written = write([self.run_dir], self.out, secrets=self.secrets)
         except SiteError as error:
             terminalreporter.write_line(f"palette: no site written: {error}", red=True)
             return
