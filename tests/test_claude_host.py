@@ -48,7 +48,7 @@ from pytest_palette.hosts.claude import (
     session_folder,
     turn_command,
 )
-from pytest_palette.hosts.endpoint import PLACEHOLDER_KEY, RELAY_PORT, KeyForwarder, credentials
+from pytest_palette.hosts.endpoint import FORWARDER_LOG, PLACEHOLDER_KEY, RELAY_PORT, KeyForwarder, credentials
 from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal.conversation import Conversation
 from pytest_palette.rehearsal.policy import catalogue
@@ -625,6 +625,32 @@ def test_the_cli_reaches_its_model_and_nothing_else(host: ClaudeHost, tmp_path: 
     listener.close()
     session.close()
     assert done.stdout.split() == ["401", "200", "refused", "111"], done.stderr
+
+
+@needs_cli
+def test_a_cli_that_keeps_the_network_reaches_a_port_that_asks_for_its_token(host: ClaudeHost, tmp_path: Path) -> None:
+    """With a Palette elsewhere, commands keep the network and so does the CLI: its forwarder listens on 127.0.0.1
+    too, where any local user and the CLI's own commands can connect, and answers only the CLI's token, which
+    neither holds: it is in the CLI's environment alone, never on its command line nor in its commands'."""
+    item = Item(tmp_path, host, base={**os.environ, "PALETTE_URL": "http://127.0.0.1:9"})
+    session, forwarder = item.session, item.session.forwarder
+    try:
+        assert forwarder is not None and session.relay is None and item.sandbox.network
+        assert session.env["ANTHROPIC_BASE_URL"] == forwarder.base_url
+        assert session.env["ANTHROPIC_API_KEY"] == forwarder.token
+        asked = urllib.request.Request(f"{forwarder.base_url}/v1/messages?beta=true", data=b"{}", method="POST",
+                                       headers={"x-api-key": PLACEHOLDER_KEY})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(asked, timeout=30)
+        assert refused.value.code == 401
+        argv = turn_command(session.cli, session.model_id, session.session_id, True, env=session.env)
+        wrapper = (session.folder / "sandbox.sh").read_text(encoding="utf-8")
+        assert forwarder.token not in " ".join(argv) and forwarder.token not in wrapper
+    finally:
+        session.close()
+        item.sandbox.close()
+    assert "refused 401 POST /v1/messages?beta=true: the request does not carry the forwarder's token" in (
+        item.root / FORWARDER_LOG).read_text(encoding="utf-8")
 
 
 @pytest.mark.end_to_end
