@@ -48,7 +48,7 @@ from pytest_palette.hosts.claude import (
     session_folder,
     turn_command,
 )
-from pytest_palette.hosts.endpoint import PLACEHOLDER_KEY, RELAY_PORT, KeyForwarder, credentials
+from pytest_palette.hosts.endpoint import FORWARDER_LOG, PLACEHOLDER_KEY, RELAY_PORT, KeyForwarder, credentials
 from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal.conversation import Conversation
 from pytest_palette.rehearsal.policy import catalogue
@@ -135,19 +135,22 @@ def test_the_forwarder_adds_the_key_and_passes_only_the_messages_api() -> None:
     upstream = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
     gateway = f"http://127.0.0.1:{upstream.server_address[1]}/gateway"
-    forwarder = KeyForwarder(gateway, {"x-api-key": SECRET}).start()
+    forwarder = KeyForwarder(gateway, {"x-api-key": SECRET}, loopback=True).start()
     try:
         assert forwarder.base_url.startswith("http://127.0.0.1:")
         request = urllib.request.Request(f"{forwarder.base_url}/v1/messages?beta=true", data=b'{"model": "m"}',
-                                         headers={"x-api-key": PLACEHOLDER_KEY, "anthropic-version": "2023-06-01"})
+                                         headers={"x-api-key": forwarder.token, "anthropic-version": "2023-06-01"})
         with urllib.request.urlopen(request, timeout=30) as answer:
             assert answer.read() == b"event: one\ndata: {}\n\nevent: two\ndata: {}\n\n"
         [(path, headers, body)] = _Upstream.seen
         assert path == "/gateway/v1/messages?beta=true" and body == b'{"model": "m"}'
+        # The key added, the client's token never passed on.
         assert headers["x-api-key"] == SECRET and headers["anthropic-version"] == "2023-06-01"
+        assert forwarder.token not in json.dumps(headers)
         with pytest.raises(urllib.error.HTTPError) as refused:  # a WebFetch of the forwarder gets nothing else
-            urllib.request.urlopen(f"{forwarder.base_url}/admin", timeout=30)
-        assert refused.value.code == 404 and len(_Upstream.seen) == 1
+            urllib.request.urlopen(urllib.request.Request(f"{forwarder.base_url}/admin",
+                                                          headers={"x-api-key": forwarder.token}), timeout=30)
+        assert refused.value.code == 403 and len(_Upstream.seen) == 1
     finally:
         forwarder.stop()
         upstream.shutdown()
@@ -563,8 +566,9 @@ def test_a_real_models_key_stays_with_the_harness_and_reaches_the_model(host: Cl
     item = Item(tmp_path, host, model="anthropic:claude-sonnet-4-5", base=base)
     [plan] = item.say("Build a 3-slide deck on prompt caching")
     assert "Reply **yes**" in plan  # the model answered, through the forwarder
-    # The CLI holds a placeholder and talks to the harness's forwarder, which holds the key.
-    assert item.session.env["ANTHROPIC_API_KEY"] == PLACEHOLDER_KEY
+    # The CLI holds the forwarder's token and talks to the harness's forwarder, which holds the key.
+    assert item.session.forwarder is not None
+    assert item.session.env["ANTHROPIC_API_KEY"] == item.session.forwarder.token
     assert item.session.env["ANTHROPIC_BASE_URL"] != gateway
     assert SECRET not in json.dumps(item.session.env)
     for path in tmp_path.rglob("*"):
@@ -601,8 +605,17 @@ def test_the_cli_reaches_its_model_and_nothing_else(host: ClaudeHost, tmp_path: 
     item = Item(tmp_path, host)
     session = item.session
     assert session.relay is not None and session.env["ANTHROPIC_BASE_URL"] == f"http://127.0.0.1:{RELAY_PORT}"
-    probe = (f"import socket, urllib.request\n"
-             f"print(urllib.request.urlopen('{session.env['ANTHROPIC_BASE_URL']}/v1/models', timeout=30).status)\n"
+    # The model, through the relay: a call without the forwarder's token, and the CLI's own call with it.
+    call = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 100,
+                       "messages": [{"role": "user", "content": "hi"}]})
+    probe = (f"import socket, urllib.request, urllib.error\n"
+             f"def status(key):\n"
+             f"    asked = urllib.request.Request('{session.env['ANTHROPIC_BASE_URL']}/v1/messages?beta=true', "
+             f"{call.encode()!r}, {{'x-api-key': key, 'content-type': 'application/json', "
+             f"'anthropic-version': '2023-06-01'}})\n"
+             f"    try:\n        return urllib.request.urlopen(asked, timeout=30).status\n"
+             f"    except urllib.error.HTTPError as error:\n        return error.code\n"
+             f"print(status('sk-ant-guessed'), status({session.env['ANTHROPIC_API_KEY']!r}))\n"
              f"try:\n    socket.create_connection(('127.0.0.1', {listener.getsockname()[1]}), 5)\n"
              f"    print('reached')\nexcept OSError as error:\n    print('refused', error.errno)\n")
     # Exactly as a turn runs the CLI: the relay, then (here) a program in the CLI's place.
@@ -610,7 +623,34 @@ def test_the_cli_reaches_its_model_and_nothing_else(host: ClaudeHost, tmp_path: 
     done = subprocess.run(argv, cwd=item.work, capture_output=True, text=True, timeout=60, check=False)
     item.sandbox.close()
     listener.close()
-    assert done.stdout.split() == ["200", "refused", "111"], done.stderr
+    session.close()
+    assert done.stdout.split() == ["401", "200", "refused", "111"], done.stderr
+
+
+@needs_cli
+def test_a_cli_that_keeps_the_network_reaches_a_port_that_asks_for_its_token(host: ClaudeHost, tmp_path: Path) -> None:
+    """With a Palette elsewhere, commands keep the network and so does the CLI: its forwarder listens on 127.0.0.1
+    too, where any local user and the CLI's own commands can connect, and answers only the CLI's token, which
+    neither holds: it is in the CLI's environment alone, never on its command line nor in its commands'."""
+    item = Item(tmp_path, host, base={**os.environ, "PALETTE_URL": "http://127.0.0.1:9"})
+    session, forwarder = item.session, item.session.forwarder
+    try:
+        assert forwarder is not None and session.relay is None and item.sandbox.network
+        assert session.env["ANTHROPIC_BASE_URL"] == forwarder.base_url
+        assert session.env["ANTHROPIC_API_KEY"] == forwarder.token
+        asked = urllib.request.Request(f"{forwarder.base_url}/v1/messages?beta=true", data=b"{}", method="POST",
+                                       headers={"x-api-key": PLACEHOLDER_KEY})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(asked, timeout=30)
+        assert refused.value.code == 401
+        argv = turn_command(session.cli, session.model_id, session.session_id, True, env=session.env)
+        wrapper = (session.folder / "sandbox.sh").read_text(encoding="utf-8")
+        assert forwarder.token not in " ".join(argv) and forwarder.token not in wrapper
+    finally:
+        session.close()
+        item.sandbox.close()
+    assert "refused 401 POST /v1/messages?beta=true: the request does not carry the forwarder's token" in (
+        item.root / FORWARDER_LOG).read_text(encoding="utf-8")
 
 
 @pytest.mark.end_to_end

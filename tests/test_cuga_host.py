@@ -27,7 +27,6 @@ from pytest_palette.hosts import cuga as cuga_module
 from pytest_palette.hosts.base import HostError, HostSettings
 from pytest_palette.hosts.cuga import (
     INSTALL_HINT,
-    PLACEHOLDER_KEY,
     RUN_COMMAND_CEILING,
     CugaHost,
     CugaModel,
@@ -342,8 +341,9 @@ def test_the_harness_runs_the_workers_commands_reads_its_model_and_gives_it_no_k
     assert "load_skill" in said["model"] or "run_command" in said["model"]
     assert turn.steps and turn.steps == steps and turn.steps[0] in code_steps(said["model"])
     assert turn.usage == {"input_tokens": 7} and turn.retries == 0
-    # No key in the worker: the forwarder holds it (the rehearsal model needs none), and nothing of the caller's.
-    assert SECRET not in turn.answer and said["env"]["OPENAI_API_KEY"] == PLACEHOLDER_KEY
+    # No key in the worker: the forwarder holds it (the rehearsal model needs none), and nothing of the caller's;
+    # its client holds the forwarder's token.
+    assert SECRET not in turn.answer and said["env"]["OPENAI_API_KEY"].startswith("palette-forwarder-")
     assert said["env"]["PALETTE_TRACE"] == str(workspace.trace)
 
 

@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import stat
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from sweeps import inner_cache
+from sweeps import Sweeps, inner_cache
 from test_benchmark_suite import REPO, run_suite
+from unprivileged import Unprivileged
+from upstream import LoggingUpstream, another_user_tries
 
 from pytest_palette.hosts.base import HostSettings
 from pytest_palette.hosts.claude import cli_environment, find_cli, parse_stream
 from pytest_palette.hosts.cuga import credentials_needed, cuga_model
+from pytest_palette.hosts.endpoint import ANTHROPIC_ROUTES, FORWARDER_LOG, OPENAI_ROUTES, KeyForwarder
 from pytest_palette.models import ModelUnavailable, RetryCounter, build_chat_model, check_model, parse_model
+from pytest_palette.rehearsal.hostile import FORWARDER_TRIES
 from pytest_palette.rehearsal.injection import MAX_IN_A_ROW, FaultSchedule
 from pytest_palette.rehearsal.server import RehearsalServer
 from pytest_palette.results.ledger import load
@@ -190,26 +196,180 @@ def test_a_call_still_failing_after_its_retries_raises_with_the_cause() -> None:
 @pytest.mark.end_to_end
 def test_cugas_retries_are_the_failed_answers_its_forwarder_passed_on() -> None:
     from pytest_palette.hosts.cuga import RETRIED_STATUSES
-    from pytest_palette.hosts.endpoint import OPENAI_FORWARDED, KeyForwarder
-
     statuses: list[int] = []
     with RehearsalServer(faults=FaultSchedule.parse("429:0.3,500:0.2,seed=5")) as server:
-        forwarder = KeyForwarder(server.openai_base_url, {"Authorization": "Bearer sk-held"}, paths=OPENAI_FORWARDED,
-                                 observe=lambda status, body: statuses.append(status)).start()
+        forwarder = KeyForwarder(server.openai_base_url, {"Authorization": "Bearer sk-held"}, routes=OPENAI_ROUTES,
+                                 observe=lambda status, body: statuses.append(status), loopback=True).start()
         try:
-            # A client built without our hook, as CUGA builds its own, holding only a placeholder.
-            model = build_chat_model(parse_model("openai:rehearsal", forwarder.base_url), {"OPENAI_API_KEY": "x"})
+            # A client built without our hook, as CUGA builds its own, holding only the forwarder's token.
+            model = build_chat_model(parse_model("openai:rehearsal", forwarder.base_url),
+                                     {"OPENAI_API_KEY": forwarder.token})
             for n in range(6):
                 model.invoke(f"Build a deck about topic {n}")
             connection = http.client.HTTPConnection("127.0.0.1", int(forwarder.base_url.rsplit(":", 1)[1]))
-            connection.request("POST", "/v1/messages", body=b"{}", headers={"Content-Length": "2"})
+            connection.request("POST", "/v1/messages", body=b"{}",
+                               headers={"Content-Length": "2", "Authorization": f"Bearer {forwarder.token}"})
             refused = connection.getresponse().status
             injected = len(server.injected)
         finally:
             forwarder.stop()
     failed = [status for status in statuses if status in RETRIED_STATUSES or status >= 500]
     assert len(failed) == injected > 0 and statuses.count(200) == 6
-    assert refused == 404  # only the chat-completions wire passes
+    assert refused == 403  # only the chat-completions wire passes
+
+
+# -- the forwarder forwards exactly what the client needs (issue 36) ------------------------------------------------
+
+#: Each client's own calls, as the forwarder passes them: what the upstream must see, and all it may see.
+CLIENT_CALLS = {"openai": [("POST", "/chat/completions")],
+                "anthropic": [("POST", "/v1/messages?beta=true"), ("POST", "/v1/messages")]}
+#: Beyond the model code's tries on cuga (hostile.FORWARDER_TRIES): more of each kind, on both wires.
+REFUSED = {
+    "openai": [("POST", "/v1/chat/completions"), ("GET", "/models"), ("POST", "/models"),
+               ("POST", "/chat/completions/"), ("POST", "/chat/./completions"), ("POST", "/chat/completions?"),
+               ("POST", "/chat/completions%3Fx"), ("POST", "/chat/completions#x"), ("POST", "/chat\\completions"),
+               ("POST", "/chat/%2e%2e/chat/completions"), ("POST", "/chat/completions/%2e%2e/%2e%2e/files"),
+               ("POST", "/chat/%252e%252e/completions"), ("POST", "http://127.0.0.1/chat/completions"),
+               ("HEAD", "/chat/completions"), ("OPTIONS", "/chat/completions"), ("PATCH", "/chat/completions"),
+               ("BREW", "/chat/completions")],
+    "anthropic": [("POST", "/v1/messages/batches"), ("GET", "/v1/messages/batches"),
+                  ("POST", "/v1/messages/batches?beta=true"), ("POST", "/v1/messages/count_tokens?beta=true"),
+                  ("GET", "/v1/models"), ("GET", "/v1/messages"), ("POST", "/v1/messages?beta=true&x=1"),
+                  ("POST", "/v1/messages?beta=false"), ("POST", "/v1/complete"), ("POST", "/v1/files"),
+                  ("POST", "/v1/messages/../messages"), ("POST", "/v1//messages"), ("POST", "/v1/%6Dessages"),
+                  ("DELETE", "/v1/messages")],
+}
+
+
+def _ask(forwarder: KeyForwarder, method: str, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    """One request as sent, byte for byte: http.client neither decodes nor resolves the path."""
+    connection = http.client.HTTPConnection("127.0.0.1", int(forwarder.base_url.rsplit(":", 1)[1]), timeout=30)
+    try:
+        connection.putrequest(method, path, skip_accept_encoding=True)
+        for name, value in {**headers, "Content-Type": "application/json", "Content-Length": "2"}.items():
+            connection.putheader(name, value)
+        connection.endheaders(b"{}")
+        answer = connection.getresponse()
+        return answer.status, answer.read()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_the_forwarder_passes_only_its_clients_own_calls_and_names_each_refusal(wire: str, tmp_path: Path) -> None:
+    """A real forwarder before a logging upstream: the calls of the host's client pass, with the key; every other
+    method, path, spelling of the path (encoded, dotted, doubled), query, or a call without the forwarder's token is
+    refused and never forwarded, and the item's log names each."""
+    held = {"openai": {"Authorization": "Bearer sk-held"}, "anthropic": {"x-api-key": "sk-ant-held"}}[wire]
+    routes = {"openai": OPENAI_ROUTES, "anthropic": ANTHROPIC_ROUTES}[wire]
+    refused = [*REFUSED[wire], *([(m, p) for m, p, keyed in FORWARDER_TRIES if keyed] if wire == "openai" else [])]
+    log = tmp_path / FORWARDER_LOG
+    with LoggingUpstream() as upstream:
+        base = f"{upstream.url}/v1" if wire == "openai" else f"{upstream.url}/gateway"
+        forwarder = KeyForwarder(base, held, routes=routes, loopback=True, log=log).start()
+        try:
+            keyed = {"Authorization": f"Bearer {forwarder.token}"} if wire == "openai" else {
+                "x-api-key": forwarder.token}
+            passed = [_ask(forwarder, method, path, keyed)[0] for method, path in CLIENT_CALLS[wire]]
+            answers = {(method, path): _ask(forwarder, method, path, keyed) for method, path in refused}
+            client = CLIENT_CALLS[wire][0]
+            unkeyed = [_ask(forwarder, *client, token)[0] for token in
+                       ({}, {"Authorization": "Bearer sk-guessed"}, {"x-api-key": forwarder.token[:-1]})]
+        finally:
+            forwarder.stop()
+    assert passed == [200] * len(CLIENT_CALLS[wire])
+    assert {call: status for call, (status, _) in answers.items() if status != 403} == {}
+    assert unkeyed == [401, 401, 401]
+    # The upstream saw the client's own calls, under its base path, each with the key: no token, nothing else.
+    prefix = "/v1" if wire == "openai" else "/gateway"
+    assert [(seen.method, seen.path) for seen in upstream.seen] == [(m, prefix + p) for m, p in CLIENT_CALLS[wire]]
+    assert all(seen.authorization == next(iter(held.values())) for seen in upstream.seen)
+    # Each refusal in the log, naming the call and why, and in its answer.
+    lines = log.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(refused) + 3 == forwarder.refusals
+    expected = [(403, *call) for call in refused] + [(401, *client)] * 3
+    for (status, method, path), line in zip(expected, lines, strict=True):
+        assert f" refused {status} {method} {path}: " in line, line
+    named = dict(zip(refused, lines[:len(refused)], strict=True))
+    if wire == "openai":
+        assert named["GET", "/models/../files"].endswith("it resolves to /files: a path is forwarded only as "
+                                                        "written plainly")
+        assert named["GET", "/chat/completions"].endswith("this host's client only sends POST to /chat/completions")
+        assert named["POST", "/chat%2Fcompletions"].endswith("resolves to /chat/completions: a path is forwarded "
+                                                            "only as written plainly")
+        assert named["POST", "/chat/completions?limit=100"].endswith(
+            "the query 'limit=100' is not what its client sends to /chat/completions")
+    else:
+        assert named["POST", "/v1/messages/batches"].endswith(
+            "/v1/messages/batches is not a path this host's client calls")
+        assert b"not forwarded: " in answers["POST", "/v1/messages/batches"][1]
+    assert lines[-1].endswith("the request does not carry the forwarder's token")
+
+
+def test_a_replaying_forwarder_refuses_the_same_calls_before_the_recording_is_asked(tmp_path: Path) -> None:
+    from pytest_palette.arena.replay import WireReplay
+
+    replay = WireReplay([], tmp_path)
+    forwarder = KeyForwarder(None, {}, routes=OPENAI_ROUTES, replay=replay, loopback=True).start()
+    try:
+        keyed = {"Authorization": f"Bearer {forwarder.token}"}
+        # The recording would have answered a model list itself; the forwarder never asks it.
+        assert _ask(forwarder, "GET", "/models", keyed)[0] == 403
+        assert _ask(forwarder, "POST", "/models/../chat/completions", keyed)[0] == 403
+        assert replay.position == 0 and replay.diverged is None
+        assert _ask(forwarder, "POST", "/chat/completions", keyed)[0] == 400  # the recording's own: it ends here
+        assert replay.diverged is not None and "the recording ends after 0 call(s)" in replay.diverged
+    finally:
+        forwarder.stop()
+
+
+def test_the_forwarders_socket_is_in_a_folder_of_its_own_and_only_a_client_that_keeps_the_network_gets_a_port(
+        ) -> None:
+    relayed = KeyForwarder("http://127.0.0.1:9", {}).start()
+    kept = KeyForwarder("http://127.0.0.1:9", {}, loopback=True).start()
+    try:
+        folder = relayed.socket.parent
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and folder.stat().st_uid == os.geteuid()
+        assert stat.S_ISSOCK(relayed.socket.stat().st_mode) and os.listdir(folder) == ["model.sock"]
+        with pytest.raises(AssertionError, match="loopback"):
+            relayed.base_url  # noqa: B018 — no TCP listener at all
+        assert kept.base_url.startswith("http://127.0.0.1:") and relayed.token != kept.token
+    finally:
+        relayed.stop()
+        kept.stop()
+    assert not folder.exists()
+
+
+def test_another_user_cannot_use_the_forwarder(unprivileged: Unprivileged, tmp_path: Path) -> None:
+    """As root, a forwarder that listens on its socket and on a port (for a client that keeps the network); another
+    local user tries both: its folder does not open, the port asks for a token the user cannot know."""
+    log = tmp_path / FORWARDER_LOG
+    with LoggingUpstream() as upstream:
+        forwarder = KeyForwarder(f"{upstream.url}/v1", {"Authorization": "Bearer sk-held"}, routes=OPENAI_ROUTES,
+                                 loopback=True, log=log).start()
+        socket, port = forwarder.socket, int(forwarder.base_url.rsplit(":", 1)[1])
+        try:
+            got = another_user_tries(unprivileged, [str(socket)], [port])
+        finally:
+            forwarder.stop()
+    assert got == {f"list {socket.parent}": "PermissionError", f"connect to {socket}": "PermissionError",
+                   f"POST to port {port}": "401", f"POST to port {port} with a guessed token": "401"}
+    assert upstream.seen == []
+    assert [line.split(" refused ")[1][:3] for line in log.read_text().splitlines()] == ["401", "401"]
+
+
+def test_another_user_cannot_use_the_forwarder_while_a_run_lasts(unprivileged: Unprivileged, sweeps: Sweeps) -> None:
+    """The hostile cuga session (tests/test_hostile_forwarder.py): as its first model call waited at the upstream,
+    another local user tried every socket and port its harness listened on."""
+    from test_hostile_forwarder import shared_session
+
+    tried = shared_session(sweeps).another_user
+    assert isinstance(tried, dict), tried
+    sockets, ports = json.loads(tried.pop("sockets")), json.loads(tried.pop("ports"))
+    # The forwarder's socket, found; a client that reaches it through the relay needs no port, and it has none.
+    assert len(sockets) == 1 and ports == []
+    [socket] = sockets
+    assert tried == {f"list {Path(socket).parent}": "PermissionError", f"connect to {socket}": "PermissionError"}
 
 
 # -- claude: the CLI's own count ---------------------------------------------------------------------

@@ -274,7 +274,7 @@ def test_the_harness_endpoint_records_a_call_to_a_keyed_provider_and_replays_it_
     def post(forwarder: KeyForwarder) -> tuple[int, bytes]:
         connection = http.client.HTTPConnection("127.0.0.1", int(forwarder.base_url.rsplit(":", 1)[1]), timeout=30)
         connection.request("POST", "/v1/messages?beta=true", body=request,
-                           headers={"x-api-key": "sk-ant-placeholder", "Content-Type": "application/json"})
+                           headers={"x-api-key": forwarder.token, "Content-Type": "application/json"})
         try:
             answer = connection.getresponse()
             return answer.status, answer.read()
@@ -283,10 +283,10 @@ def test_the_harness_endpoint_records_a_call_to_a_keyed_provider_and_replays_it_
 
     folder = tmp_path / "claude" / "plain"
     with RehearsalServer(key=key) as server:
-        assert post(KeyForwarder(server.base_url, {}).start())[0] == 401  # the provider checks its key
+        assert post(KeyForwarder(server.base_url, {}, loopback=True).start())[0] == 401  # the provider checks its key
         cassette = Cassette(folder / CASSETTE_NAME, "anthropic:claude-sonnet-4-5", "anthropic", [key])
         recording = KeyForwarder(server.base_url, {"x-api-key": key},
-                                 record=WireRecorder(cassette, "anthropic", folder, lambda: 1)).start()
+                                 record=WireRecorder(cassette, "anthropic", folder, lambda: 1), loopback=True).start()
         try:
             status, live = post(recording)
         finally:
@@ -296,7 +296,7 @@ def test_the_harness_endpoint_records_a_call_to_a_keyed_provider_and_replays_it_
     assert (kept.wire, kept.root, kept.turn, kept.messages, kept.answer and kept.answer["status"]) == \
         ("anthropic", str(folder), 1, [{"role": "user", "content": "hello"}], 200)
     # The provider is gone; the recording answers the same request as it did, through the same endpoint.
-    replaying = KeyForwarder(None, {}, replay=WireReplay([kept], folder)).start()
+    replaying = KeyForwarder(None, {}, replay=WireReplay([kept], folder), loopback=True).start()
     try:
         status, again = post(replaying)
     finally:

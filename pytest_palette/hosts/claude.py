@@ -7,15 +7,17 @@ skills it discovered, checked on every turn) and its final `result` (answer, cos
 The CLI is found in the `claude-agent-sdk` wheel (a native binary, no Node), else on PATH, unless
 `--palette-claude-cli` names one. It gets an isolated config directory per item (beside `work/`, not in
 it), the skill installed fresh in `<work>/.claude/skills/<name>/`, and — for the rehearsal model — the
-rehearsal server on 127.0.0.1 as its Anthropic endpoint; for a real model, a forwarder on 127.0.0.1 that holds
-the key (hosts/endpoint.py), so the CLI holds none. Secrets never reach anything written.
+rehearsal server as its Anthropic endpoint; for a real model, the model's. Either way it reaches it through a
+forwarder of the conversation's own (hosts/endpoint.py), which holds the key, so the CLI holds none, and passes on
+only the CLI's own model calls. Secrets never reach anything written.
 
 What the agent could write never changes what the CLI runs or where it connects: the CLI reads only the
 project's settings (`--setting-sources project`, for the skill), and those are the harness's, read-only, as are
 its config dir's settings and its home; `--settings` pins its endpoint and shell prefix above any file and turns
 hooks off; `--strict-mcp-config` drops every MCP server (.mcp.json, .claude.json). Its commands see neither its
 config dir nor its home. When commands have no network, neither has the CLI: it reaches its model through the
-forwarder's Unix socket, relayed to its own loopback (hosts/relay.py).
+forwarder's Unix socket, relayed to its own loopback (hosts/relay.py); when they keep it, on 127.0.0.1, with the
+forwarder's token in place of a key.
 
 Permissions: `--permission-mode bypassPermissions` (with `IS_SANDBOX=1` when running as root, which the
 CLI otherwise refuses). A narrow `--allowedTools` list would turn a real model's harmless `ls` or
@@ -36,6 +38,7 @@ import sys
 import tempfile
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -60,7 +63,15 @@ from .base import (
     recorded_exchanges,
     secret_values,
 )
-from .endpoint import PLACEHOLDER_KEY, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint, credentials
+from .endpoint import (
+    FORWARDER_LOG,
+    PLACEHOLDER_KEY,
+    RELAY,
+    RELAY_PORT,
+    KeyForwarder,
+    RehearsalEndpoint,
+    credentials,
+)
 
 if TYPE_CHECKING:
     from ..arena.sandbox import Sandbox
@@ -157,25 +168,26 @@ def cli_model(model: ModelSpec) -> str:
 def cli_environment(base: Mapping[str, str], model: ModelSpec, config_dir: Path, base_url: str | None,
                     command_timeout: float, as_root: bool | None = None,
                     max_retries: int | None = None, output_limit: int | None = None,
-                    forwarded: bool = False) -> dict[str, str]:
+                    forwarded: bool = False, key: str | None = None) -> dict[str, str]:
     """The CLI's environment: `base` (this conversation's, PALETTE_TRACE included) made safe and quiet.
 
     For the rehearsal model every routing variable is dropped and the server put in their place; for a
     real model the caller's ANTHROPIC_* (key, gateway) pass through, and `--palette-base-url` (the model's)
     overrides the gateway — unless `forwarded`: then `base_url` is the harness's key forwarder, the CLI's only
-    endpoint, and it gets a placeholder for a key. `max_retries` bounds the CLI's own retries of a transient
-    API error.
+    endpoint. Either way, through a forwarder, `key` is what the CLI sends it instead of a key: the forwarder's
+    token (a placeholder, or the rehearsal's non-key, where none serves it). `max_retries` bounds the CLI's own
+    retries of a transient API error.
     """
     env = {k: v for k, v in base.items() if k not in INHERITED}
     if forwarded:
         env = {k: v for k, v in env.items() if not k.startswith(ROUTING_PREFIXES)}
-        env["ANTHROPIC_API_KEY"] = PLACEHOLDER_KEY
+        env["ANTHROPIC_API_KEY"] = key or PLACEHOLDER_KEY
         env["ANTHROPIC_BASE_URL"] = base_url or NOWHERE
         env["NO_PROXY"] = ",".join(p for p in ("127.0.0.1", "localhost", env.get("NO_PROXY", "")) if p)
         env["no_proxy"] = env["NO_PROXY"]
     elif model.provider == "rehearsal":
         env = {k: v for k, v in env.items() if not k.startswith(ROUTING_PREFIXES)}
-        env["ANTHROPIC_API_KEY"] = REHEARSAL_KEY
+        env["ANTHROPIC_API_KEY"] = key or REHEARSAL_KEY
         env["ANTHROPIC_BASE_URL"] = base_url or NOWHERE
         # A proxy set for the outside world must not carry loopback traffic.
         env["NO_PROXY"] = ",".join(p for p in ("127.0.0.1", "localhost", env.get("NO_PROXY", "")) if p)
@@ -211,10 +223,11 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 def locked_settings(env: Mapping[str, str], output_limit: int | None = None) -> str:
     """`--settings`: ranks above the user's, project and local settings files, so an `env` block the agent
     wrote anywhere cannot move the CLI's endpoint or shell prefix; and no hook runs (a hook runs in the CLI's
-    sandbox, with its network). No secret: the CLI holds a placeholder or the rehearsal's non-key."""
+    sandbox, with its network). No secret: a key, or the forwarder's token, is never pinned."""
     pinned = {name: env[name] for name in PINNED if name in env}
     if pinned.get("ANTHROPIC_API_KEY") not in (REHEARSAL_KEY, PLACEHOLDER_KEY):
-        pinned.pop("ANTHROPIC_API_KEY", None)  # a real key never goes on a command line
+        # A real key, or the forwarder's token, never goes on a command line: any local user may read it there.
+        pinned.pop("ANTHROPIC_API_KEY", None)
     locked: dict[str, Any] = {"env": pinned, "disableAllHooks": True, "enableAllProjectMcpServers": False}
     if output_limit is not None:  # --palette-output-limit: what the Bash tool hands the model inline
         locked["bashOutputMaxChars"] = min(output_limit, CLI_INLINE_CEILING)
@@ -430,7 +443,7 @@ class ClaudeSession(HostSession):
                  relay: list[str] | None = None, output_limit: int | None = None,
                  forwarder: KeyForwarder | None = None) -> None:
         self.cli, self.work, self.skill, self.model_id = cli, work, skill, model_id
-        #: The forwarder of this conversation's own (one that records it, or replays it), stopped with it.
+        #: The forwarder of this conversation's own (to its model, or replaying it), stopped with it.
         self.forwarder = forwarder
         self.replay = forwarder.replay if forwarder is not None else None
         self.output_limit = output_limit
@@ -656,7 +669,8 @@ class ClaudeHost(Host):
         self.explicit_cli = cli
         self.permission_mode = permission_mode
         self.endpoint = RehearsalEndpoint()
-        self._forwarders: dict[tuple[str, tuple[tuple[str, str], ...]], KeyForwarder] = {}
+        #: Each conversation's forwarder, stopped with it; those still running when the host closes, then.
+        self._forwarders: weakref.WeakSet[KeyForwarder] = weakref.WeakSet()
         self._version: str | None = None
 
     def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
@@ -752,46 +766,51 @@ class ClaudeHost(Host):
                 raise HostError("the skill installed for the CLI is not the skill under test: "
                                 + "; ".join(changed[:5]))
         folder = session_folder(workspace)
-        owned = self._own_forwarder(workspace, env, model, settings, sandbox)
+        # With no network for commands, the CLI gets none either: it reaches its model through the forwarder's
+        # socket, relayed to a port on its own loopback — so its own tools (WebFetch) reach nothing else. Only
+        # where it keeps the network does the forwarder listen on 127.0.0.1 as well.
+        relayed = sandbox.confined and not sandbox.network
+        forwarder = self._forwarder(workspace, env, model, settings, sandbox, loopback=not relayed)
         try:
-            return self._open(workspace, installed, env, model, settings, sandbox, cli, folder, owned)
+            return self._open(workspace, installed, env, model, settings, sandbox, cli, folder, forwarder, relayed)
         except BaseException:
-            if owned is not None:
-                owned.stop()
+            forwarder.stop()
             raise
 
-    def _own_forwarder(self, workspace: Workspace, env: Mapping[str, str], model: ModelSpec, settings: HostSettings,
-                       sandbox: Sandbox) -> KeyForwarder | None:
-        """A conversation's own forwarder, when it is recorded or replayed (each model call is its item's); None:
-        it shares the host's."""
+    def _forwarder(self, workspace: Workspace, env: Mapping[str, str], model: ModelSpec, settings: HostSettings,
+                   sandbox: Sandbox, loopback: bool) -> KeyForwarder:
+        """The conversation's own forwarder: to the model's endpoint with the caller's key, to the rehearsal server,
+        or to the item's recording (a replay); each refusal in the item's forwarder.log."""
+        upstream: str | None = None
+        held: Mapping[str, str] = {}
+        replay = recorder = None
         if model.provider == "replay":
             replay = WireReplay(recorded_exchanges(model, workspace, "anthropic"), workspace.folder.resolve())
-            return KeyForwarder(None, {}, replay=replay).start()
-        if not settings.record:
-            return None
-        upstream, held = ((model.base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API, credentials(env))
-                          if model.provider != "rehearsal" else (self.endpoint.server(model, settings).base_url, {}))
-        cassette = Cassette(workspace.own(CASSETTE_NAME), model.text, model.provider, secret_values(env, sandbox))
-        recorder = WireRecorder(cassette, "anthropic", workspace.folder.resolve(), lambda: 0)
+        elif model.provider == "rehearsal":
+            upstream = self.endpoint.server(model, settings).base_url
+        else:
+            upstream, held = model.base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API, credentials(env)
+        if settings.record and replay is None:
+            cassette = Cassette(workspace.own(CASSETTE_NAME), model.text, model.provider, secret_values(env, sandbox))
+            recorder = WireRecorder(cassette, "anthropic", workspace.folder.resolve(), lambda: 0)
         try:
-            forwarder = KeyForwarder(upstream, held, record=recorder).start()
+            forwarder = KeyForwarder(upstream, held, record=recorder, replay=replay, loopback=loopback,
+                                     log=workspace.own(FORWARDER_LOG)).start()
         except ValueError as error:
             raise HostError(str(error)) from None
+        self._forwarders.add(forwarder)
         return forwarder
 
     def _open(self, workspace: Workspace, installed: SkillCard | None, env: Mapping[str, str],
               model: ModelSpec, settings: HostSettings, sandbox: Sandbox, cli: Path, folder: Path,
-              owned: KeyForwarder | None) -> ClaudeSession:
+              forwarder: KeyForwarder, relayed: bool) -> ClaudeSession:
         work = workspace.work
         forwarded = model.provider != "rehearsal"
-        forwarder = owned or (self.forwarder(model, env) if forwarded
-                              else self._forwarder(self.endpoint.server(model, settings).base_url, {}))
-        # With no network for commands, the CLI gets none either: it reaches its model through the forwarder's
-        # socket, relayed to a port on its own loopback — so its own tools (WebFetch) reach nothing else.
         relay = None
-        if sandbox.confined and not sandbox.network:
+        if relayed:
             relay = [sys.executable, str(RELAY), str(forwarder.socket), str(RELAY_PORT), "--"]
-            sandbox.readable(forwarder.socket.parent, RELAY)
+            # The socket alone: its folder outside is open to this process's user only.
+            sandbox.readable(forwarder.socket, RELAY)
         base_url = f"http://127.0.0.1:{RELAY_PORT}" if relay else forwarder.base_url
         # Each command the CLI's Bash tool runs goes through the sandbox's script, which takes the network away
         # and does not show the CLI's config, home or model socket. What the CLI reads that the agent could
@@ -804,40 +823,26 @@ class ClaudeHost(Host):
             sandbox.protect(path)
         if installed is not None:
             sandbox.protect(installed.directory)
-        wrapper = sandbox.script(folder / "sandbox.sh", hidden=(config, home, forwarder.socket.parent))
+        wrapper = sandbox.script(folder / "sandbox.sh", hidden=(config, home, forwarder.socket))
         sandbox.readable(wrapper)
         client_env = {**sandbox.env, **{k: v for k, v in env.items() if k.startswith(ROUTING_PREFIXES)}}
         cli_env = cli_environment(client_env, model, config, base_url, settings.command_timeout,
                                   max_retries=settings.model_retries, output_limit=settings.output_limit,
-                                  forwarded=forwarded)
+                                  forwarded=forwarded, key=forwarder.token)
         # HOME is not work/: the CLI reads no project settings (skills) in a project that is its home.
         cli_env.update({"CLAUDE_CODE_SHELL_PREFIX": str(wrapper), "TMPDIR": str(scratch), "HOME": str(home)})
         session = ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
                                 workspace.command_log(), priced=model.provider not in ("rehearsal", "replay"),
                                 sandbox=sandbox, secrets=secrets_in(env), relay=relay,
-                                output_limit=settings.output_limit, forwarder=owned)
-        if owned is not None and owned.record is not None:
-            owned.record.turn = lambda: len(session.turns)
+                                output_limit=settings.output_limit, forwarder=forwarder)
+        if forwarder.record is not None:
+            forwarder.record.turn = lambda: len(session.turns)
         return session
-
-    def forwarder(self, model: ModelSpec, env: Mapping[str, str]) -> KeyForwarder:
-        """The running forwarder to this model's endpoint with the caller's key (one per endpoint and key)."""
-        return self._forwarder(model.base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API, credentials(env))
-
-    def _forwarder(self, upstream: str, held: Mapping[str, str]) -> KeyForwarder:
-        key = (upstream, tuple(sorted(held.items())))
-        if key not in self._forwarders:
-            try:
-                self._forwarders[key] = KeyForwarder(upstream, held).start()
-            except ValueError as error:
-                raise HostError(str(error)) from None
-        return self._forwarders[key]
 
     def fault(self, model: ModelSpec) -> str | None:
         return self.endpoint.fault(model)
 
     def close(self) -> None:
         self.endpoint.close()
-        for forwarder in self._forwarders.values():
+        for forwarder in list(self._forwarders):
             forwarder.stop()
-        self._forwarders.clear()

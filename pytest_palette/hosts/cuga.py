@@ -60,7 +60,7 @@ from .base import (
     recorded_exchanges,
     secret_values,
 )
-from .endpoint import OPENAI_FORWARDED, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint
+from .endpoint import FORWARDER_LOG, OPENAI_ROUTES, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint
 from .shell import Shell
 
 if TYPE_CHECKING:
@@ -336,8 +336,6 @@ MAX_MESSAGE = 64 * 2**20
 LOG_LIMIT = 32 * 2**20
 #: Commands one worker may have running at once (CUGA runs a block's commands one by one unless it gathers them).
 MAX_RUNNING = 8
-#: What the worker's model client holds instead of a key: the harness's forwarder adds the real one.
-PLACEHOLDER_KEY = "sk-placeholder-the-harness-adds-the-key"
 #: Where an OpenAI model is reached when neither `--palette-base-url` nor OPENAI_BASE_URL names another server.
 OPENAI_API = "https://api.openai.com/v1"
 #: Providers whose client the forwarder can hold the key for (an OpenAI-compatible endpoint, a Bearer key). The
@@ -436,23 +434,27 @@ class CugaSession(HostSession):
         network = self.sandbox.network
         relay: list[str] = []
         if provider in FORWARDED_PROVIDERS:
-            # The model's key stays here: the worker's client gets a placeholder, the forwarder adds the key.
+            # The model's key stays here: the worker's client holds the forwarder's token, the forwarder adds the
+            # key. With no network, the worker reaches the forwarder's socket, relayed to its own loopback; only
+            # where it keeps the network does the forwarder listen on 127.0.0.1 too.
             upstream = variables.get("OPENAI_BASE_URL") or OPENAI_API
             key = env.get("OPENAI_API_KEY", "") if provider == "openai" else ""
             held = {"Authorization": f"Bearer {key}"} if key else {}
             record = WireRecorder(self.cassette, "openai", workspace.folder.resolve(), lambda: len(self.turns)) \
                 if self.cassette is not None else None
+            relayed = self.sandbox.confined and not network
             try:
-                self._forwarder = KeyForwarder(None if self.replay else upstream, held, paths=OPENAI_FORWARDED,
-                                               observe=self._observed, record=record, replay=self.replay).start()
+                self._forwarder = KeyForwarder(None if self.replay else upstream, held, routes=OPENAI_ROUTES,
+                                               observe=self._observed, record=record, replay=self.replay,
+                                               loopback=not relayed, log=workspace.own(FORWARDER_LOG)).start()
             except ValueError as error:
                 raise HostError(str(error)) from None
-            base_url = self._forwarder.base_url
-            if self.sandbox.confined and not network:
+            if relayed:
                 relay = [sys.executable, str(RELAY), str(self._forwarder.socket), str(RELAY_PORT), "--"]
-                self.sandbox.readable(self._forwarder.socket.parent, RELAY)
-                base_url = f"http://127.0.0.1:{RELAY_PORT}"
-            variables.update({"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": PLACEHOLDER_KEY})
+                # The socket alone: its folder outside is open to this process's user only.
+                self.sandbox.readable(self._forwarder.socket, RELAY)
+            base_url = f"http://127.0.0.1:{RELAY_PORT}" if relayed else self._forwarder.base_url
+            variables.update({"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": self._forwarder.token})
         else:
             # Its client exchanges the key for a token itself: the worker holds the key and needs the network.
             prefixes = KEY_PREFIXES.get(provider, ())

@@ -1,25 +1,31 @@
 """The model on loopback HTTP, for hosts whose clients only speak to a model server.
 
 The rehearsal model: one server per rehearsal policy in this process (so per xdist worker), started on first
-use, replaced when it stops answering, and stopped when the session ends; never left running. A real model:
-`KeyForwarder`, which holds the key so that a client in the agent's sandbox never does.
+use, replaced when it stops answering, and stopped when the session ends; never left running. Between a client
+and its model, whichever it is: `KeyForwarder`, one per conversation, which holds the key so that a client in the
+agent's sandbox never does, and passes on only the calls that client makes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hmac
 import http.client
 import json
+import posixpath
+import secrets
 import socketserver
 import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ..arena.cassette import WireRecorder
 from ..arena.replay import WireReplay
@@ -72,13 +78,28 @@ class RehearsalEndpoint:
 
 # -- the model's key stays with the harness ----------------------------------------------------------------------
 
-#: What a client in the sandbox is given instead of a key: the forwarder adds the real one.
+#: What a client is given instead of a key where no forwarder serves it (the claude host's discovery probe).
 PLACEHOLDER_KEY = "sk-ant-placeholder-the-harness-adds-the-key"
-#: Paths the forwarder passes on: the Messages API (and token counts, the model list); nothing else of a host.
-FORWARDED = ("/v1/messages", "/v1/models")
-#: The same for the OpenAI wire (the cuga host): a client's base URL is the forwarder's root, and the upstream's own
-#: path (`/v1`) goes before these.
-OPENAI_FORWARDED = ("/chat/completions", "/models")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One request a host's client makes of its model: a method, a path below the forwarder's root, and the query
+    strings it sends there (None: no query at all)."""
+
+    method: str
+    path: str
+    queries: tuple[str | None, ...] = (None,)
+
+
+#: What the Claude Code CLI calls (2.1.332 in print mode, captured at its forwarder with a catalogue model and with
+#: another, the rehearsal model and a gateway's): each model call is `POST /v1/messages?beta=true`. Nothing else —
+#: not `/v1/messages/batches`, not the model list, not token counts: no call of the CLI's asked for them.
+ANTHROPIC_ROUTES = (Route("POST", "/v1/messages", ("beta=true", None)),)
+#: What CUGA's client (langchain-openai, the openai SDK; cuga 0.4.3) calls, captured the same way: `POST
+#: /chat/completions` below its base URL, which is the forwarder's root; the upstream's own path (`/v1`) goes
+#: before it. No model list: CUGA never asks for one.
+OPENAI_ROUTES = (Route("POST", "/chat/completions"),)
 #: What the forwarder keeps of one answer for its observer: a turn's answer is far smaller.
 OBSERVED_BODY = 16 * 1024 * 1024
 #: A request body larger than this is refused (a conversation's whole history is a few MB at most).
@@ -91,22 +112,65 @@ UPSTREAM_TIMEOUT = 600.0
 #: the relay (hosts/relay.py): its own namespace's, so any port will do.
 RELAY_PORT = 8787
 RELAY = Path(__file__).with_name("relay.py")
+#: The forwarder's log keeps this many refusals; past them it counts (an agent's code may send a request a second).
+LOGGED_REFUSALS = 1000
+#: The name of the forwarder's log in an item's folder: the harness's own, which no process of the agent's writes.
+FORWARDER_LOG = "forwarder.log"
+
+
+def plain_path(path: str) -> str:
+    """`path` as a server that decodes it and resolves its dot segments and repeated slashes would read it."""
+    return posixpath.normpath("/" + unquote(path, errors="replace").lstrip("/"))
+
+
+def refusal(method: str, target: str, routes: Iterable[Route]) -> str | None:
+    """Why the request `method target` is none of `routes`, or None when it is one. The path is compared after
+    decoding it and resolving its dot segments, and is forwarded only as plainly written: an encoded, dotted or
+    doubled spelling of a route is refused too, so the upstream receives exactly the paths listed."""
+    path, asked, query = target.partition("?")
+    if not path.startswith("/") or "#" in target:
+        return "not a path below the forwarder's root"
+    plain = plain_path(path)
+    if plain != path:
+        return f"it resolves to {_shown(plain)}: a path is forwarded only as written plainly"
+    same = [route for route in routes if route.path == plain]
+    if not same:
+        return f"{_shown(plain)} is not a path this host's client calls"
+    if not any(route.method == method for route in same):
+        return f"this host's client only sends {'/'.join(sorted({route.method for route in same}))} to {plain}"
+    if not any(route.method == method and (query if asked else None) in route.queries for route in same):
+        return f"{'the query ' + repr(_shown(query)) if asked else 'no query'} is not what its client sends to {plain}"
+    return None
+
+
+def _shown(text: str, limit: int = 200) -> str:
+    """`text` (the agent's words) cut short, on one line, every character that is not printable escaped."""
+    cut = text[:limit] + ("…" if len(text) > limit else "")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in cut)
 
 
 class KeyForwarder:
-    """A Messages API endpoint on 127.0.0.1 that holds the model's key: it passes each request to `upstream`
-    with the key added, and streams the answer back. The client (the Claude CLI, in the item's sandbox) gets
-    only `PLACEHOLDER_KEY`, so no process of the agent's — nor a settings file, a hook, /proc — holds a key.
-    Loopback only; only `paths` (FORWARDED, or OPENAI_FORWARDED); bounded bodies.
+    """The model's endpoint for a client that must never hold its key: it passes each request its client makes
+    (`routes`: ANTHROPIC_ROUTES, OPENAI_ROUTES) to `upstream` with the key added, and streams the answer back. No
+    process of the agent's — nor a settings file, a hook, /proc — holds a key.
+
+    Only the client reaches it. It listens on a Unix socket (`socket`) in a folder of its own that only this process's
+    user can open: a sandbox binds the socket alone into the client's view (`hosts/relay.py` serves it on the client's
+    own loopback). With `loopback`, for a client that keeps the network, it also listens on 127.0.0.1 — where any
+    local user could connect. So every request must carry `token`, a secret of this forwarder's that the client
+    holds in place of a key (`x-api-key` or `Authorization: Bearer`) and the agent's commands never see. Whatever
+    is not one of `routes` with the token is refused — 401 without it, 403 for another method, path or query, 413
+    for a body over MAX_BODY — and never forwarded; each refusal is a line of `log` (the item's FORWARDER_LOG).
 
     `observe`, when given, hears of each answer once it has been passed on: its status and its body (the first
     OBSERVED_BODY bytes) — the harness's own record of what the model said, which no process of the agent's writes.
     `record` (`--palette-record`) writes each model call to the item's cassette. With `replay` (`--model
     replay:RUN`) there is no upstream: the item's recording answers, and no request leaves this process."""
 
-    def __init__(self, upstream: str | None, credentials: Mapping[str, str], paths: tuple[str, ...] = FORWARDED,
-                 observe: Callable[[int, bytes], None] | None = None, record: WireRecorder | None = None,
-                 replay: WireReplay | None = None) -> None:
+    def __init__(self, upstream: str | None, credentials: Mapping[str, str],
+                 routes: tuple[Route, ...] = ANTHROPIC_ROUTES, observe: Callable[[int, bytes], None] | None = None,
+                 record: WireRecorder | None = None, replay: WireReplay | None = None, loopback: bool = False,
+                 log: Path | None = None) -> None:
         parts = urlsplit((upstream or "http://replay.invalid").rstrip("/"))
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"the model's base URL {upstream!r} is not an http(s) URL")
@@ -114,41 +178,54 @@ class KeyForwarder:
             raise ValueError("a forwarder needs the model's base URL")
         self.upstream = parts
         self.credentials = dict(credentials)
-        self.paths = paths
+        self.routes = routes
         self.observe = observe
         self.record = record
         self.replay = replay
+        self.loopback = loopback
+        self.log = log
+        #: What the client sends in place of a key: fresh for each forwarder, held by its client alone.
+        self.token = f"palette-forwarder-{secrets.token_urlsafe(32)}"
+        #: The refusals, as the log has them (the first LOGGED_REFUSALS), and how many there were in all.
+        self.refused: list[str] = []
+        self.refusals = 0
+        self._log_lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._unix: socketserver.ThreadingUnixStreamServer | None = None
         self._folder: Path | None = None
 
     def start(self) -> KeyForwarder:
-        """Listen on 127.0.0.1 and on a Unix socket (`socket`), for a client with no network of its own."""
+        """Listen on the Unix socket (`socket`), and with `loopback` on 127.0.0.1 (`base_url`) too."""
         forwarder = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_POST(self) -> None:
-                forwarder.forward(self)
-
-            def do_GET(self) -> None:
-                forwarder.forward(self)
+            def __getattr__(self, name: str) -> Any:
+                # Every method, not only GET and POST, reaches forward(): what is not a route is refused and logged
+                # there, never answered by http.server's 501 unseen.
+                if name.startswith("do_"):
+                    return lambda: forwarder.forward(self)
+                raise AttributeError(name)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # a line per model call is noise in pytest's output
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        # A folder of its own, readable by any user id: a sandbox binds it (read-only: a socket still connects).
+        # A folder only this process's user can open (mkdtemp makes it 0700): no other user reaches the socket in
+        # it. The socket itself is open to any user id, for a sandbox binds it alone, and the item's id (as root,
+        # 420000 and up) connects there.
         self._folder = Path(tempfile.mkdtemp(prefix="palette-model-"))
-        self._folder.chmod(0o755)
         # Gone at the latest when this process exits, even if no one stops the forwarder (a session cut short).
         weakref.finalize(self, _remove_socket_folder, self._folder)
         self._unix = socketserver.ThreadingUnixStreamServer(str(self._folder / "model.sock"), Handler)
         self._unix.daemon_threads = True
-        self.socket.chmod(0o666)  # the item's user id connects
-        for server in (self._server, self._unix):
+        self.socket.chmod(0o666)
+        servers: list[socketserver.BaseServer] = [self._unix]
+        if self.loopback:
+            self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            self._server.daemon_threads = True
+            servers.append(self._server)
+        for server in servers:
             threading.Thread(target=server.serve_forever, name="palette-key-forwarder", daemon=True).start()
         return self
 
@@ -159,7 +236,8 @@ class KeyForwarder:
 
     @property
     def base_url(self) -> str:
-        assert self._server is not None, "start() first"
+        """Where a client that keeps the network reaches the forwarder (with `loopback` only)."""
+        assert self._server is not None, "start() first, with loopback"
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def stop(self) -> None:
@@ -173,20 +251,24 @@ class KeyForwarder:
             self._folder = None
 
     def forward(self, request: BaseHTTPRequestHandler) -> None:
-        path = request.path
-        if not path.startswith(self.paths):
-            _refuse(request, 404, f"not forwarded: {path.split('?')[0][:100]}")
+        path = _target(request)
+        if not self._holds_token(request):
+            self._refuse(request, path, 401, "the request does not carry the forwarder's token")
+            return
+        why = refusal(request.command, path, self.routes)
+        if why is not None:
+            self._refuse(request, path, 403, why)
             return
         try:
             length = int(request.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
         if length < 0 or length > MAX_BODY:
-            _refuse(request, 413, "request body missing a length or too large")
+            self._refuse(request, path, 413, "request body missing a length or too large")
             return
         body = request.rfile.read(length) if length else None
         if self.replay is not None:
-            self._replayed(request, body)
+            self._replayed(request, path, body)
             return
         started = time.time()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _OWN_HEADERS}
@@ -218,15 +300,38 @@ class KeyForwarder:
                 self.observe(answer.status, bytes(kept))
         except (OSError, http.client.HTTPException) as error:
             with contextlib.suppress(OSError):
-                _refuse(request, 502, f"the model's endpoint did not answer: {type(error).__name__}")
+                _answer_error(request, 502, f"the model's endpoint did not answer: {type(error).__name__}")
         finally:
             connection.close()
 
+    def _holds_token(self, request: BaseHTTPRequestHandler) -> bool:
+        given = request.headers.get("x-api-key") or (request.headers.get("Authorization") or "").removeprefix(
+            "Bearer ")
+        return hmac.compare_digest(given.strip().encode("utf-8", "replace"), self.token.encode())
 
-    def _replayed(self, request: BaseHTTPRequestHandler, body: bytes | None) -> None:
+    def _refuse(self, request: BaseHTTPRequestHandler, path: str, status: int, why: str) -> None:
+        """Answer `status` with `why`, never forwarded, and say so in the log: one line a refusal, up to
+        LOGGED_REFUSALS, then a count."""
+        line = f"{status} {_shown(request.command, 20)} {_shown(path)}: {why}"
+        with self._log_lock:
+            self.refusals += 1
+            kept = len(self.refused) < LOGGED_REFUSALS
+            if kept:
+                self.refused.append(line)
+            if self.log is not None and (kept or self.refusals == LOGGED_REFUSALS + 1):
+                stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+                said = (f"{stamp} refused {line}" if kept else
+                        f"{stamp} over {LOGGED_REFUSALS} refusals: the rest are counted, not kept")
+                with contextlib.suppress(OSError):
+                    self.log.parent.mkdir(parents=True, exist_ok=True)
+                    with self.log.open("a", encoding="utf-8") as out:
+                        out.write(said + "\n")
+        _answer_error(request, status, f"not forwarded: {why}")
+
+    def _replayed(self, request: BaseHTTPRequestHandler, path: str, body: bytes | None) -> None:
         """The recording's answer to `request`, as the upstream would have sent it (whole, with its length)."""
         assert self.replay is not None
-        status, content_type, data = self.replay.answer(request.command, request.path, body)
+        status, content_type, data = self.replay.answer(request.command, path, body)
         request.send_response(status)
         request.send_header("Content-Type", content_type)
         request.send_header("Content-Length", str(len(data)))
@@ -234,6 +339,12 @@ class KeyForwarder:
         request.wfile.write(data)
         if self.observe is not None:
             self.observe(status, data[:OBSERVED_BODY])
+
+
+def _target(request: BaseHTTPRequestHandler) -> str:
+    """The request's target as its client sent it: http.server's `path` has a leading `//` folded into `/`."""
+    words = request.requestline.split()
+    return words[1] if len(words) >= 2 else request.path
 
 
 def _remove_socket_folder(folder: Path) -> None:
@@ -244,7 +355,7 @@ def _remove_socket_folder(folder: Path) -> None:
         folder.rmdir()
 
 
-def _refuse(request: BaseHTTPRequestHandler, status: int, message: str) -> None:
+def _answer_error(request: BaseHTTPRequestHandler, status: int, message: str) -> None:
     data = json.dumps({"type": "error", "error": {"type": "api_error", "message": message}}).encode()
     request.close_connection = True  # a body may be left unread: this connection cannot carry another request
     request.send_response(status)

@@ -488,16 +488,21 @@ class HostileCugaCode(Hostile):
     marker = CUGA_CODE_MARKER
     probes = ()
     finale = ()
+    #: Its blocks, run in this order, each once.
+    labels: tuple[str, ...] = CUGA_CODE_LABELS
 
     def next_action(self, conversation: Conversation) -> Action:
         opening = next((event.text for event in conversation.events if isinstance(event, UserSaid)), "")
         if conversation.codeact and self.marker in opening:
             self.keep_outcomes(conversation)
             ran = {event.label for event in conversation.events if isinstance(event, RunCode)}
-            for label in CUGA_CODE_LABELS:
+            for label in self.labels:
                 if label not in ran:
-                    return RunCode(cuga_code_block(label), label)
+                    return RunCode(self.block(label), label)
         return super().next_action(conversation)
+
+    def block(self, label: str) -> str:
+        return cuga_code_block(label)
 
     def keep_outcomes(self, conversation: Conversation) -> None:
         """What each block printed, as the model read it, kept in the test's folder: the record of the attempts
@@ -511,3 +516,71 @@ class HostileCugaCode(Hostile):
 
 
 HOSTILE[HostileCugaCode.name] = HostileCugaCode
+
+
+# -- issue 36: the model's code and the key forwarder ------------------------------------------------------------
+
+#: What a case's opening says for `hostile_forwarder` to attack in it (the good agent elsewhere).
+FORWARDER_MARKER = "[hostile: forwarder]"
+FORWARDER_LABEL = "cuga-code-forwarder"
+#: What its block asks of the forwarder, which its client reaches at OPENAI_BASE_URL with OPENAI_API_KEY (the
+#: forwarder's token, which the model's code holds as its client does): (method, path below that URL, with the
+#: token). Other methods, other paths, dot segments (the issue's three among them), encoded and doubled spellings of
+#: the one path, a query, and the one call its client makes without the token. Each must be refused.
+FORWARDER_TRIES = (
+    ("GET", "/chat/completions", True),
+    ("GET", "/models/../files", True),
+    ("GET", "/chat/completions/../../files", True),
+    ("GET", "/v1/chat/completions", True),
+    ("GET", "/v1/models/../files", True),
+    ("POST", "/chat/completions/../../files", True),
+    ("POST", "/chat/completions/../completions", True),
+    ("POST", "/chat/%63ompletions", True),
+    ("POST", "/chat%2Fcompletions", True),
+    ("POST", "//chat/completions", True),
+    ("POST", "/chat/completions?limit=100", True),
+    ("POST", "/files", True),
+    ("DELETE", "/chat/completions", True),
+    ("PUT", "/chat/completions", True),
+    ("POST", "/chat/completions", False),
+)
+# Past CUGA's filter as the blocks above are: no import, `run_command` named, the shell's words a literal; the base
+# URL and token read through a shell (its environment is the worker's), as `environ` is a forbidden attribute.
+_FORWARDER_BLOCK = """tools = [run_command]  # named, not called: these requests are not the tool's
+shell = await asyncio.create_subprocess_shell('echo "$OPENAI_BASE_URL $OPENAI_API_KEY"', stdout=-1, stderr=-2)
+said, _ = await asyncio.wait_for(shell.communicate(), 60)
+base, token = said.decode().split()
+address = base.split("//", 1)[1].split("/", 1)[0]
+root = base.split("//", 1)[1][len(address):]
+host, port = address.rsplit(":", 1)
+for method, path, keyed in {tries!r}:
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 10)
+        head = f"{{method}} {{root}}{{path}} HTTP/1.1\\r\\nHost: {{address}}\\r\\nConnection: close\\r\\n"
+        head += "Content-Type: application/json\\r\\nContent-Length: 2\\r\\n"
+        if keyed:
+            head += f"Authorization: Bearer {{token}}\\r\\n"
+        writer.write((head + "\\r\\n{{}}").encode())
+        await writer.drain()
+        status = await asyncio.wait_for(reader.readline(), 30)
+        writer.close()
+        print(f"== {{method}} {{path}} {{'with' if keyed else 'without'}} the token: {{status.decode().strip()}}")
+    except Exception as error:
+        print(f"== {{method}} {{path}}: failed ({{error!r}})")"""
+
+
+class HostileForwarder(HostileCugaCode):
+    """On cuga, the model's code calls the harness's key forwarder itself — where its client reaches it, with the
+    token its client holds — for what its client never asks: other methods, other paths, dot segments, encoded and
+    doubled spellings, a query (FORWARDER_TRIES), printing each answer's status line; then it is the good agent
+    (tests/test_hostile_forwarder.py)."""
+
+    name = "hostile_forwarder"
+    marker = FORWARDER_MARKER
+    labels = (FORWARDER_LABEL,)
+
+    def block(self, label: str) -> str:
+        return _FORWARDER_BLOCK.format(tries=list(FORWARDER_TRIES))
+
+
+HOSTILE[HostileForwarder.name] = HostileForwarder
