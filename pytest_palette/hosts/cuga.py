@@ -777,6 +777,8 @@ class CugaHost(Host):
                  "sandbox_execution_timeout": f"{block_timeout(settings)} s",
                  "run_command_timeout": f"{RUN_COMMAND_CEILING} s (fixed in cuga)",
                  "execution_output_max_length": f"{cuga_output_limit(settings.output_limit):,} characters",
+                 "context_summarization": "off: the model's context window is the limit (CUGA's would summarise "
+                                          "the older messages, each cut at 100,000 characters)",
                  # CUGA builds its OpenAI client itself, with the SDK's default bound.
                  "model_retries": "2 (the openai SDK's default in CUGA's client; --palette-model-retries does "
                                   "not reach it)"}
