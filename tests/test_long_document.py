@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from sweeps import ItemResult, Sweeps, run_session
 
+from pytest_palette.arena import code_log
 from pytest_palette.arena.sandbox import problem as sandbox_problem
 from pytest_palette.cases import MAX_CONTEXT
 from pytest_palette.hosts.base import OUTPUT_LIMIT, HostSettings
@@ -37,7 +38,7 @@ from pytest_palette.hosts.claude import (
     parse_stream,
     turn_command,
 )
-from pytest_palette.hosts.cuga import CUGA_OUTPUT_DEFAULT, cuga_output_limit
+from pytest_palette.hosts.cuga import CUGA_OUTPUT_DEFAULT, cuga_output_limit, model_code
 from pytest_palette.hosts.cuga_worker import MESSAGE_WINDOW, configure
 from pytest_palette.hosts.react import ReactHost
 from pytest_palette.hosts.shell import clip
@@ -248,6 +249,13 @@ def test_the_claude_cli_never_compacts_and_a_compaction_would_be_its_error() -> 
     assert context_window(blocked) is None
 
 
+def test_cugas_code_is_read_off_its_models_answer_as_cuga_reads_it() -> None:
+    answer = 'Loading it.\n```python\nr = await load_skill("palette")\nprint(r)\n```\nthen\n```python\nx = 1\n```'
+    assert model_code(answer) == ['r = await load_skill("palette")\nprint(r)', "x = 1"]
+    assert model_code("```python\nprint(await run_command('ls'))\n") == ["print(await run_command('ls'))"]
+    # CUGA runs only ```python fences: words, or a fence of another language, are not code it runs.
+    assert model_code("Here is the plan:\n```text\n# Title\n```") == [] == model_code("Your deck is ready.")
+
 
 # -- the good agent, handed a clipped answer --------------------------------------------------------------------
 
@@ -395,3 +403,21 @@ def test_at_the_documented_limit_each_host_passes_or_names_its_own_limit(three_h
                f"message of {len(message):,} characters it is past the model's context window" in said, said
         assert "(an error of the run, not a verdict on the skill)" in said
 
+
+@pytest.mark.end_to_end
+def test_cugas_code_blocks_are_kept_beside_its_commands(three_hosts: tuple[Path, Results]) -> None:
+    folder, results = three_hosts
+    if results["long_document", "cuga"].outcome == "skipped":
+        pytest.skip(f"cuga: {' '.join(results['long_document', 'cuga'].said)}")
+    item = item_folder(folder, "cuga", "long_document")
+    blocks = code_log.read(item / code_log.CODE_NAME)
+    assert blocks[0].turn == 1 and blocks[0].code == 'r = await load_skill("palette")\nprint(r)'
+    # Each command the agent ran came from a block of the model's code, in the turn it ran in.
+    turns = json.loads((item / "turns.json").read_text(encoding="utf-8"))["turns"]
+    for command in commands(folder, "cuga"):
+        turn = sum(1 for t in turns if t["started_at"] <= float(str(command["started_at"])))
+        assert any(repr(command["command"])[1:-1][:200] in block.code for block in blocks if block.turn == turn)
+    assert {block.turn for block in blocks} == {1, 2}
+    assert [block.at for block in blocks] == sorted(block.at for block in blocks)
+    # The other hosts' models act through tools: their folders hold no code record.
+    assert not (item_folder(folder, "react") / code_log.CODE_NAME).exists()
