@@ -243,8 +243,9 @@ def test_the_claude_cli_never_compacts_and_a_compaction_would_be_its_error() -> 
                "terminal_reason": "blocking_limit", "modelUsage": {}}
     said = failure(parse_stream([json.dumps(blocked)]), 1, "", "x" * 1_000_023, 200_000)
     assert said == ("the CLI would not send the conversation to its model (Prompt is too long): with this turn's "
-                    "message of 1,000,023 characters it is past the model's context window (200,000 tokens), a limit "
-                    "of the host (docs/hosts.md, Limits)")
+                    "message of 1,000,023 characters it is past the model's context window of 200,000 tokens, a "
+                    "limit of the host (docs/hosts.md, Limits)")
+    assert "past the model's context window, a limit" in str(failure(parse_stream([json.dumps(blocked)]), 1, ""))
     assert context_window({"modelUsage": {"claude-sonnet-4-5": {"contextWindow": 200_000}}}) == 200_000
     assert context_window(blocked) is None
 

@@ -353,10 +353,10 @@ def failure(out: CliOutput, returncode: int, stderr: str, message: str = "", win
         return f"the CLI exited {returncode} without a result: {stderr.strip()[-TAIL:] or '(no stderr)'}"
     if result.get("terminal_reason") == "blocking_limit":
         # Auto-compact is off (WHOLE_CONVERSATION): past its model's window the CLI stops, sending nothing.
-        limit = f"{window:,} tokens" if window else "its size for the model"
+        size = f" of {window:,} tokens" if window else ""  # known once a call of this session has said it
         return (f"the CLI would not send the conversation to its model ({str(result.get('result') or '')[:200]}): "
-                f"with this turn's message of {len(message):,} characters it is past the model's context window "
-                f"({limit}), a limit of the host (docs/hosts.md, Limits)")
+                f"with this turn's message of {len(message):,} characters it is past the model's context "
+                f"window{size}, a limit of the host (docs/hosts.md, Limits)")
     if result.get("is_error") or returncode != 0:
         said = [str(e) for e in result.get("errors") or []] or [str(result.get("result") or "")]
         status = f" (API status {result['api_error_status']})" if result.get("api_error_status") else ""
