@@ -168,3 +168,20 @@ def test_rebuild_with_fewer_slides_removes_stale_previews(tmp_path: Path) -> Non
     build_deck(plan, tmp_path / "out", None, 0.0, print)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["deck.json", "deck.pptx", "slide-1.png",
                                                                    "slide-2.png"]
+
+
+def test_a_slide_of_forty_tables_still_fits_and_builds(tmp_path: Path) -> None:
+    # A plan drafted from a megabyte of pasted reports puts dozens of tables on a slide: the gaps between them once
+    # took more than the slide had, and python-pptx refused a negative height.
+    from pytest_palette.engine.layout import BODY_BOTTOM, BODY_TOP, layout_for
+    from pytest_palette.engine.plan_format import Plan, Section
+
+    tables = [[["Region", "Q3"], [f"R{n}", f"{n}.0M"]] for n in range(40)]
+    section = Section("Every region", bullets=["Each region's quarter"], tables=tables)
+    boxes = [box for box, _ in layout_for(section).tables]
+    assert len(boxes) == 40 and all(box.h > 0 for box in boxes)
+    assert boxes[0].y >= BODY_TOP and boxes[-1].y + boxes[-1].h <= BODY_BOTTOM + 1e-9
+    plan = tmp_path / "plan.md"
+    plan.write_text(serialize_plan(Plan(title="Regions", sections=[section])), encoding="utf-8")
+    info = build_deck(plan, tmp_path / "deck", None, 0.0, lambda _: None)
+    assert info["slides"] == 1 and len(Presentation(str(info["pptx"])).slides[0].shapes) >= 40

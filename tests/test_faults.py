@@ -210,11 +210,13 @@ def test_a_paste_longer_than_one_argument_reaches_the_skill_whole(pytester: pyte
 @pytest.mark.end_to_end
 def test_on_claude_the_paste_reaches_the_agent_and_the_clis_own_limit_is_an_error(pytester: pytest.Pytester) -> None:
     result = a_long_paste(pytester, "claude")
-    # The CLI read the whole message on its standard input; its Bash tool then cannot start a 400 KB
-    # command and says so (E2BIG): the machine's limit, an error of the run — not a pass because no deck
-    # was built, as the case's "hold off" would have it.
+    # The CLI read the whole message on its standard input; its Bash tool then cannot start a 400 KB command
+    # (E2BIG), and the conversation, twice 400 KB, is past the model's context window, where the CLI (auto-compact
+    # off) sends nothing more: the host's limit, an error of the run — not a pass because no deck was built, as
+    # the case's "hold off" would have it.
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*a command the agent ran met a limit of this machine: *(E2BIG)*"])
+    result.stdout.fnmatch_lines(["*the CLI would not send the conversation to its model (Prompt is too long): with "
+                                 "this turn's message of 416,623 characters it is past the model's context window*"])
     [item] = (pytester.path / "runs").glob("*/claude/big_paste")
     assert (item / "claude" / "turn-01.prompt").read_text() == f"Build a deck from these notes\n\n{MATERIAL}"
 

@@ -19,6 +19,7 @@ import pytest
 from sites import REPO, SKILL_A, SKILL_B, OfflineRuns, ScoredSite, failing, make_scored_site, rescored
 from sweeps import Sweeps
 
+from pytest_palette.arena import code_log
 from pytest_palette.arena.workspace import Workspace
 from pytest_palette.commands import main
 from pytest_palette.results.ledger import append, load
@@ -83,6 +84,24 @@ def test_a_failed_items_page_shows_the_judges_words_and_the_command_behind_them(
         assert culprit, record.case
         assert culprit.group(2) == "start" and "deck.py start" in culprit.group(3)
         assert f'<div class="tlrow blamed" id="call-{culprit.group(1)}">' in text  # marked on the timeline
+
+
+def test_a_cuga_items_page_shows_the_code_its_model_gave_cuga_in_each_turn(site: Path,
+                                                                            offline_runs: OfflineRuns) -> None:
+    offline_runs.skip_if_missing("cuga")
+    records = [r for r in load(offline_runs.good).latest.values() if r.host in ("cuga", "react")]
+    for record in records:
+        workspace = Workspace.locate(offline_runs.good, record)
+        text = page(site, "good", str(workspace.relative))
+        blocks = code_log.read(workspace.own(code_log.CODE_NAME))
+        if record.host == "react":  # its model acts through tools: no code, and no table of it
+            assert not blocks and "code the model gave its client" not in text
+            continue
+        assert blocks and blocks[0].code == 'r = await load_skill("palette")\nprint(r)', record.case
+        # Each block in full, in its turn's part of the conversation (the turns in order, as the page shows them).
+        parts = text.split('<div class="turn">')[1:]
+        for block in blocks:
+            assert f'<pre class="command">{markupsafe.escape(block.code)}</pre>' in parts[block.turn - 1], block
 
 
 def test_the_comparison_lists_exactly_the_bad_agents_cases_as_regressions(site: Path,

@@ -123,7 +123,8 @@ def layout_for(section: Section) -> SlideLayout:
         # smaller, so count less), and none is stretched past what it needs.
         blocks: list[tuple[float, float]] = [(len(t), 0.6 * len(t)) for t in section.tables]
         blocks += [(0.6 * (c.count("\n") + 1), 0.3 * (c.count("\n") + 1) + 2 * CODE_PAD) for c in section.code]
-        gap = 0.2
+        # Gaps take at most a fifth of the area: dozens of tables (a plan drafted from a huge paste) still fit.
+        gap = min(0.2, area.h / 5 / len(blocks))
         weight = sum(w for w, _ in blocks)
         usable = area.h - gap * (len(blocks) - 1)
         y = area.y

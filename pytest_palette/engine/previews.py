@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
@@ -140,9 +141,13 @@ def _draw_text(draw: ImageDraw.ImageDraw, box: Box, texts: list[str], size_pt: f
     left, top, right, low = _px(box)
     indent = round(BULLET_INDENT * PX_PER_IN) if bullets else 0
     line_h = round(size * 1.2)
-    blocks = [_wrap(_words(text, bold), size, right - left - indent) for text in texts]
-    height = sum(len(b) * line_h for b in blocks) + round(size * 0.45) * (len(blocks) - 1)
-    y = max(top, low - height) if bottom else top
+    wrapped = (_wrap(_words(text, bold), size, right - left - indent) for text in texts)
+    if bottom:  # set on the box's foot: the whole height is needed first
+        blocks: Iterable[list[list[Word]]] = list(wrapped)
+        height = sum(len(b) * line_h for b in blocks) + round(size * 0.45) * (len(texts) - 1)
+        y = max(top, low - height)
+    else:  # wrapped only as far as the box shows: a slide of a huge plan has thousands of lines below it
+        blocks, y = wrapped, top
     for block in blocks:
         if y >= low:
             break  # past the box: PowerPoint would shrink it; the preview clips

@@ -92,7 +92,8 @@ SETTING_SOURCES = "project"
 #: No MCP server: not the project's .mcp.json, nor any in the config dir's .claude.json.
 NO_MCP = '{"mcpServers":{}}'
 #: The variables `--settings` pins: a settings file's `env` would override the process environment.
-PINNED = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "CLAUDE_CODE_SHELL_PREFIX", "CLAUDE_CONFIG_DIR")
+PINNED = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "CLAUDE_CODE_SHELL_PREFIX", "CLAUDE_CONFIG_DIR",
+          "DISABLE_AUTO_COMPACT")
 #: The settings files the CLI could read from the project and its config dir: the harness writes each, read-only.
 PROJECT_SETTINGS = (".claude/settings.json", ".claude/settings.local.json")
 #: Startup files a shell sources: the CLI snapshots its shell from its home, outside the commands' sandbox.
@@ -106,6 +107,10 @@ REHEARSAL_KEY = "sk-ant-rehearsal-not-a-key"
 CLI_OUTPUT_CEILING = 150_000
 CLI_INLINE_CEILING = 128_000
 QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}
+#: Auto-compact off: near its model's window the CLI would replace the conversation with a summary of it (the
+#: pasted material, the plan the user is asked to approve), and the skill would be blamed for what was lost.
+#: Without it the window is the limit: past it the API refuses the request, and the turn is an error.
+WHOLE_CONVERSATION = {"DISABLE_AUTO_COMPACT": "1"}
 #: Set by an enclosing Claude Code (or the operator) and wrong for a nested, isolated CLI.
 INHERITED = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_SSE_PORT", "CLAUDE_CONFIG_DIR")
 #: For the rehearsal model, nothing may send the CLI elsewhere (a gateway, Bedrock, Vertex, a model map).
@@ -197,6 +202,7 @@ def cli_environment(base: Mapping[str, str], model: ModelSpec, config_dir: Path,
     if max_retries is not None:
         env["CLAUDE_CODE_MAX_RETRIES"] = str(max_retries)
     env.update(QUIET)
+    env.update(WHOLE_CONVERSATION)
     env["CLAUDE_CONFIG_DIR"] = str(config_dir)
     # The Bash tool's ceiling must outlast deck.py's holds (90 s plan, 60 s status), as on the react host.
     millis = str(int(command_timeout * 1000))
@@ -266,6 +272,8 @@ class CliOutput:
     commands: list[CommandRun] = field(default_factory=list)
     #: API calls the CLI retried after a transient error: one `system/api_retry` line each.
     retries: int = 0
+    #: Each time the CLI compacted the conversation (a `system/compact_boundary` line): its `compact_metadata`.
+    compactions: list[Json] = field(default_factory=list)
 
 
 def parse_stream(lines: Iterable[str]) -> CliOutput:
@@ -286,6 +294,9 @@ def parse_stream(lines: Iterable[str]) -> CliOutput:
             out.session_id = event.get("session_id")
         elif kind == "system" and event.get("subtype") == "api_retry":
             out.retries += 1
+        elif kind == "system" and event.get("subtype") == "compact_boundary":
+            metadata = event.get("compact_metadata")
+            out.compactions.append(metadata if isinstance(metadata, dict) else {})
         elif kind in ("assistant", "user"):
             out.steps += _steps(event)
             _commands(event, running, out.commands)
@@ -347,11 +358,18 @@ def _commands(event: Json, running: dict[str, tuple[str, float]], ended: list[Co
             ended.append(CommandRun(command, started, max(at, started), exit_code, stdout, stderr))
 
 
-def failure(out: CliOutput, returncode: int, stderr: str) -> str | None:
-    """Why this turn failed, in the CLI's own words; None when it succeeded."""
+def failure(out: CliOutput, returncode: int, stderr: str, message: str = "", window: int | None = None) -> str | None:
+    """Why this turn failed, in the CLI's own words; None when it succeeded. `message` is the turn's, and `window` the
+    model's context window as the CLI reported it on an earlier turn, to name a conversation the CLI would not send."""
     result = out.result
     if result is None:
         return f"the CLI exited {returncode} without a result: {stderr.strip()[-TAIL:] or '(no stderr)'}"
+    if result.get("terminal_reason") == "blocking_limit":
+        # Auto-compact is off (WHOLE_CONVERSATION): past its model's window the CLI stops, sending nothing.
+        size = f" of {window:,} tokens" if window else ""  # known once a call of this session has said it
+        return (f"the CLI would not send the conversation to its model ({str(result.get('result') or '')[:200]}): "
+                f"with this turn's message of {len(message):,} characters it is past the model's context "
+                f"window{size}, a limit of the host (docs/hosts.md, Limits)")
     if result.get("is_error") or returncode != 0:
         said = [str(e) for e in result.get("errors") or []] or [str(result.get("result") or "")]
         status = f" (API status {result['api_error_status']})" if result.get("api_error_status") else ""
@@ -361,7 +379,26 @@ def failure(out: CliOutput, returncode: int, stderr: str) -> str | None:
     if denials:
         shown = "; ".join(f"{d.get('tool_name')}: {json.dumps(d.get('tool_input'))[:200]}" for d in denials)
         return f"the CLI denied {len(denials)} tool call(s), a setup problem: {shown}"
+    if out.compactions:  # auto-compact is off (WHOLE_CONVERSATION): should the CLI compact anyway, it is named
+        return compacted(out.compactions[0])
     return None
+
+
+def compacted(metadata: Json) -> str:
+    """A compaction as the turn's error: the agent no longer saw the conversation whole, the CLI's doing."""
+    before, after = metadata.get("pre_tokens"), metadata.get("post_tokens")
+    sizes = (f", {before:,} tokens to {after:,}" if isinstance(before, int) and isinstance(after, int) else "")
+    return (f"the CLI compacted the conversation ({metadata.get('trigger') or 'unknown trigger'}{sizes}): the agent "
+            "went on from a summary of what it had seen, a limit of the host's context window (docs/hosts.md, "
+            "Limits)")
+
+
+def context_window(result: Json) -> int | None:
+    """The model's context window in tokens, as the CLI reports it in a result's modelUsage; None if it does not."""
+    usage = result.get("modelUsage")
+    windows = [entry.get("contextWindow") for entry in usage.values() if isinstance(entry, dict)] \
+        if isinstance(usage, dict) else []
+    return max((w for w in windows if isinstance(w, int) and not isinstance(w, bool)), default=None)
 
 
 def usage_of(result: Json) -> dict[str, int]:
@@ -463,6 +500,8 @@ class ClaudeSession(HostSession):
         self._secrets = [*secrets_in(self.env), *(s for s in secrets if s),
                          *(sandbox.secrets if sandbox is not None else [])]
         self._session_cost = 0.0
+        #: The model's context window as the CLI last reported it (its result's modelUsage), for an error past it.
+        self._window: int | None = None
 
     def send(self, message: str, timeout: float) -> TurnRecord:
         return held_to_recording(self.replay, lambda: self._send(message, timeout))
@@ -483,7 +522,7 @@ class ClaudeSession(HostSession):
             self._record(out)
             turn.steps = [redact(step, self._secrets) for step in out.steps]
             turn.retries = out.retries
-            self._check(out, returncode, stderr)
+            self._check(out, returncode, stderr, message)
             result = out.result or {}
             turn.answer = redact(str(result.get("result") or ""), self._secrets)
             turn.num_turns = result.get("num_turns")
@@ -558,11 +597,12 @@ class ClaudeSession(HostSession):
             path.write_text(clean, encoding="utf-8")
         return clean
 
-    def _check(self, out: CliOutput, returncode: int, stderr: str) -> None:
+    def _check(self, out: CliOutput, returncode: int, stderr: str, message: str = "") -> None:
         if out.skills is not None and self.skill is not None and self.skill.name not in out.skills:
             raise HostError(f"the CLI did not discover the skill {self.skill.name!r} installed in "
                             f"{self.skill.directory} (it lists: {', '.join(out.skills) or 'none'})")
-        problem = failure(out, returncode, stderr)
+        self._window = context_window(out.result or {}) or self._window
+        problem = failure(out, returncode, stderr, message, self._window)
         if problem:
             raise HostError(redact(problem, self._secrets))
         if out.skills is None:
@@ -744,6 +784,9 @@ class ClaudeHost(Host):
                      "bash_output_limit": f"{min(settings.output_limit, CLI_INLINE_CEILING):,} characters inline"
                                           + (" (the CLI's most)" if settings.output_limit > CLI_INLINE_CEILING
                                              else "") + "; past it, a file and a 2 KB preview",
+                     # The CLI starts each Bash command as one argument of its shell: Linux's bound on one.
+                     "bash_command_limit": "128 KiB (the CLI refuses a longer command: E2BIG)",
+                     "auto_compact": "off (DISABLE_AUTO_COMPACT): the model's context window is the limit",
                      "model_retries": str(settings.model_retries)}
         if model.provider == "rehearsal":
             # The CLI's estimate would price cli_model, which did not run: only a price table prices it.

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..arena.cassette import CASSETTE_NAME, Cassette, WireRecorder
+from ..arena.code_log import CODE_NAME, CodeLog
 from ..arena.replay import WireReplay, wire_answer
 from ..arena.sandbox import Sandbox, allowed_environment
 from ..models import NO_KEY_HINT, ModelSpec, missing_credentials
@@ -320,6 +321,19 @@ def code_steps(text: str) -> list[str]:
     return lines
 
 
+#: How CUGA 0.4.3 finds the code to run in a model's answer (code_extraction.BACKTICK_PATTERN): each ```python fence.
+_PYTHON_FENCE = re.compile(r"```python(.*?)```", re.S)
+
+
+def model_code(text: str) -> list[str]:
+    """The blocks of code in one model answer that CUGA runs: its ```python fences, or an unclosed last one to the
+    end of the answer (CUGA recovers it)."""
+    blocks = [block.strip() for block in _PYTHON_FENCE.findall(text)]
+    if not blocks and "```python" in text:
+        blocks = [text.split("```python", 1)[1].strip()]
+    return [block for block in blocks if block]
+
+
 
 
 # -- the conversation: a worker in the item's sandbox ----------------------------------------------------------
@@ -402,6 +416,8 @@ class CugaSession(HostSession):
         self.cassette, self.replay = cassette, replay
         self.sandbox = sandbox
         self.shell = Shell(self.work, env, RUN_COMMAND_CEILING, log=workspace.command_log(), sandbox=sandbox)
+        #: The code of each model answer, read on the harness's endpoint, beside the commands it ran.
+        self.code = CodeLog(workspace.own(CODE_NAME))
         self.turns: list[TurnRecord] = []
         self._turn: TurnRecord | None = None
         self._lock = threading.Lock()  # the current turn, written by the forwarder's threads
@@ -640,8 +656,12 @@ class CugaSession(HostSession):
             if status in RETRIED_STATUSES or status >= 500:
                 turn.retries = (turn.retries or 0) + 1
                 return
-            lines = code_steps(answer_text(body)) if status < 300 else []
+            text = answer_text(body) if status < 300 else ""
+            lines = code_steps(text)
             turn.steps.extend(lines)
+            number = len(self.turns)
+        for code in model_code(text):
+            self.code.add(number, time.time(), code)
         if self.on_step is not None:
             for line in lines:
                 self.on_step(line)
@@ -779,6 +799,8 @@ class CugaHost(Host):
                  "sandbox_execution_timeout": f"{block_timeout(settings)} s",
                  "run_command_timeout": f"{RUN_COMMAND_CEILING} s (fixed in cuga)",
                  "execution_output_max_length": f"{cuga_output_limit(settings.output_limit):,} characters",
+                 "context_summarization": "off: the model's context window is the limit (CUGA's would summarise "
+                                          "the older messages, each cut at 100,000 characters)",
                  # CUGA builds its OpenAI client itself, with the SDK's default bound.
                  "model_retries": "2 (the openai SDK's default in CUGA's client; --palette-model-retries does "
                                   "not reach it)"}

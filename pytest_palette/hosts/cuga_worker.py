@@ -32,6 +32,8 @@ sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != Pa
 
 #: `run_command`'s own timeout in cuga 0.4.3 (a default argument, no setting).
 RUN_COMMAND_CEILING = 120
+#: Messages CUGA keeps of a conversation (`message_window_limit`): more than any conversation has.
+MESSAGE_WINDOW = 1_000_000
 
 
 class Channel:
@@ -96,6 +98,13 @@ def configure(settings: Any, block_timeout: int, output_limit: int) -> None:
     settings.policy.enabled = False
     # Off: it fetches guidelines from, and saves trajectories to, a service on 127.0.0.1:8201 that is not ours.
     settings.evolve.enabled = False
+    # Off: near 70% of the window CUGA assumes for its model (131,072 tokens for one it does not know) it replaces
+    # the older messages with the model's summary of them, each cut at 100,000 characters first: the pasted
+    # material and the plan the user is asked to approve are lost, and the skill would be blamed. Without it the
+    # model's own context window is the limit, and a model that refuses a request makes the turn an error.
+    settings.context_summarization.enabled = False
+    # Without summarization CUGA keeps the last `message_window_limit` messages (500) and drops the rest, unsaid.
+    settings.advanced_features.message_window_limit = MESSAGE_WINDOW
 
 
 def reported_usage(response: Any) -> dict[str, int]:

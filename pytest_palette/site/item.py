@@ -8,11 +8,12 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..arena import command_log, untrusted
+from ..arena import code_log, command_log, untrusted
 from ..arena.workspace import Workspace, item_label
 from ..cases import Case
 from ..judge import PALETTE, answer_of, call_args
@@ -74,6 +75,8 @@ class Turn:
     seconds: float
     steps: list[tuple[str, str]]  # ("call" | "result", text), in the order the host streamed them
     commands: list[Command] = field(default_factory=list)
+    #: The code the model gave its client to run in this turn (a host whose model acts in code: cuga).
+    code: list[str] = field(default_factory=list)
     tokens: str = ""
     retries: int | None = None
 
@@ -210,7 +213,7 @@ def read(run_folder: Path, record: Record) -> Item:
         evidence.calls_of(workspace, traced, runs)
     item.notes = record.judged.notes if record.judged else notes
     started = [turn.started_at for turn in transcript.turns if turn.started_at is not None]
-    item.turns = _turns(transcript, runs)
+    item.turns = _turns(transcript, runs, code_log.read(workspace.own(code_log.CODE_NAME)))
     item.calls = _calls(calls, runs, started)
     origin = min([*started, *(c.at for c in item.calls if c.at is not None)], default=None)
     if origin is not None:
@@ -254,7 +257,8 @@ def previews(workspace: Workspace) -> tuple[dict[int, Path], dict[int, str]]:
             {n: left_out[n] for n in first if n in left_out})
 
 
-def _turns(transcript: Transcript, runs: list[command_log.CommandRun]) -> list[Turn]:
+def _turns(transcript: Transcript, runs: list[command_log.CommandRun],
+           code: Sequence[code_log.CodeBlock] = ()) -> list[Turn]:
     turns = []
     starts = [t.started_at for t in transcript.turns]
     for number, record in enumerate(transcript.turns, 1):
@@ -266,7 +270,8 @@ def _turns(transcript: Transcript, runs: list[command_log.CommandRun]) -> list[T
         tokens = " / ".join(f"{usage[k]:,} {label}" for k, label in (("input_tokens", "in"), ("output_tokens", "out"))
                             if isinstance(usage.get(k), int))
         turn = Turn(number=number, sent=record.sent, answer=record.answer, error=record.error,
-                    seconds=record.seconds, steps=steps, tokens=tokens, retries=record.retries)
+                    seconds=record.seconds, steps=steps, tokens=tokens, retries=record.retries,
+                    code=[block.code for block in code if block.turn == number])
         if begin is not None:
             turn.commands = [Command.of(r) for r in runs
                              if r.started_at >= begin and (end is None or r.started_at < end)]
