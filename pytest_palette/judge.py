@@ -214,7 +214,7 @@ def palette_rules(case: Case, evidence: Evidence) -> Iterator[Finding]:
         return
     early = built_before_approval(case, evidence)
     if early:
-        yield Failure(early[0], (early[1],), "confirmation")
+        yield Failure(early[0], (early[1],) if early[1] is not None else (), "confirmation")
     elif case.replies:  # with no reply there is no approval to wait for
         yield Passed("confirmation")
     if evidence.pptx is None:
@@ -291,14 +291,17 @@ def near_miss(case: Case, evidence: Evidence) -> Iterator[Finding]:
         yield Note(f"a .pptx was left in the workspace without a call of the skill: {evidence.decks[0].name}")
 
 
-def built_before_approval(case: Case, evidence: Evidence) -> tuple[str, int] | None:
+def built_before_approval(case: Case, evidence: Evidence) -> tuple[str, int | None] | None:
     """A build started before the user approved, in words, and which call it was (None when none did, or when
     the turns' times were not recorded). A case that builds a deck is approved by its last reply; each call is
-    placed in the turn it was made in by its time, on the same clock as the turns'."""
+    placed in the turn it was made in by its time, on the same clock as the turns'. Where no call did, the disk
+    may still say so: a build's state file or a deck in the agent's folder as the approving reply was sent
+    (`Evidence.builds_before`) — then there is no call to name (None)."""
     starts = evidence.turns_started
     if not case.replies or len(starts) != 1 + len(case.replies):
         return None
     approved_at = starts[-1]
+    held = evidence.builds_before[-1] if len(evidence.builds_before) == len(starts) else ()
     for index, call in enumerate(evidence.calls):
         at = call.get("at")
         if call.get("command") == "start" and isinstance(at, (int, float)) and at < approved_at:
@@ -308,6 +311,10 @@ def built_before_approval(case: Case, evidence: Evidence) -> tuple[str, int] | N
             return (f"the build started before the user approved — the confirmation gate was skipped (it started "
                     f"after {after}{line}; the approval came with reply {len(case.replies)}, {case.replies[-1]!r})",
                     index)
+    if held:  # the disk's word: a build some call no record holds started (a changed copy of the script, say)
+        return (f"a build was on disk before the user approved — the confirmation gate was skipped "
+                f"({', '.join(held)} in the agent's folder when reply {len(case.replies)}, {case.replies[-1]!r}, was "
+                "sent; no call the records hold started it)", None)
     return None
 
 

@@ -97,6 +97,12 @@ def test_a_crashed_backend_is_told_from_a_refusal_by_its_traceback() -> None:
     assert faults.backend_fault(crash) == ("the backend's build stage failed with exit code 1: error: reference "
                                            "engine failed: KeyError: 'slides'")
     assert faults.backend_fault(answer(1, "error: no plan at plan.md")) is None
+    # A deep stack's tail has lost the traceback's first line: its frames still say it crashed.
+    deep = answer(1, '  File "/x/layout.py", line 88, in place', "    height = box - gaps",
+                  "ValueError: value must be an integral number of EMU", "error: reference engine failed: ValueError")
+    assert faults.backend_fault(deep) == ("the backend's build stage failed with exit code 1: error: reference "
+                                          "engine failed: ValueError")
+    assert faults.backend_fault(answer(1, 'the file "notes.md", line 3 is empty', "error: nothing to plan")) is None
     assert faults.backend_fault(answer(None)) == ("the backend's build stage stopped without recording an exit "
                                                   "code (killed?) (its log is empty)")
     assert faults.backend_fault(answer(137, "rendering slide 2")) == ("the backend's build stage failed with "

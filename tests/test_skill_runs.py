@@ -30,7 +30,7 @@ from pytest_palette.arena.skill_runs import Began, Ended, Parsed, Record, Record
 from pytest_palette.arena.workspace import Workspace
 from pytest_palette.cases import Case, Expect
 from pytest_palette.judge import judge
-from pytest_palette.run.evidence import Evidence, calls_of
+from pytest_palette.run.evidence import Evidence, builds_in, calls_of
 from pytest_palette.skill import PACKAGED_SKILLS
 
 SCRIPTS = PACKAGED_SKILLS / "palette" / "scripts"
@@ -288,6 +288,31 @@ def test_a_doubt_fails_the_item_whatever_the_rules_find(tmp_path: Path) -> None:
     assert [(c.name, c.role, c.passed) for c in verdict.checks if c.name == "calls"] == [("calls", "gate", False)]
     assert verdict.score == 0.0
     assert judge(CASE, Evidence(**{**evidence.__dict__, "doubts": ()}), "react").ok
+
+
+def test_a_build_on_disk_as_the_approval_was_sent_fails_the_gate_when_no_call_started_it(tmp_path: Path) -> None:
+    # A changed copy of the script that tells no record built the deck: only the disk says so.
+    evidence = Evidence(workspace=tmp_path, pptx=tmp_path / "deck.pptx", slides=3, has_plex=True, size=31_000,
+                        decks=(tmp_path / "deck.pptx",), calls=({"at": 250.0, "command": "status", "seconds": 1.0},),
+                        turns_started=(100.0, 200.0), builds_before=((), ("deck/.palette-build.json",)))
+    verdict = judge(CASE, evidence, "react")
+    assert verdict.failures == ("a build was on disk before the user approved — the confirmation gate was skipped "
+                                "(deck/.palette-build.json in the agent's folder when reply 1, 'yes', was sent; no "
+                                "call the records hold started it)",)
+    assert verdict.blame == ((),)
+    # Nothing there as the approval went: the calls decide (here, none started early).
+    assert judge(CASE, Evidence(**{**evidence.__dict__, "builds_before": ((), ())}), "react").ok
+    # Turns not recorded as many as were sent (an earlier version's): not applied.
+    assert judge(CASE, Evidence(**{**evidence.__dict__, "builds_before": (("x.pptx",),)}), "react").ok
+
+
+def test_the_folder_is_listed_for_builds_without_entering_a_link(tmp_path: Path) -> None:
+    (tmp_path / "deck").mkdir()
+    (tmp_path / "deck" / ".palette-build.json").write_text("{}")
+    (tmp_path / "old.pptx").write_bytes(b"x")
+    (tmp_path / "elsewhere").symlink_to("/")
+    (tmp_path / "notes.md").write_text("x")
+    assert builds_in(tmp_path) == ["deck/.palette-build.json", "old.pptx"]
 
 
 def test_without_a_record_a_subcommand_only_the_shell_knew_is_a_doubt(tmp_path: Path) -> None:

@@ -171,6 +171,9 @@ class TurnRecord:
     started_at: float | None = None
     #: Model calls the client retried after a transient error in this turn; None when the client does not say.
     retries: int | None = None
+    #: What the agent's folder held of builds when the message was sent, set by the harness (a build's state file,
+    #: a .pptx: `evidence.builds_in`): a build the records of calls miss still left its mark before the approval.
+    builds_before: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

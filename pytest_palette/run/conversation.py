@@ -17,6 +17,7 @@ from ..cases import Case
 from ..hosts.base import HandedOver, Host, HostError, HostSession, HostSettings, TurnRecord
 from ..models import ModelSpec
 from ..skill import SkillCard
+from .evidence import builds_in
 
 #: How a failed turn's message names the model calls its client retried first.
 RETRIED = "retried model call"
@@ -97,9 +98,12 @@ def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpe
             for number, message in enumerate(messages, 1):
                 if workspace.watch is not None:
                     workspace.watch.turn(number, len(messages))
+                # What a build left on disk as the message goes: the disk's word, beside the records of calls.
+                builds = builds_in(workspace.work) if number > 1 else []
                 sent_at = round(time.time(), 3)  # on deck.py's clock (the same machine), to its precision
                 turn, problem = _send(session, message, turn_timeout)
                 turn.started_at = sent_at
+                turn.builds_before = builds
                 transcript.turns.append(turn)
                 if problem:
                     cause = host.fault(model)  # a dead endpoint explains a timeout better than the timeout

@@ -59,6 +59,8 @@ class Evidence:
     #: What the agent answered each message, from turns.json (the harness's record of the conversation); () when
     #: not kept. A rule may ask whether it said anything, never believe what it said.
     answers: tuple[str, ...] = ()
+    #: What the agent's folder held of builds as each message was sent (turns.json: `builds_in`); () when not kept.
+    builds_before: tuple[tuple[str, ...], ...] = ()
     #: Calls whose doing the evidence cannot tell (a run not shown to be the skill's script, a run the host saw that
     #: never reached the record, a subcommand only the shell knew), in words: the item cannot pass on them.
     doubts: tuple[str, ...] = ()
@@ -78,20 +80,43 @@ def read(workspace: Workspace, grace: float, turns_started: tuple[float, ...] = 
     found = calls_of(workspace, list(on_disk.calls), runs, scripts)
     return replace(on_disk, turns_started=turns_started, calls=tuple(found.calls), calls_from=found.source,
                    call_notes=on_disk.call_notes + found.notes, commands_run=tuple(runs),
-                   answers=turn_answers(workspace.turns), doubts=found.doubts)
+                   answers=turn_answers(workspace.turns), doubts=found.doubts,
+                   builds_before=turn_builds(workspace.turns))
 
 
-def turn_answers(path: Path) -> tuple[str, ...]:
-    """What the agent answered each message, as turns.json keeps it; () when there is none or it is unreadable
-    (a conversation held by hand keeps none), a link, or over its bound."""
+def _turns(path: Path) -> list[dict[str, Any]]:
+    """The turns turns.json keeps; [] when there is none or it is unreadable (a conversation held by hand keeps
+    none), a link, or over its bound."""
     try:
         text = untrusted.read_bytes(path.parent, Path(path.name), untrusted.TURNS_BYTES)
         turns = json.loads(text).get("turns")
     except (OSError, ValueError, AttributeError, untrusted.Refused):
-        return ()
+        return []
     if not isinstance(turns, list) or not all(isinstance(turn, dict) for turn in turns):
-        return ()
-    return tuple(str(turn.get("answer") or "") for turn in turns)
+        return []
+    return turns
+
+
+def turn_answers(path: Path) -> tuple[str, ...]:
+    """What the agent answered each message, as turns.json keeps it; () when not kept."""
+    return tuple(str(turn.get("answer") or "") for turn in _turns(path))
+
+
+def turn_builds(path: Path) -> tuple[tuple[str, ...], ...]:
+    """What the agent's folder held of builds as each message was sent (`builds_in`), as turns.json keeps it."""
+    return tuple(tuple(str(found) for found in turn.get("builds_before") or () if isinstance(found, str))
+                 for turn in _turns(path))
+
+
+#: How many are named: a folder of hundreds says no more.
+_BUILDS_NAMED = 8
+
+
+def builds_in(work: Path) -> list[str]:
+    """The builds the agent's folder holds now — a build's state file (deck.py writes it as the build starts), a
+    .pptx — by path inside it, a few: regular files only, no link entered."""
+    found = untrusted.listing(work, Path("."), lambda name: name == BUILD_STATE or name.endswith(".pptx"), deep=True)
+    return [str(entry.path.relative_to(work)) for entry in found.files[:_BUILDS_NAMED]]
 
 
 class Calls(NamedTuple):

@@ -42,8 +42,10 @@ _MACHINE = re.compile(r"(No space left on device|Disk quota exceeded|Read-only f
                       r"long|File name too long)(?::[^\n]*)?$"
                       # or the errno's name, as a client that explains the fault in its own words gives it
                       r"|^[^\n]*\b(?:ENOSPC|EDQUOT|EROFS|E2BIG|ENAMETOOLONG)\b[^\n]*$", re.MULTILINE)
-#: A backend's log that holds this crashed; one that ends in `error: …` without it refused the input.
-_TRACEBACK = "Traceback (most recent call last)"
+#: A backend's log that holds this crashed; one that ends in `error: …` without it refused the input. The log's
+#: tail may have lost the traceback's first line under a deep stack: a frame of it (`  File "…", line 3, in f`) is
+#: one too.
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)|^\s*File \"[^\"\n]*\", line \d+", re.MULTILINE)
 #: A quoted line is clipped to this many characters: a cause is one line.
 _SHOWN = 200
 #: The skill's subcommands by the backend stage they report on.
@@ -97,7 +99,7 @@ def backend_fault(call: dict[str, Any]) -> str | None:
         return f"{stage} stopped without recording an exit code (killed?){said}"
     if code == 0:
         return f"{stage} exited 0 without its output: {_clip(str(answer.get('hint', '')))}"
-    if lines and lines[-1].lstrip().startswith("error:") and _TRACEBACK not in log:
+    if lines and lines[-1].lstrip().startswith("error:") and not _TRACEBACK.search(log):
         return None  # the backend refused what the agent asked, in one line: the agent's doing
     return f"{stage} failed with exit code {code}{said}"
 
