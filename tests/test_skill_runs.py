@@ -264,8 +264,8 @@ def test_a_run_that_lies_about_its_subcommand_or_ended_unheard_is_a_doubt(tmp_pa
     assert [words.split(": ", 1)[0] for words in reading.doubts] == [
         "a run at 00:00:10.00 (`python3 skills/palette/scripts/deck.py status`) says it ran 'start', which its "
         "arguments do not name",
-        "a run of the skill's script at 00:00:30.00 (`python3 skills/palette/scripts/deck.py edit`) ended before it "
-        "said what it would do",
+        "a run of the skill's script at 00:00:30.00 (`python3 skills/palette/scripts/deck.py edit`) never said what "
+        "it would do (killed, or still starting when the evidence was read)",
         "a run at 00:00:40.00 (`python3 skills/palette/scripts/deck.py plan`) could not be shown to be the skill's "
         "script"]
     # Gone before it was looked at and said nothing: it waited for the harness, so it did nothing.

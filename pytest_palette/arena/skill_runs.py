@@ -221,8 +221,9 @@ def calls_in(record: Record, commands: Iterable[CommandRun], scripts: Collection
             continue
         if run.command is None:
             if run.ended_at is None or run.exit_code is None:
-                doubts.append(f"a run of the skill's script at {clock(run.at)} (`{run.line}`) ended before it said "
-                              "what it would do: what it did cannot be told")
+                doubts.append(f"a run of the skill's script at {clock(run.at)} (`{run.line}`) never said what it "
+                              "would do (killed, or still starting when the evidence was read): what it did cannot "
+                              "be told")
             continue  # its parser refused the arguments: it did nothing
         if run.command not in run.argv[1:]:
             doubts.append(f"a run at {clock(run.at)} (`{run.line}`) says it ran {run.command!r}, which its "
