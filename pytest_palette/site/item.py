@@ -98,7 +98,8 @@ class FailureView:
 
     words: str
     calls: list[Call]
-    #: Why no call is shown: the rule is about what was not done, or the current judge reads the item otherwise.
+    #: Why no call is shown: the rule is about what was not done (or what no call the records hold did), or the current
+    #: judge reads the item otherwise.
     note: str = ""
 
 
@@ -358,7 +359,8 @@ def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[Fai
         shown = [item.calls[i] for i in blame[words] if i < len(item.calls)]
         for call in shown:
             call.blamed = True
-        failures.append(FailureView(words, shown, "" if shown else "no call: the rule is broken by what was not done"))
+        unblamed = "no call to show: the rule is broken by what was not done, or by what no call the records hold did"
+        failures.append(FailureView(words, shown, "" if shown else unblamed))
     return failures
 
 
