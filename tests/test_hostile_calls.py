@@ -31,12 +31,6 @@ assert all({way for way, _ in variants} >= set(SPELLED) for variants in VARIANTS
 REQUEST = "Build a 3-slide deck on prompt caching for our engineering all-hands."
 
 
-#: Hosts whose commands join the item's keeper as root and not alike, so that the record sees their runs as the item's
-#: the same way: tests/test_unprivileged.py runs only claude's session again as a user without privileges (its
-#: commands then run in user namespaces of their own, below the CLI's, outside the keeper).
-SAME_UNPRIVILEGED = ("react", "cuga")
-
-
 def cases(variants: list[tuple[str, bool]], plain: bool) -> str:
     items = [f"""
 - name: {way}{'_trace' if trace else ''}
