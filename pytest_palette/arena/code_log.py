@@ -12,8 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from . import untrusted
-from .command_log import append_line
+from .command_log import append_line, records
 
 CODE_NAME = "code.jsonl"
 
@@ -43,16 +42,5 @@ class CodeLog:
 
 def read(path: Path) -> list[CodeBlock]:
     """The blocks recorded at `path`, in the order they came; [] when there is no record. Read as the commands'
-    record is (a saved run may come from anywhere): not through a link, no further than its bound, a line that
-    does not read skipped."""
-    try:
-        lines = untrusted.read_head(path.parent, Path(path.name), untrusted.COMMANDS_BYTES)[0].splitlines()
-    except (OSError, untrusted.Refused):
-        return []
-    blocks = []
-    for line in lines:
-        try:
-            blocks.append(msgspec.json.decode(line, type=CodeBlock))
-        except msgspec.DecodeError:
-            continue
-    return blocks
+    record is (`command_log.records`)."""
+    return records(path, CodeBlock)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -43,6 +43,9 @@ NOT_FOUND = 127
 _MISSING = re.compile(r"^(?:[^\n]*?: )?(?:line \d+: )?(?P<sh>[^\s:'\"]+): (?:command )?not found$"
                       r"|command not found: (?P<zsh>\S+)$"
                       r"|\benv: [‘'\"]?(?P<env>[^\s‘’'\"]+)[’'\"]?: No such file or directory$", re.MULTILINE)
+
+
+Record = TypeVar("Record")
 
 
 class CommandRun(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -110,19 +113,26 @@ def not_found(text: str) -> list[tuple[str, str, bool]]:
 
 
 def read(path: Path) -> list[CommandRun]:
-    """The commands recorded at `path`, in the order they ended; [] when there is no record. A line that
-    does not read (a host killed mid-write) is skipped."""
-    try:  # a saved run may come from anywhere: not through a link, and no further than its bound
+    """The commands recorded at `path`, in the order they started; [] when there is no record."""
+    return sorted(records(path, CommandRun), key=lambda run: run.started_at)
+
+
+def records(path: Path, kind: type[Record]) -> list[Record]:
+    """The lines of a harness's record of JSON lines at `path` (the commands', the code's), each read as `kind`, in
+    the order written; [] when there is no record. A saved run may come from anywhere: it is read through no link
+    and no further than its bound, and a line that does not read (a host killed mid-write) is skipped."""
+    try:
         lines = untrusted.read_head(path.parent, Path(path.name), untrusted.COMMANDS_BYTES)[0].splitlines()
     except (OSError, untrusted.Refused):
         return []
-    runs = []
+    decoder = msgspec.json.Decoder(kind)
+    found = []
     for line in lines:
         try:
-            runs.append(msgspec.json.decode(line, type=CommandRun))
+            found.append(decoder.decode(line))
         except msgspec.DecodeError:
             continue
-    return sorted(runs, key=lambda run: run.started_at)
+    return found
 
 
 def skill_calls(runs: list[CommandRun], scripts: Collection[str] = (SKILL_SCRIPT,)) -> list[dict[str, Any]]:

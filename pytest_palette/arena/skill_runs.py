@@ -469,13 +469,15 @@ def _message(line: bytes, limit: int) -> dict[str, Any] | None:
 
 def _bounded_args(args: dict[str, Any]) -> dict[str, Any]:
     """The arguments a script parsed, as the judge reads them: names and plain values, long text clipped."""
-    kept: dict[str, Any] = {}
-    for name, value in list(args.items())[:64]:
-        kept[str(name)[:64]] = (f"{value[:600]}… [+{len(value) - 600} chars]" if isinstance(value, str)
-                                and len(value) > 600 else [str(item)[:600] for item in value[:32]]
-                                if isinstance(value, list) else value
-                                if value is None or isinstance(value, (str, int, float, bool)) else str(value)[:600])
-    return kept
+    return {str(name)[:64]: _bounded(value) for name, value in list(args.items())[:64]}
+
+
+def _bounded(value: Any) -> Any:
+    if isinstance(value, str):  # clipped as deck.py clips an argument in its trace
+        return value if len(value) <= 600 else f"{value[:600]}… [+{len(value) - 600} chars]"
+    if isinstance(value, list):
+        return [str(item)[:600] for item in value[:32]]
+    return value if value is None or isinstance(value, (int, float, bool)) else str(value)[:600]
 
 
 # -- is it the skill's script? -------------------------------------------------------------------------------------

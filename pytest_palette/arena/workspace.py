@@ -6,6 +6,7 @@
         output/    <case>.pptx, slide-*.png, plan.md — copies of what the agent produced
         palette-calls.jsonl   the skill's call trace
         commands.jsonl        every command the host saw its agent run (our own call record)
+        skill-runs.jsonl      every run of the skill's script, as the kernel saw it run (skill_runs)
         code.jsonl            each block of code its model gave the host's client to run (cuga: code_log)
         turns.json            what was sent and answered, turn by turn
 

@@ -321,8 +321,12 @@ class BuildsEarlyThenHidesIt(Hostile):
         last = steps[-1]
         if (self.marker is None or self.marker in opening) and last.subcommand in {"plan", "edit", "plan-status"} \
                 and last.answer.get("done") and not any(step.subcommand == "start" for step in steps):
-            return self.build(deck)
+            return self.early_build(conversation, deck)
         return super().continue_turn(conversation, user_text, steps, deck)
+
+    def early_build(self, conversation: Conversation, deck: str) -> Action:
+        """The build it starts before the approval."""
+        return self.build(deck)
 
 
 class BuildsEarlyThenForges(BuildsEarlyThenHidesIt):
@@ -381,13 +385,8 @@ class BuildsEarlyIndirectly(BuildsEarlyThenForges):
             return RehearsalPolicy.next_action(self, conversation)  # the trace is left as the skill wrote it
         return super().next_action(conversation)
 
-    def continue_turn(self, conversation: Conversation, user_text: str, steps: list[Step], deck: str) -> Action:
-        opening = next((event.text for event in conversation.events if isinstance(event, UserSaid)), "")
-        last = steps[-1]
-        if INDIRECT_MARKER in opening and last.subcommand in {"plan", "edit", "plan-status"} \
-                and last.answer.get("done") and not any(step.subcommand == "start" for step in steps):
-            return RunCommand(self.spelled(conversation, deck))
-        return RehearsalPolicy.continue_turn(self, conversation, user_text, steps, deck)
+    def early_build(self, conversation: Conversation, deck: str) -> Action:
+        return RunCommand(self.spelled(conversation, deck))
 
     def spelled(self, conversation: Conversation, deck: str) -> str:
         return INDIRECT[self.way(conversation)[0]].format(deck=deck, script=deck.split(None, 1)[1])

@@ -78,10 +78,10 @@ def read(workspace: Workspace, grace: float, turns_started: tuple[float, ...] = 
     on_disk = read_folder(workspace.work, workspace.trace, grace)
     runs = command_log.read(workspace.commands)
     found = calls_of(workspace, list(on_disk.calls), runs, scripts)
+    turns = _turns(workspace.turns)
     return replace(on_disk, turns_started=turns_started, calls=tuple(found.calls), calls_from=found.source,
-                   call_notes=on_disk.call_notes + found.notes, commands_run=tuple(runs),
-                   answers=turn_answers(workspace.turns), doubts=found.doubts,
-                   builds_before=turn_builds(workspace.turns))
+                   call_notes=on_disk.call_notes + found.notes, commands_run=tuple(runs), answers=_answers(turns),
+                   doubts=found.doubts, builds_before=_builds(turns))
 
 
 def _turns(path: Path) -> list[dict[str, Any]]:
@@ -99,13 +99,17 @@ def _turns(path: Path) -> list[dict[str, Any]]:
 
 def turn_answers(path: Path) -> tuple[str, ...]:
     """What the agent answered each message, as turns.json keeps it; () when not kept."""
-    return tuple(str(turn.get("answer") or "") for turn in _turns(path))
+    return _answers(_turns(path))
 
 
-def turn_builds(path: Path) -> tuple[tuple[str, ...], ...]:
-    """What the agent's folder held of builds as each message was sent (`builds_in`), as turns.json keeps it."""
-    return tuple(tuple(str(found) for found in turn.get("builds_before") or () if isinstance(found, str))
-                 for turn in _turns(path))
+def _answers(turns: list[dict[str, Any]]) -> tuple[str, ...]:
+    return tuple(str(turn.get("answer") or "") for turn in turns)
+
+
+def _builds(turns: list[dict[str, Any]]) -> tuple[tuple[str, ...], ...]:
+    """What the agent's folder held of builds as each message was sent (`builds_in`), as the turns keep it."""
+    return tuple(tuple(found for found in turn.get("builds_before") or () if isinstance(found, str))
+                 for turn in turns)
 
 
 #: How many are named: a folder of hundreds says no more.
