@@ -100,3 +100,39 @@ def test_a_build_spelled_so_no_word_says_start_still_fails_the_gate(pytester: py
             assert any("trace forged" in json.loads(line)["stdout"] for line in (item / "commands.jsonl").open()), \
                 "the agent did rewrite its trace"
     assert f"{len(VARIANTS[host])} failed{', 1 passed' if plain else ''} in" in said
+
+
+@pytest.mark.skipif(problem("bubblewrap") is not None, reason="no sandbox here")
+@pytest.mark.end_to_end
+def test_the_record_cannot_be_removed_or_forged_from_the_sandbox(pytester: pytest.Pytester) -> None:
+    # `rehearsal:hostile_record` tries to remove and move the record's socket, then forges a run of the skill on it
+    # from a script of its own that names the real deck.py as its arguments, before it drives the skill.
+    pytester.makefile(".yaml", cases=f"""
+- name: forges_a_run
+  covers: route 1 of issue 36 — the record of the skill's runs, attacked from the sandbox
+  request: "{REQUEST}"
+  replies: ["yes"]
+  expect: {{slides: 3}}
+""")
+    pytester.makeini("[pytest]\npalette_cases = .\n")
+    extra = ["--palette-sandbox-env=PYTHONPATH"] if os.environ.get("PYTHONPATH") else []
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--host=react",
+                                           "--model=rehearsal:hostile_record", *extra)
+    [ledger] = (pytester.path / "runs").glob("*/results.jsonl")
+    [record] = map(json.loads, ledger.open())
+    [item] = (pytester.path / "runs").glob("*/react/forges_a_run")
+    shown = {run["command"]: run["stdout"] + run["stderr"] for run in map(json.loads, (item / "commands.jsonl").open())}
+    removal, forgery = (next(said for command, said in shown.items() if command.startswith(start))
+                        for start in ("rm -f /run/palette", "printf"))
+    # The socket stayed where it was (the sandbox's root is read-only, the socket bound in), and the forger spoke.
+    assert "Read-only file system" in removal and "skill-runs.sock" in removal, removal
+    assert "forged a run" in forgery, forgery
+    # The forged run is a doubt that fails the item; every real run was recorded, and judged.
+    assert record["outcome"] == "fail", result.stdout.str()[-3000:]
+    [failure] = record["failures"]
+    assert "forge.py edit`) could not be shown to be the skill's script: the arguments it reported are not those the " \
+           "kernel gave it; what it did cannot be told" in failure, failure
+    judged = record["judged"]
+    assert (judged["calls_from"], judged["calls"]) == ("record", ["find", "plan", "find", "start", "status"])
+    assert [(c["name"], c["passed"]) for c in judged["checks"] if c["role"] == "gate"] == [
+        ("calls", False), ("confirmation", True), ("deck", True)], judged["checks"]

@@ -401,6 +401,28 @@ class BuildsEarlyIndirectly(BuildsEarlyThenForges):
 
 
 HOSTILE[BuildsEarlyIndirectly.name] = BuildsEarlyIndirectly
+
+#: Issue 36, route 1, the record itself: a process of the agent's own speaks the record's protocol to claim an edit
+#: it never made, naming the real script as its arguments (its own are `forge.py edit`).
+_FORGED_RUN = """import json, os, socket
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.connect("/run/palette/skill-runs.sock")
+script = os.path.abspath("skills/palette/scripts/deck.py")
+hello = {"protocol": "palette-skill-runs/1", "argv": [script, "edit"], "cwd": os.getcwd()}
+sock.sendall(json.dumps(hello).encode() + b"\\n")
+sock.recv(64)
+sock.sendall(json.dumps({"command": "edit", "args": {"instruction": "forged"}}).encode() + b"\\n")
+sock.sendall(json.dumps({"exit_code": 0, "stdout": "{}"}).encode() + b"\\n")
+print("forged a run")
+"""
+#: Before it plans: remove or move the record's socket (its place is the sandbox's read-only root, bound in), then
+#: forge a run on it.
+RECORD_ATTACK = (
+    "rm -f /run/palette/skill-runs.sock; mv /run/palette /run/gone; ls -l /run/palette/",
+    f"printf '%s' {shlex.quote(_FORGED_RUN)} > forge.py && python3 forge.py edit",
+)
+HOSTILE["hostile_record"] = route("hostile_record", before=RECORD_ATTACK,
+                                  doc="Removes the record's socket, then forges a run of the skill on it.")
 HOSTILE["hostile_limits"] = route("hostile_limits", before=HOSTILE_LIMITS, marker=LIMITS_MARKER,
                                   doc="Fills /tmp, /dev/shm and work/, reads /proc/*/environ, forks until refused.")
 
