@@ -218,6 +218,40 @@ def test_cugas_retries_are_the_failed_answers_its_forwarder_passed_on() -> None:
     assert refused == 403  # only the chat-completions wire passes
 
 
+@pytest.mark.parametrize("replayed", [False, True], ids=["forwarded", "replayed"])
+def test_the_harness_hears_an_answer_before_its_client_has_all_of_it(replayed: bool, tmp_path: Path) -> None:
+    """A turn may end the moment the client has its answer: the harness must have heard it by then (it once heard it
+    after, and a cuga turn ended with no steps)."""
+    import threading
+
+    from pytest_palette.arena.replay import WireReplay
+    heard, release = threading.Event(), threading.Event()
+    had: list[bool] = []
+
+    def observe(status: int, body: bytes) -> None:
+        heard.set()
+        release.wait(30)
+
+    with RehearsalServer() as server:
+        # A replay of nothing answers each call with its error, heard as any answer is.
+        forwarder = KeyForwarder(None if replayed else server.openai_base_url, {}, routes=OPENAI_ROUTES,
+                                 observe=observe, loopback=True,
+                                 replay=WireReplay([], tmp_path) if replayed else None).start()
+        try:
+            keyed = {"Authorization": f"Bearer {forwarder.token}"}
+            client = threading.Thread(target=lambda: had.append(bool(_ask(forwarder, "POST", "/chat/completions",
+                                                                          keyed)[0])), daemon=True)
+            client.start()
+            assert heard.wait(30)
+            waiting = client.is_alive() and not had
+            release.set()
+            client.join(30)
+        finally:
+            release.set()
+            forwarder.stop()
+    assert waiting and had == [True]
+
+
 # -- the forwarder forwards exactly what the client needs (issue 36) ------------------------------------------------
 
 #: Each client's own calls, as the forwarder passes them: what the upstream must see, and all it may see.

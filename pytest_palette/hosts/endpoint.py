@@ -162,8 +162,9 @@ class KeyForwarder:
     is not one of `routes` with the token is refused — 401 without it, 403 for another method, path or query, 413
     for a body over MAX_BODY — and never forwarded; each refusal is a line of `log` (the item's FORWARDER_LOG).
 
-    `observe`, when given, hears of each answer once it has been passed on: its status and its body (the first
-    OBSERVED_BODY bytes) — the harness's own record of what the model said, which no process of the agent's writes.
+    `observe`, when given, hears of each answer before its client has the whole of it: its status and its body
+    (the first OBSERVED_BODY bytes) — the harness's own record of what the model said, which no process of the
+    agent's writes.
     `record` (`--palette-record`) writes each model call to the item's cassette. With `replay` (`--model
     replay:RUN`) there is no upstream: the item's recording answers, and no request leaves this process."""
 
@@ -292,12 +293,13 @@ class KeyForwarder:
                 request.wfile.flush()
                 if keep and len(kept) < OBSERVED_BODY:
                     kept += chunk[:OBSERVED_BODY - len(kept)]
-            request.wfile.write(b"0\r\n\r\n")
+            # Heard before the client has the answer's end: once it has, its turn may end before the harness knew.
             if self.record is not None:
                 self.record(path, body, answer.status, answer.getheader("Content-Type") or "", bytes(kept), started,
                             time.time())
             if self.observe is not None:
                 self.observe(answer.status, bytes(kept))
+            request.wfile.write(b"0\r\n\r\n")
         except (OSError, http.client.HTTPException) as error:
             with contextlib.suppress(OSError):
                 _answer_error(request, 502, f"the model's endpoint did not answer: {type(error).__name__}")
@@ -335,10 +337,10 @@ class KeyForwarder:
         request.send_response(status)
         request.send_header("Content-Type", content_type)
         request.send_header("Content-Length", str(len(data)))
-        request.end_headers()
-        request.wfile.write(data)
         if self.observe is not None:
             self.observe(status, data[:OBSERVED_BODY])
+        request.end_headers()
+        request.wfile.write(data)
 
 
 def _target(request: BaseHTTPRequestHandler) -> str:
