@@ -208,18 +208,22 @@ class RetryCounter:
 
 
 def build_chat_model(spec: ModelSpec, env: Mapping[str, str] | None = None, *, max_retries: int | None = None,
-                     retries: RetryCounter | None = None, latency: str | None = None) -> BaseChatModel:
+                     retries: RetryCounter | None = None, latency: str | None = None,
+                     limits: str | None = None) -> BaseChatModel:
     """A chat model for the spec; credentials are checked first. `max_retries` bounds the client's own retries
     of a transient error (where it has them); `retries` counts them (the openai client); `latency` is the
-    rehearsal model's time per call (`--palette-rehearsal-latency`)."""
+    rehearsal model's time per call (`--palette-rehearsal-latency`), `limits` its limits in tokens
+    (`--palette-rehearsal-limits`)."""
     check_model(spec, env)
     environ = os.environ if env is None else env
     if spec.provider == "rehearsal":
         from .rehearsal.langchain_model import RehearsalChatModel
         from .rehearsal.latency import ModelLatency
+        from .rehearsal.limits import ModelLimits
 
         return RehearsalChatModel(policy=rehearsal_policy(spec), model_name=spec.text,
-                                  latency=ModelLatency.parse(latency) if latency else None)
+                                  latency=ModelLatency.parse(latency) if latency else None,
+                                  limits=ModelLimits.parse(limits) if limits else ModelLimits())
     if spec.provider == "watsonx":
         from langchain_ibm import ChatWatsonx
         from pydantic import SecretStr

@@ -16,6 +16,7 @@ from .hosts.base import COMMAND_TIMEOUT, MODEL_RETRIES, OUTPUT_LIMIT, TURN_TIMEO
 from .models import ModelSpec, ModelUnavailable, parse_model
 from .rehearsal.injection import FaultSchedule
 from .rehearsal.latency import ModelLatency
+from .rehearsal.limits import ModelLimits
 from .rehearsal.policy import RehearsalPolicy
 from .results.ledger import run_ledgers
 from .results.prices import PriceError, PriceTable, load_prices
@@ -61,6 +62,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-rehearsal-latency", default=None, dest="palette_rehearsal_latency", metavar="SPEC",
                     help="the rehearsal model's time per call, on every host: SECONDS[,jitter=SECONDS][,seed=N], "
                          "e.g. 2,jitter=0.5 (a real model's latency, to measure the harness under it)")
+    group.addoption("--palette-rehearsal-limits", default=None, dest="palette_rehearsal_limits", metavar="SPEC",
+                    help="the rehearsal model's limits in tokens, on every host: output=N cuts an answer in words "
+                         "as a provider does (finish_reason length, stop_reason max_tokens), context=N refuses a "
+                         "longer request with the 400 real servers send; e.g. output=40 or context=8192")
     group.addoption("--palette-record", action="store_true", default=False, dest="palette_record",
                     help="save every model call of every item (the messages sent, the tools offered, the answer) "
                          "into the item's folder as cassette.jsonl; no key is written (react)")
@@ -395,6 +400,7 @@ def resolve(config: pytest.Config) -> Settings:
     hosts, model, retries = _hosts(config), _model(config), _model_retries(config)
     faults = _spec(config, "palette_rehearsal_faults", FaultSchedule.parse)
     latency = _spec(config, "palette_rehearsal_latency", ModelLatency.parse)
+    limits = _spec(config, "palette_rehearsal_limits", ModelLimits.parse)
     skill_dir = _skill_dir(config)
     runs = _at_least(config, "palette_runs", 1) or 1
     max_context = _at_least(config, "palette_max_context", 1, " byte") or MAX_CONTEXT
@@ -425,6 +431,7 @@ def resolve(config: pytest.Config) -> Settings:
             output_limit=_output_limit(config),
             rehearsal_faults=faults,
             rehearsal_latency=latency,
+            rehearsal_limits=limits,
             record=bool(config.getoption("palette_record")),
         ),
     )

@@ -174,6 +174,14 @@ class TurnRecord:
     #: What the agent's folder held of builds when the message was sent, set by the harness (a build's state file,
     #: a .pptx: `evidence.builds_in`): a build the records of calls miss still left its mark before the approval.
     builds_before: list[str] = field(default_factory=list)
+    #: Why the turn ended (hosts/stops.py: `answered`, `step_budget`, …); None in records made before it was kept.
+    stop: str | None = None
+    #: Model calls in this turn, where the host counts them; None when it does not say.
+    model_calls: int | None = None
+    #: Commands the agent ran in this turn, as the item's record of commands holds them (set by the harness).
+    commands: int | None = None
+    #: The file in the item's folder that keeps the whole of a long error (`error` is then its one line).
+    error_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +204,8 @@ class HostSettings:
     rehearsal_faults: str | None = None
     #: The rehearsal model's time per call (`--palette-rehearsal-latency`); None: it answers at once.
     rehearsal_latency: str | None = None
+    #: The rehearsal model's output and context limits in tokens (`--palette-rehearsal-limits`); None: none.
+    rehearsal_limits: str | None = None
     #: `--palette-record`: each model call of each item goes to the item's cassette (arena/cassette.py).
     record: bool = False
 

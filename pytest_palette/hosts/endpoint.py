@@ -32,6 +32,7 @@ from ..arena.replay import WireReplay
 from ..models import ModelSpec, rehearsal_policy
 from ..rehearsal.injection import FaultSchedule
 from ..rehearsal.latency import ModelLatency
+from ..rehearsal.limits import ModelLimits
 from ..rehearsal.server import RehearsalServer
 from .base import HostSettings
 
@@ -56,9 +57,11 @@ class RehearsalEndpoint:
             if running is None:
                 faults = settings.rehearsal_faults if settings else None
                 latency = settings.rehearsal_latency if settings else None
+                limits = settings.rehearsal_limits if settings else None
                 running = self._servers[model.model_id] = RehearsalServer(
                     rehearsal_policy(model), faults=FaultSchedule.parse(faults) if faults else None,
-                    latency=ModelLatency.parse(latency) if latency else None).start()
+                    latency=ModelLatency.parse(latency) if latency else None,
+                    limits=ModelLimits.parse(limits) if limits else None).start()
             return running
 
     def fault(self, model: ModelSpec) -> str | None:

@@ -35,6 +35,7 @@ from .base import (
     secret_values,
 )
 from .shell import DEFAULT_OUTPUT_LIMIT, Shell
+from .stops import TurnStopped, output_limit, refused, step_budget
 
 # LangChain and LangGraph are imported where a conversation needs them: pytest reads this module's options at
 # every start (`ReactHost.options`), and a session without react should not wait seconds for its client.
@@ -163,6 +164,8 @@ class ReactSession(HostSession):
             )
         self.turns: list[TurnRecord] = []
         self._broken: str | None = None
+        #: The model calls of the turn under way, as LangChain's callbacks report them.
+        self._calls: ModelCalls | None = None
 
     def send(self, message: str, timeout: float | None = None,
              on_event: Callable[[str], None] | None = None) -> TurnRecord:
@@ -174,6 +177,7 @@ class ReactSession(HostSession):
             raise HostError(f"the session cannot continue: {self._broken}")
         turn = TurnRecord(sent=message)
         self.turns.append(turn)
+        self._calls = ModelCalls()
         started = time.monotonic()
         retried = self.retries.count if self.retries else 0
         updates: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -188,9 +192,11 @@ class ReactSession(HostSession):
                 except queue.Empty:
                     # The graph keeps its thread; the session is marked broken so nothing reuses it.
                     self._broken = f"turn timed out after {timeout:g} s"
-                    raise HostError(self._broken) from None
+                    raise TurnStopped("turn_timeout", self._broken) from None
                 if kind == "done":
                     break
+                if kind == "stopped":  # a limit ended the turn before the agent answered
+                    raise payload
                 if kind == "error":
                     retries = self.retries.count - retried if self.retries else 0
                     # A call that failed after its retries names them: the cause was not a one-off.
@@ -211,6 +217,7 @@ class ReactSession(HostSession):
             raise
         finally:
             turn.seconds = round(time.monotonic() - started, 3)
+            turn.model_calls = self._calls.count if self._calls is not None else None
             if self.retries is not None:
                 turn.retries = self.retries.count - retried
         return turn
@@ -220,20 +227,74 @@ class ReactSession(HostSession):
         self.shell.close()
 
     def _stream(self, message: str, updates: queue.Queue[tuple[str, Any]]) -> None:
+        from langchain_core.messages import AIMessage
         from langgraph.errors import GraphRecursionError
 
-        config: Any = {"configurable": {"thread_id": self.thread_id}, "recursion_limit": self.recursion_limit}
+        calls = self._calls
+        config: Any = {"configurable": {"thread_id": self.thread_id}, "recursion_limit": self.recursion_limit,
+                       "callbacks": [] if calls is None else [calls.handler()]}
         if self.cassette is not None:
-            config["callbacks"] = [recorder(self.cassette, len(self.turns))]
+            config["callbacks"].append(recorder(self.cassette, len(self.turns)))
+        last: Any = None
         try:
             for chunk in self.graph.stream({"messages": [{"role": "user", "content": message}]},
                                            config=config, stream_mode="updates"):
                 updates.put(("update", chunk))
-            updates.put(("done", None))
+                for update in chunk.values():
+                    for said in (update or {}).get("messages", []) if isinstance(update, dict) else []:
+                        last = said if isinstance(said, AIMessage) else last
+            stopped = calls.stopped(last, self.recursion_limit) if calls is not None else None
+            updates.put(("stopped", stopped) if stopped is not None else ("done", None))
         except GraphRecursionError:
-            updates.put(("error", f"the agent exhausted its step budget (recursion limit {self.recursion_limit})"))
+            updates.put(("stopped", step_budget(f"{self.recursion_limit} steps")))
         except Exception as error:
             updates.put(("error", f"{type(error).__name__}: {error}"))
+
+
+class ModelCalls:
+    """The model calls of one turn as LangChain's callbacks report them — how many, and the last answer as the
+    model gave it, before the graph did anything with it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last: Any = None
+
+    def handler(self) -> Any:
+        from langchain_core.callbacks import BaseCallbackHandler
+
+        calls = self
+
+        class Counted(BaseCallbackHandler):
+            run_inline = True  # in the graph's own thread, in call order
+
+            def on_llm_end(self, response: Any, **kwargs: Any) -> None:
+                calls.count += 1
+                generations = response.generations[0] if response.generations else []
+                calls.last = getattr(generations[0], "message", None) if generations else None
+
+            def on_llm_error(self, error: BaseException, **kwargs: Any) -> None:
+                calls.count += 1
+
+        return Counted()
+
+    def stopped(self, final: Any, recursion_limit: int) -> TurnStopped | None:
+        """Why the turn whose last message was `final` ended, when it was not the agent's answer: the prebuilt
+        agent put its own words in place of the model's last answer, which still asked for a tool (its
+        `remaining_steps` ran low), or that answer ended at the model's output limit or in a refusal, as its
+        client reported."""
+        model = self.last
+        if model is None or final is None or getattr(final, "id", None) != getattr(model, "id", None):
+            return None
+        if model.tool_calls and not final.tool_calls:
+            return step_budget(f"{recursion_limit} steps")
+        metadata = getattr(model, "response_metadata", None) or {}
+        finish = str(metadata.get("finish_reason") or metadata.get("stop_reason") or "")
+        named = "finish_reason" if metadata.get("finish_reason") else "stop_reason"
+        if finish in ("length", "max_tokens"):
+            return output_limit(f'{named} "{finish}"')
+        if finish in ("content_filter", "refusal"):
+            return refused(f'{named} "{finish}"')
+        return None
 
 
 def recorder(cassette: Cassette, turn: int) -> Any:
@@ -367,7 +428,8 @@ class ReactHost(Host):
         else:
             # The model's client gets `env` (its key); the agent's shell gets only the sandbox's.
             chat = build_chat_model(model, env, max_retries=None if model.provider == "rehearsal" else
-                                    settings.model_retries, retries=retries, latency=settings.rehearsal_latency)
+                                    settings.model_retries, retries=retries, latency=settings.rehearsal_latency,
+                                    limits=settings.rehearsal_limits)
         return ReactSession(chat, [skill] if skill is not None else [], workspace.work, env, eager=self.eager,
                             recursion_limit=self.recursion_limit, command_timeout=settings.command_timeout,
                             log=workspace.command_log(), sandbox=sandbox, retries=retries,

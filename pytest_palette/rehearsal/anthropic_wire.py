@@ -31,6 +31,7 @@ from .conversation import (
     ToolResult,
     UserSaid,
 )
+from .limits import ModelLimits
 from .openai_wire import estimate_tokens
 from .policy import RehearsalPolicy
 
@@ -176,12 +177,17 @@ def content_blocks(action: Action, roles: dict[str, str], call_id: str) -> list[
     return [{"type": "text", "text": f"I need a tool this host does not offer to continue ({type(action).__name__})."}]
 
 
-def respond(policy: RehearsalPolicy, request: Json) -> Json:
-    """A `message` object: the policy's next action, or a short text for a side call."""
+def respond(policy: RehearsalPolicy, request: Json, limits: ModelLimits | None = None) -> Json:
+    """A `message` object: the policy's next action, or a short text for a side call — an answer in words cut at
+    the output limit of `limits`, as the Messages API cuts it (`stop_reason: "max_tokens"`)."""
     messages = request.get("messages") or []
     tools = request.get("tools") or []
+    cut = False
     if tools:
         action = policy.next_action(to_conversation(request))
+        if isinstance(action, Reply) and limits is not None:
+            text, cut = limits.cut(action.text)
+            action = Reply(text) if cut else action
         blocks = content_blocks(action, tool_roles(tools), f"toolu_rehearsal_{len(messages)}")
     else:
         blocks = [{"type": "text", "text": SIDE_REPLY}]
@@ -192,7 +198,7 @@ def respond(policy: RehearsalPolicy, request: Json) -> Json:
         "role": "assistant",
         "model": str(request.get("model") or policy.name),
         "content": blocks,
-        "stop_reason": "tool_use" if calls else "end_turn",
+        "stop_reason": "max_tokens" if cut else "tool_use" if calls else "end_turn",
         "stop_sequence": None,
         "usage": {"input_tokens": count_tokens(request)["input_tokens"],
                   "output_tokens": estimate_tokens(json.dumps(blocks)),

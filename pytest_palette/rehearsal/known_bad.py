@@ -13,7 +13,7 @@ import shlex
 from ..replies import ReplyKind, classify_reply, named_slide, named_topic
 from .conversation import Action, Conversation, Reply, RunCommand
 from .hostile import HOSTILE
-from .policy import PLAN_FILE, RehearsalPolicy, Step, split_opening
+from .policy import DECK_DIR, PLAN_FILE, RehearsalPolicy, Step, split_opening
 
 
 class BuildsEarly(RehearsalPolicy):
@@ -187,6 +187,25 @@ class QuestionsAreChanges(RehearsalPolicy):
         return ReplyKind.CHANGE if kind is ReplyKind.QUESTION else kind
 
 
+class Loops(RehearsalPolicy):
+    """Builds correctly, then never answers: where it would say the deck is ready, it lists the deck's folder,
+    again and again, until the host's step budget ends the turn. Its items are ERRORs naming the budget, never a
+    verdict: a turn that ran out of steps is not an agent that answered."""
+
+    name = "loops"
+
+    def next_action(self, conversation: Conversation) -> Action:
+        action = super().next_action(conversation)
+        built = any(step.subcommand in {"start", "status"} and step.answer.get("done")
+                    for step in self.steps(conversation, conversation.events))
+        if isinstance(action, Reply) and built:
+            return RunCommand(f"ls -la {DECK_DIR}")
+        return action
+
+
+#: The agents whose flaw is a turn that never ends: their items are ERRORs of the run, not FAILs.
+LOOPING: dict[str, type[RehearsalPolicy]] = {Loops.name: Loops}
+
 KNOWN_BAD: dict[str, type[RehearsalPolicy]] = {
     cls.name: cls for cls in (BuildsEarly, RetypesContext, Replans, Spins, YesButIsYes, NeverEdits, HandWrites,
                               AlwaysTriggers, SummarisesContext, VagueEdits, QuestionsAreChanges)
@@ -194,4 +213,4 @@ KNOWN_BAD: dict[str, type[RehearsalPolicy]] = {
 
 
 #: Every scripted agent `--model rehearsal:<name>` can select: the known-bad ones and the hostile one.
-SCRIPTED: dict[str, type[RehearsalPolicy]] = {**KNOWN_BAD, **HOSTILE}
+SCRIPTED: dict[str, type[RehearsalPolicy]] = {**KNOWN_BAD, **LOOPING, **HOSTILE}

@@ -23,8 +23,13 @@ from pydantic import ConfigDict, Field
 
 from .conversation import Action, AgentSaid, Conversation, Event, LoadSkill, Reply, RunCommand, ToolResult, UserSaid
 from .latency import ModelLatency
+from .limits import CONTEXT_CODE, ModelLimits
 from .openai_wire import estimate_tokens, tool_roles
 from .policy import RehearsalPolicy
+
+
+class ContextTooLong(ValueError):
+    """The request is longer than the rehearsal model's context (`--palette-rehearsal-limits context=N`)."""
 
 
 def _text(content: Any) -> str:
@@ -44,6 +49,8 @@ class RehearsalChatModel(BaseChatModel):
     model_name: str = "rehearsal"
     #: A real model's latency per call (`--palette-rehearsal-latency`); None answers at once.
     latency: ModelLatency | None = None
+    #: Its output and context limits (`--palette-rehearsal-limits`), met as a provider's client meets them.
+    limits: ModelLimits = Field(default_factory=ModelLimits)
 
     @property
     def _llm_type(self) -> str:
@@ -72,13 +79,24 @@ class RehearsalChatModel(BaseChatModel):
         if self.latency is not None:
             self.latency.wait()
         roles = tool_roles(kwargs.get("tools") or [])
-        conversation = to_conversation(messages, roles)
-        action = self.policy.next_action(conversation)
-        message = to_message(action, roles, call_number=len(messages))
         # The same estimate the HTTP wires serve (characters / 4), so react's usage is filled as a real
         # model's would be, deterministically.
         read = estimate_tokens("".join(_text(m.content) + json.dumps(getattr(m, "tool_calls", None) or [])
                                        for m in messages))
+        refusal = self.limits.openai_refusal(read)
+        if refusal is not None:  # as the openai client raises a server's 400
+            raise ContextTooLong(f"Error code: 400 - {{'error': {{'message': {refusal!r}, 'code': "
+                                 f"'{CONTEXT_CODE}'}}}}")
+        conversation = to_conversation(messages, roles)
+        action = self.policy.next_action(conversation)
+        cut = False
+        if isinstance(action, Reply):
+            text, cut = self.limits.cut(action.text)
+            action = Reply(text) if cut else action
+        message = to_message(action, roles, call_number=len(messages))
+        # As a provider's client says why the answer ended (the openai client's `finish_reason`).
+        message.response_metadata = {"finish_reason": "length" if cut else "tool_calls" if message.tool_calls
+                                     else "stop", "model_name": self.model_name}
         said = estimate_tokens(_text(message.content) + json.dumps(message.tool_calls))
         message.usage_metadata = UsageMetadata(input_tokens=read, output_tokens=said, total_tokens=read + said,
                                                input_token_details={}, output_token_details={})

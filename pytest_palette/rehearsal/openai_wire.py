@@ -32,6 +32,7 @@ from .conversation import (
     ToolResult,
     UserSaid,
 )
+from .limits import ModelLimits
 from .policy import RehearsalPolicy
 
 Json = dict[str, Any]
@@ -243,12 +244,17 @@ def _tool_call_message(call_id: str, name: str, args: Json) -> Json:
     return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
-def complete(policy: RehearsalPolicy, request: Json) -> Json:
-    """A `chat.completion` object: the policy's next action for this request."""
+def complete(policy: RehearsalPolicy, request: Json, limits: ModelLimits | None = None) -> Json:
+    """A `chat.completion` object: the policy's next action for this request — an answer in words cut at the
+    output limit of `limits`, as a provider cuts it (`finish_reason: "length"`)."""
     messages = request.get("messages") or []
     roles = tool_roles(request.get("tools") or [])
     codeact = not request.get("tools")
     action = policy.next_action(to_conversation(request))
+    cut = False
+    if isinstance(action, Reply) and limits is not None:
+        text, cut = limits.cut(action.text)
+        action = Reply(text) if cut else action
     message = assistant_message(action, roles, f"call_rehearsal_{len(messages)}", codeact)
     prompt = estimate_tokens(json.dumps(messages))
     output = estimate_tokens(text_of(message.get("content")) + json.dumps(message.get("tool_calls") or []))
@@ -258,7 +264,7 @@ def complete(policy: RehearsalPolicy, request: Json) -> Json:
         "created": int(time.time()),
         "model": str(request.get("model") or policy.name),
         "choices": [{"index": 0, "message": message, "logprobs": None,
-                     "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                     "finish_reason": "length" if cut else "tool_calls" if message.get("tool_calls") else "stop"}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output},
     }
 

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 from . import anthropic_wire, openai_wire
 from .injection import MAX_IN_A_ROW, RETRY_AFTER_MS, STATUS_KINDS, FaultSchedule
 from .latency import ModelLatency
+from .limits import CONTEXT_CODE, ModelLimits
 from .policy import MODEL_NAME, RehearsalPolicy
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,13 @@ class _Handler(BaseHTTPRequestHandler):
         raise HttpError(413, "request_too_large", "chunked body too large")
 
     def chat_completions(self, request: Json) -> None:
-        completion = openai_wire.complete(self.server.policy, request)
+        limits = self.server.limits
+        refusal = limits.openai_refusal(openai_wire.estimate_tokens(json.dumps(request.get("messages") or [])))
+        if refusal is not None:  # as OpenAI-compatible servers answer it, before any work
+            self.send_json(400, {"error": {"message": refusal, "type": "invalid_request_error", "param": "messages",
+                                           "code": CONTEXT_CODE}})
+            return
+        completion = openai_wire.complete(self.server.policy, request, limits)
         self.server.record("/v1/chat/completions", completion["choices"][0]["message"])
         if request.get("stream"):
             usage = bool((request.get("stream_options") or {}).get("include_usage"))
@@ -140,7 +147,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_json(200, completion)
 
     def messages(self, request: Json) -> None:
-        message = anthropic_wire.respond(self.server.policy, request)
+        limits = self.server.limits
+        refusal = limits.anthropic_refusal(anthropic_wire.count_tokens(request)["input_tokens"])
+        if refusal is not None:
+            raise HttpError(400, "invalid_request_error", refusal)
+        message = anthropic_wire.respond(self.server.policy, request, limits)
         self.server.record("/v1/messages", message)
         if request.get("stream"):
             self.send_body(200, "text/event-stream", anthropic_wire.to_sse(message))
@@ -200,9 +211,11 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, policy: RehearsalPolicy, port: int, faults: FaultSchedule | None = None,
-                 latency: ModelLatency | None = None, key: str | None = None) -> None:
+                 latency: ModelLatency | None = None, key: str | None = None,
+                 limits: ModelLimits | None = None) -> None:
         super().__init__((HOST, port), _Handler)
         self.policy = policy
+        self.limits = limits or ModelLimits()
         self.key = key
         self.faults = faults
         self.latency = latency
@@ -243,8 +256,10 @@ class RehearsalServer:
 
     def __init__(self, policy: RehearsalPolicy | None = None, port: int = 0,
                  faults: FaultSchedule | None = None, latency: ModelLatency | None = None,
-                 key: str | None = None) -> None:
+                 key: str | None = None, limits: ModelLimits | None = None) -> None:
         self.policy = policy or RehearsalPolicy()
+        #: Its output and context limits (`--palette-rehearsal-limits`); None: none.
+        self.limits = limits
         self.faults = faults
         self.latency = latency
         #: The key every request must carry, as a provider's would; None: it checks none.
@@ -255,7 +270,7 @@ class RehearsalServer:
 
     def start(self) -> RehearsalServer:
         if self._server is None:
-            self._server = _Server(self.policy, self._port, self.faults, self.latency, self.key)
+            self._server = _Server(self.policy, self._port, self.faults, self.latency, self.key, self.limits)
             self._thread = threading.Thread(target=self._server.serve_forever, name="rehearsal-server",
                                             kwargs={"poll_interval": 0.1}, daemon=True)
             self._thread.start()
@@ -322,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", default=None, metavar="SPEC",
                         help="transient errors to inject, e.g. 429:0.2,500:0.05,seed=7 (kinds: "
                              "429, 500, 502, 503, 529, reset)")
+    parser.add_argument("--limits", default=None, metavar="SPEC",
+                        help="the model's limits in tokens, e.g. output=40,context=8192: a longer answer in words is "
+                             "cut as a provider cuts it, a longer request refused with a 400")
     parser.add_argument("--require-key", default=None, metavar="KEY",
                         help="answer only requests carrying KEY (x-api-key or Authorization: Bearer), as a provider "
                              "does: give it a fake key, never a real one")
@@ -330,11 +348,15 @@ def main(argv: list[str] | None = None) -> int:
         faults = FaultSchedule.parse(args.faults) if args.faults is not None else None
     except ValueError as error:
         parser.error(f"--faults {args.faults!r}: {error}")
+    try:
+        limits = ModelLimits.parse(args.limits) if args.limits is not None else None
+    except ValueError as error:
+        parser.error(f"--limits {args.limits!r}: {error}")
     stopping = threading.Event()
     # A handler, not KeyboardInterrupt: an interrupt that lands mid-print or mid-start still stops cleanly.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stopping.set())
-    server = RehearsalServer(port=args.port, faults=faults, key=args.require_key).start()
+    server = RehearsalServer(port=args.port, faults=faults, key=args.require_key, limits=limits).start()
     key = "<the key given>" if args.require_key else "dummy"
     try:
         print(f"rehearsal model serving at {server.base_url}" + (f", injecting {faults}" if faults else "")

@@ -14,13 +14,17 @@ from ..arena.sandbox import KeeperFailed, Sandbox
 from ..arena.workspace import Workspace
 from ..backend import agent_environment
 from ..cases import Case
+from ..hosts import stops
 from ..hosts.base import HandedOver, Host, HostError, HostSession, HostSettings, TurnRecord
 from ..models import ModelSpec
+from ..results.redaction import Secrets
 from ..skill import SkillCard
 from .evidence import builds_in
 
 #: How a failed turn's message names the model calls its client retried first.
 RETRIED = "retried model call"
+#: The whole words of a turn's error, when they are more than one line: `turn-<n>-error.txt` in the item's folder.
+ERROR_FILE = "turn-{number}-error.txt"
 
 
 class HostFailure(Exception):
@@ -101,12 +105,20 @@ def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpe
                 # What a build left on disk as the message goes: the disk's word, beside the records of calls.
                 builds = builds_in(workspace.work) if number > 1 else []
                 sent_at = round(time.time(), 3)  # on deck.py's clock (the same machine), to its precision
+                ran_before = _commands_run(workspace)
                 turn, problem = _send(session, message, turn_timeout)
                 turn.started_at = sent_at
                 turn.builds_before = builds
+                turn.commands = _commands_run(workspace) - ran_before
                 transcript.turns.append(turn)
                 if problem:
-                    cause = host.fault(model)  # a dead endpoint explains a timeout better than the timeout
+                    if turn.error and (len(turn.error) > stops.WORDS or "\n" in turn.error):
+                        # The one line names the file that keeps the whole (an upstream's 40 KB answer).
+                        turn.error_file = _keep_words(workspace, number, turn.error, env)
+                        turn.error = stops.one_line(turn.error)
+                        problem += f" (the whole error: {turn.error_file})"
+                    cause = host.fault(model) if turn.stop in ("turn_timeout", "error") else None
+                    # A dead endpoint explains a timeout better than the timeout does.
                     raise HostFailure(f"turn {number} {f'failed: {cause} ({problem})' if cause else problem}")
             ended = True
         finally:
@@ -124,19 +136,46 @@ def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpe
 
 
 def _send(session: HostSession, message: str, timeout: float) -> tuple[TurnRecord, str | None]:
-    """The turn, and what went wrong with it (None when nothing did)."""
+    """The turn, with why it ended (`stop`), and what went wrong with it in one line (None when nothing did)."""
     try:
-        return session.send(message, timeout), None
+        turn = session.send(message, timeout)
+        turn.stop = turn.stop or "answered"
+        return turn, None
     except HostError as error:
         # The host's own record of the failed turn keeps the steps it streamed before failing.
         turn = error.turn or TurnRecord(sent=message, error=str(error))
         said = str(error)
+        # A provider's refusal of a context too long reaches a host as any error does: its words name it.
+        stopped = error if isinstance(error, stops.TurnStopped) else stops.context_limit(said)
+        turn.stop = stopped.reason if stopped is not None else "error"
+        turn.error = turn.error or said
+        shown = str(stopped) if stopped is not None and stopped.reason != "turn_timeout" else \
+            f"failed: {stops.one_line(said)}"
         if turn.retries and RETRIED not in said:  # every host's give-up names its retries (docs/hosts.md)
-            said += f" (after {turn.retries} {RETRIED}(s) in this turn)"
-        return turn, f"failed: {said}"
+            shown += f" (after {turn.retries} {RETRIED}(s) in this turn)"
+        return turn, shown
     except Exception as error:
-        return TurnRecord(sent=message, error=f"{type(error).__name__}: {error}"), \
-            f"raised {type(error).__name__}: {error}"
+        said = f"{type(error).__name__}: {error}"
+        return TurnRecord(sent=message, error=said, stop="error"), f"raised {stops.one_line(said)}"
+
+
+def _commands_run(workspace: Workspace) -> int:
+    """How many commands the item's record holds so far: a turn's are the difference."""
+    try:
+        with workspace.commands.open("rb") as log:
+            return sum(1 for _ in log)
+    except OSError:
+        return 0
+
+
+def _keep_words(workspace: Workspace, number: int, words: str, env: Mapping[str, str]) -> str | None:
+    """Keep a turn's whole error in the item's folder, with no secret of `env` in it; its name, or None."""
+    name = ERROR_FILE.format(number=number)
+    try:
+        workspace.own(name).write_text(Secrets.of(env).scrub(words), encoding="utf-8")
+    except OSError:
+        return None
+    return name
 
 
 def _open(host: Host, *, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,

@@ -162,6 +162,7 @@ class CaseItem(pytest.Item):
         backend or machine is an ERROR."""
         session = self.palette_session
         settings = session.settings
+        failed: HostFailure | None = None
         try:
             if settings.collect_dir is not None:
                 open_run(session.ledger)
@@ -180,9 +181,11 @@ class CaseItem(pytest.Item):
             self._finish("skipped", [reason])
             pytest.skip(reason)
         except HostFailure as failure:
+            failed = failure
+        if failed is not None:  # outside the except: the ERROR is one line, not chained to the failure it names
             # What the turns took before the failure (retries, tokens) still counts: read back what was kept.
             self._transcript = Transcript.saved(self.workspace)
-            self._error(str(failure), said=f"host {self.host_name} failed: {failure}")
+            self._error(str(failed), said=f"host {self.host_name} failed: {failed}")
         if self._sandbox is not None:  # the last answers of the skill's runs are in their record before it is read
             self._sandbox.record_settled()
         judgement = judge_folder(

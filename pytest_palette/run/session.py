@@ -324,6 +324,8 @@ def fingerprint(settings: Settings, skill_hash: str, skill: str = PALETTE,
         terms["base_url"] = settings.model.base_url
     if settings.host.output_limit != OUTPUT_LIMIT:  # likewise: what the agent reads of a command is a term
         terms["output_limit"] = settings.host.output_limit
+    if settings.host.rehearsal_limits:  # the rehearsal model's limits end turns: a term, only when given
+        terms["rehearsal_limits"] = settings.host.rehearsal_limits
     if skill != PALETTE:  # another skill's rules judge it (and, as above, Palette's runs keep their fingerprints)
         terms["rules"] = skill
     if settings.grader is not None:  # a rubric's grade depends on its grader; likewise only when given
