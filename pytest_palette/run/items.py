@@ -186,6 +186,7 @@ class CaseItem(pytest.Item):
             # What the turns took before the failure (retries, tokens) still counts: read back what was kept.
             self._transcript = Transcript.saved(self.workspace)
             self._error(str(failed), said=f"host {self.host_name} failed: {failed}")
+        assert self._transcript is not None
         if self._sandbox is not None:  # the last answers of the skill's runs are in their record before it is read
             self._sandbox.record_settled()
         judgement = judge_folder(
