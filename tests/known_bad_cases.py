@@ -60,6 +60,16 @@ def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], 
     }
 
 
+def expected_errors(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], str]]:
+    """Each looping agent's cases to end as an ERROR of the run, and the words every one of those ERRORs carries: a
+    turn that never ends is no verdict on the skill."""
+    cases = list(cases)
+    return {
+        # It loops where it would say the deck is ready: in every case whose deck gets built, and in no other.
+        "loops": (frozenset(case.name for case in cases if case.expect.deck), "ended at the step budget"),
+    }
+
+
 #: The checks each known-bad agent's flaw fails (docs/judge.md, "Checks"), at least one on each case it fails: its
 #: score there is 0 where a gate failed (a flaw may trip one on the way: "yes, but …" taken as the approval builds
 #: before it), else strictly between 0 and 1.

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from known_bad_cases import FAILED_CHECKS, expected_failures, first_divergence
+from known_bad_cases import FAILED_CHECKS, expected_errors, expected_failures, first_divergence
 from sweeps import Sweep, Sweeps, run_session
 
 from pytest_palette.cases import Case, load_cases
-from pytest_palette.rehearsal.known_bad import KNOWN_BAD
+from pytest_palette.rehearsal.known_bad import KNOWN_BAD, LOOPING
 from pytest_palette.rehearsal.policy import RehearsalPolicy
 from pytest_palette.results.checks import COMMON_CHECKS, PALETTE_CHECKS
 from pytest_palette.results.ledger import load
@@ -51,6 +51,10 @@ CONTEXT = names(lambda c: c.expect.context)
 GATE = ALL - DECK - NEAR_MISS
 #: What each known-bad agent must fail, and a phrase every one of its failures must contain.
 EXPECTED = expected_failures(CASES)
+#: What each looping agent must end as an ERROR, and the words each of those ERRORs carries.
+EXPECTED_ERRORS = expected_errors(CASES)
+#: The react host's step budget for the looping agent: room for every turn the good agent takes, and a few loops.
+LOOP_BUDGET = 20
 
 
 def run_suite(tmp_path: Path, model: str, *args: str, env: dict[str, str] | None = None) -> dict[str, list[str]]:
@@ -109,7 +113,7 @@ def diverging(sweeps: Sweeps) -> dict[str, frozenset[str]]:
         items = {item.name: item for item in (run / "react").iterdir()}
         assert set(items) == ALL, sorted(items)
         policies: dict[str, RehearsalPolicy] = {"": RehearsalPolicy()}
-        policies |= {flaw: agent() for flaw, agent in KNOWN_BAD.items()}
+        policies |= {flaw: agent() for flaw, agent in {**KNOWN_BAD, **LOOPING}.items()}
         return {flaw: frozenset(case for case, item in items.items() if first_divergence(item, policy) is not None)
                 for flaw, policy in policies.items()}
 
@@ -295,6 +299,25 @@ def test_each_known_bad_agent_fails_exactly_its_documented_cases(sweeps: Sweeps,
         bad, fine = rubric(flawed(sweeps, flaw).runs), rubric(good(sweeps).runs)
         graded = {case.name for case in CASES if case.expect.rubric} & diverging(sweeps)[flaw]
         assert graded and set(bad) == graded and all(bad[case] < fine[case] == 1.0 for case in graded), (bad, fine)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flaw", sorted(EXPECTED_ERRORS))
+def test_a_looping_agent_errs_at_the_step_budget_on_exactly_the_cases_it_builds_in(sweeps: Sweeps, flaw: str) -> None:
+    expected, phrase = EXPECTED_ERRORS[flaw]
+    # Where it agrees with the good agent's recording at every call, it would have held that conversation: a pass.
+    assert diverging(sweeps)[flaw] == expected
+    sweep = sweeps.session([*(NODE[case] for case in sorted(expected)), f"--rootdir={REPO}",
+                            f"--model=rehearsal:{flaw}", f"--palette-recursion-limit={LOOP_BUDGET}"])
+    assert {name.partition("[")[0] for name in sweep.items} == expected
+    wrong = {name: result for name, result in sweep.items.items()
+             if result.outcome != "error" or f"{phrase} ({LOOP_BUDGET} steps)" not in result.said[0]}
+    assert wrong == {}, wrong
+    # Each ERROR's record says the last turn ran to its budget, with what the turns took: a loop shows.
+    for record in load(sweep.runs).latest.values():
+        assert record.outcome == "error" and record.judged is None, record.case
+        assert record.usage.stops[-1] == "step_budget" and set(record.usage.stops[:-1]) <= {"answered"}
+        assert record.usage.model_calls and record.usage.commands and record.usage.input_tokens, record.case
 
 
 @pytest.fixture(scope="module")

@@ -306,7 +306,8 @@ def test_usage_is_summed_per_host_over_the_runs_that_reported_it(tmp_path: Path)
     assert from_ledger.pop("ledgers") == [str(tmp_path / "results.jsonl")] and from_records.pop("ledgers") == []
     assert from_ledger == from_records
     claude, react = report.columns
-    graders = {"grader_input_tokens": None, "grader_output_tokens": None, "grader_cost_usd": None}
+    graders = {"grader_input_tokens": None, "grader_output_tokens": None, "grader_cost_usd": None,
+               "model_calls": None, "commands": None}  # records that did not count them
     assert claude.usage == {"turns": 400, "input_tokens": 600, "output_tokens": 200, "cost_usd": None,
                             "retries": None, **graders}
     assert react.usage == {"turns": 400, "input_tokens": None, "output_tokens": None, "cost_usd": 50.0,

@@ -25,6 +25,13 @@ from .base import HostError
 
 StopReason = Literal["answered", "step_budget", "output_limit", "context_limit", "turn_timeout", "refused", "error"]
 STOP_REASONS: tuple[StopReason, ...] = get_args(StopReason)
+#: How a page says each, beside the turn.
+SAID: dict[str, str] = {
+    "answered": "the agent answered", "step_budget": "ran out of steps: the host's step budget ended it",
+    "output_limit": "the model's answer was cut at its output limit", "context_limit": "over the model's context",
+    "turn_timeout": "timed out: the harness ended it", "refused": "the model's answer was refused",
+    "error": "failed",
+}
 #: An error's words in the terminal, JUnit and the ledger: one line of at most this many characters. The whole
 #: (an upstream's 40 KB answer) is kept in a file of the item's.
 WORDS = 300

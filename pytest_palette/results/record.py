@@ -155,6 +155,11 @@ class Usage(Struct, **_PARTS):
     grader_input_tokens: Count | None = None
     grader_output_tokens: Count | None = None
     grader_cost_usd: Amount | None = None
+    #: Why each turn ended, in order (hosts/stops.py: "answered", "step_budget", …); () in records written before.
+    stops: tuple[Name, ...] = ()
+    #: Model calls and the agent's commands, summed over the turns; None when a host does not count them.
+    model_calls: Count | None = None
+    commands: Count | None = None
 
 
 class Record(Struct, tag_field="schema", tag=SCHEMA, **_STRUCT):

@@ -20,9 +20,9 @@ from .ledger import Reading, latest
 from .record import Judged, Record, Terms, Usage
 
 #: Usage fields a report sums per column (the rest are times, reported by their own metrics, and where the
-#: cost came from, counted apart).
+#: cost came from, counted apart; why turns ended is counted by the ERRORs that name it).
 SUMMED = tuple(name for name in Usage.__struct_fields__
-               if name not in ("seconds", "started_at", "ended_at", "cost_source"))
+               if name not in ("seconds", "started_at", "ended_at", "cost_source", "stops"))
 
 Result = tuple[str, tuple[str, ...], "Judged | None"]  # (outcome, failures, judged)
 

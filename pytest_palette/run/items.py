@@ -275,6 +275,8 @@ def _usage(transcript: Transcript | None, started: float, ended: float, price: P
     outputs = [t.usage.get("output_tokens") for t in turns]
     costs = [t.cost_usd for t in turns]
     retries = [t.retries for t in turns]
+    calls = [t.model_calls for t in turns]
+    commands = [t.commands for t in turns]
     reported = any(v is not None for v in inputs + outputs)
     input_tokens = sum(i or 0 for i in inputs) if reported else None
     output_tokens = sum(o or 0 for o in outputs) if reported else None
@@ -289,7 +291,9 @@ def _usage(transcript: Transcript | None, started: float, ended: float, price: P
         cost_usd=cost, cost_source=source, started_at=round(started, 3), ended_at=round(ended, 3),
         retries=sum(r or 0 for r in retries) if any(r is not None for r in retries) else None,
         grader_input_tokens=graded.input_tokens, grader_output_tokens=graded.output_tokens,
-        grader_cost_usd=graded.cost_usd)
+        grader_cost_usd=graded.cost_usd, stops=tuple(t.stop or "unknown" for t in turns),
+        model_calls=sum(c or 0 for c in calls) if any(c is not None for c in calls) else None,
+        commands=sum(c or 0 for c in commands) if any(c is not None for c in commands) else None)
 
 
 def properties(record: Record, line: bytes) -> list[tuple[str, object]]:
@@ -305,6 +309,7 @@ def properties(record: Record, line: bytes) -> list[tuple[str, object]]:
         ("slides", judged.slides if judged else ""), ("polls", judged.polls if judged else ""),
         ("calls", " ".join(judged.calls) if judged else ""),
         ("seconds", "" if record.usage.seconds is None else record.usage.seconds),
+        ("stops", " ".join(record.usage.stops)),
         ("failures", json.dumps(list(record.failures))),
         ("notes", json.dumps(list(judged.notes)) if judged else "[]"),
         (RECORD_PROPERTY, line.decode()),

@@ -16,6 +16,7 @@ from typing import Any
 from ..arena import code_log, command_log, untrusted
 from ..arena.workspace import Workspace, item_label
 from ..cases import Case
+from ..hosts.stops import SAID
 from ..judge import PALETTE, answer_of, call_args
 from ..results.checks import COMMON_CHECKS, PALETTE_CHECKS, score_of
 from ..results.record import GATE, JUDGED, Check, Record
@@ -25,6 +26,8 @@ from ..run.judging import judge_folder
 
 #: Output longer than this many lines is folded on the page.
 FOLD_LINES = 12
+#: The most of a turn's whole error a page shows (an upstream's answer can be 40 KB and more).
+ERROR_FILE_SHOWN = 256 * 1024
 _SLIDE = re.compile(r"^slide-(\d+)\.png$")
 
 
@@ -79,6 +82,17 @@ class Turn:
     code: list[str] = field(default_factory=list)
     tokens: str = ""
     retries: int | None = None
+    #: Why it ended (hosts/stops.py); None in records made before it was kept.
+    stop: str | None = None
+    model_calls: int | None = None
+    #: The whole of a long error, as the item's file keeps it (`error_file`), read bounded.
+    error_file: str | None = None
+    error_whole: str = ""
+
+    @property
+    def stopped(self) -> str:
+        """Why it ended, in words; "" when it answered or nobody said."""
+        return "" if self.stop in (None, "answered") else SAID.get(str(self.stop), str(self.stop))
 
 
 @dataclass
@@ -215,6 +229,12 @@ def read(run_folder: Path, record: Record) -> Item:
     item.notes = record.judged.notes if record.judged else notes
     started = [turn.started_at for turn in transcript.turns if turn.started_at is not None]
     item.turns = _turns(transcript, runs, code_log.read(workspace.own(code_log.CODE_NAME)))
+    for turn in item.turns:
+        if turn.error_file and re.fullmatch(r"turn-\d+-error\.txt", turn.error_file):
+            try:  # a saved run may come from anywhere: read as a regular file of the item's, bounded
+                turn.error_whole = untrusted.read_text(workspace.folder, Path(turn.error_file), ERROR_FILE_SHOWN)
+            except (OSError, untrusted.Refused) as refused:
+                turn.error_whole = f"(not shown: {refused})"
     item.calls = _calls(calls, runs, started)
     origin = min([*started, *(c.at for c in item.calls if c.at is not None)], default=None)
     if origin is not None:
@@ -272,7 +292,8 @@ def _turns(transcript: Transcript, runs: list[command_log.CommandRun],
                             if isinstance(usage.get(k), int))
         turn = Turn(number=number, sent=record.sent, answer=record.answer, error=record.error,
                     seconds=record.seconds, steps=steps, tokens=tokens, retries=record.retries,
-                    code=[block.code for block in code if block.turn == number])
+                    code=[block.code for block in code if block.turn == number], stop=record.stop,
+                    model_calls=record.model_calls, error_file=record.error_file)
         if begin is not None:
             turn.commands = [Command.of(r) for r in runs
                              if r.started_at >= begin and (end is None or r.started_at < end)]
