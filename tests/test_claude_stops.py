@@ -75,6 +75,7 @@ def test_the_looping_agent_ends_at_its_step_budget(pytester: pytest.Pytester) ->
     assert first["stop"] == "answered" and second["stop"] == "step_budget"
     # The CLI stopped it after its budget of model calls, each asking for a command: the build, then `ls`s.
     assert second["model_calls"] == BUDGET and 0 < second["commands"] <= BUDGET
+    assert second["usage"]["input_tokens"] > 0  # the calls it made are counted, as an answered turn's are
     assert second["steps"][-1].startswith("← ") and any("ls -la ./deck" in step for step in second["steps"])
     assert second["error"].startswith("ended at the step budget") and second["error_file"] is None
     # The budget is among the terms the run was measured under.

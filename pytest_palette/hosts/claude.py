@@ -616,13 +616,14 @@ class ClaudeSession(HostSession):
             turn.retries = out.retries
             # The model's answers the CLI streamed (not its num_turns, which counts one more than the calls made).
             turn.model_calls = len(out.answers)
-            self._check(out, returncode, stderr, message)
+            # What the calls cost, kept for a turn a limit or an error ended too: they were made.
             result = out.result or {}
-            turn.answer = redact(str(result.get("result") or ""), self._secrets)
             turn.num_turns = result.get("num_turns")
             turn.cost_usd = self._turn_cost(result.get("total_cost_usd")) if self.priced else None
             # A replay asks no model: the recording's tokens were spent when it was recorded.
             turn.usage = {} if self.replay is not None else usage_of(result)
+            self._check(out, returncode, stderr, message)
+            turn.answer = redact(str(result.get("result") or ""), self._secrets)
         except HostError as error:
             turn.error = str(error)
             if not turn.steps:  # stopped mid-turn: what the CLI streamed before that is in its output file
