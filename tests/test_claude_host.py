@@ -89,7 +89,8 @@ def test_every_turn_has_its_step_budget_and_the_option_sets_it() -> None:
     assert argv[argv.index("--max-turns") + 1] == "60"
     assert "--max-turns" not in turn_command(Path("/bin/claude"), "claude-sonnet-4-5", SID, first=False)
     claude = ClaudeHost()
-    assert claude.max_turns == MAX_TURNS and claude.terms() == {"max_turns": MAX_TURNS}
+    # The default is no term (every run's fingerprint holds every known host's terms): earlier runs keep theirs.
+    assert claude.max_turns == MAX_TURNS and claude.terms() == {}
     claude.configure({"max-turns": 7})
     assert claude.terms() == {"max_turns": 7}
     assert claude.describe(REHEARSAL, HostSettings())["max_turns"] == "7 model calls a turn (the CLI's --max-turns)"

@@ -827,7 +827,9 @@ class ClaudeHost(Host):
         self.max_turns = MAX_TURNS if turns is None else turns
 
     def terms(self) -> dict[str, object]:
-        return {"max_turns": self.max_turns}
+        # Only when given (the fingerprint holds every known host's terms, selected or not): earlier runs, react's
+        # among them, keep their fingerprints. The default ends only a turn that would have run to its timeout.
+        return {} if self.max_turns == MAX_TURNS else {"max_turns": self.max_turns}
 
     @property
     def cli(self) -> Path | None:
