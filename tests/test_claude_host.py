@@ -30,8 +30,9 @@ from pytest_palette.arena.sandbox import Sandbox
 from pytest_palette.arena.sandbox import problem as sandbox_problem
 from pytest_palette.arena.workspace import Workspace
 from pytest_palette.backend import agent_environment
-from pytest_palette.hosts.base import HostError, HostSettings
+from pytest_palette.hosts.base import HostError, HostSettings, OptionRefused
 from pytest_palette.hosts.claude import (
+    MAX_TURNS,
     REHEARSAL_CLI_MODEL,
     REHEARSAL_KEY,
     ClaudeHost,
@@ -46,9 +47,11 @@ from pytest_palette.hosts.claude import (
     parse_stream,
     redact,
     session_folder,
+    stopped,
     turn_command,
 )
 from pytest_palette.hosts.endpoint import FORWARDER_LOG, PLACEHOLDER_KEY, RELAY_PORT, KeyForwarder, credentials
+from pytest_palette.hosts.stops import TurnStopped
 from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal.conversation import Conversation
 from pytest_palette.rehearsal.policy import catalogue
@@ -79,6 +82,22 @@ def test_the_first_turn_names_a_new_session_and_later_turns_resume_it() -> None:
     assert f"--resume={SID}" in later and "--session-id" not in later
     # The message is not an argument at all (it goes on standard input): no size limit, never an option.
     assert first[-2:] == ["--session-id", SID] and later[-1] == f"--resume={SID}"
+
+
+def test_every_turn_has_its_step_budget_and_the_option_sets_it() -> None:
+    argv = turn_command(Path("/bin/claude"), "claude-sonnet-4-5", SID, first=False, max_turns=60)
+    assert argv[argv.index("--max-turns") + 1] == "60"
+    assert "--max-turns" not in turn_command(Path("/bin/claude"), "claude-sonnet-4-5", SID, first=False)
+    claude = ClaudeHost()
+    # The default is no term (every run's fingerprint holds every known host's terms): earlier runs keep theirs.
+    assert claude.max_turns == MAX_TURNS and claude.terms() == {}
+    claude.configure({"max-turns": 7})
+    assert claude.terms() == {"max_turns": 7}
+    assert claude.describe(REHEARSAL, HostSettings())["max_turns"] == "7 model calls a turn (the CLI's --max-turns)"
+    with pytest.raises(OptionRefused, match=r"must be at least 1 \(got 0\)"):
+        claude.configure({"max-turns": 0})
+    claude.configure({})
+    assert claude.max_turns == MAX_TURNS
 
 
 def test_every_turn_makes_the_cli_ignore_what_the_agent_could_write() -> None:
@@ -285,13 +304,75 @@ def test_a_permission_denial_is_a_host_error_not_agent_behaviour(tmp_path: Path)
 
 
 def test_an_error_result_is_a_host_error_in_the_clis_words(tmp_path: Path) -> None:
-    line = result(subtype="error_max_turns", is_error=True, result=None, api_error_status=None,
-                  errors=["Reached maximum number of turns (3)"])
-    with pytest.raises(HostError, match=r"error_max_turns, exit 1: Reached maximum number of turns \(3\)"):
-        checked(tmp_path, [init(["palette"]), line], returncode=1)
-    api = result(is_error=True, result="API Error: 529 overloaded", api_error_status=529)
-    with pytest.raises(HostError, match=r"API status 529.*overloaded"):
+    # What the result says of itself, in its own fields; not "success", which the CLI says of a run whose last API
+    # call failed (its loop completed).
+    api = result(is_error=True, result="API Error: 529 overloaded", api_error_status=529, api_error_type="overloaded",
+                 terminal_reason="api_error")
+    with pytest.raises(HostError) as caught:
         checked(tmp_path, [init(["palette"]), api], returncode=1)
+    assert str(caught.value) == ('the CLI\'s result is an error (api_error_status 529 overloaded, terminal_reason '
+                                 '"api_error"), exit 1: API Error: 529 overloaded')
+    assert not isinstance(caught.value, TurnStopped)
+    during = result(subtype="error_during_execution", is_error=True, result=None, errors=["tool crashed"])
+    with pytest.raises(HostError, match=r'^the CLI\'s result is an error \(subtype "error_during_execution"\), '
+                                        r"exit 1: tool crashed$"):
+        checked(tmp_path, [init(["palette"]), during], returncode=1)
+    with pytest.raises(HostError, match=r"^the CLI exited 1 after a result that is not an error: Here is the plan$"):
+        checked(tmp_path, [init(["palette"]), result()], returncode=1)
+
+
+# Results as CLI 2.1.332 ends a turn at a limit (seen against the rehearsal server).
+MAX_TURNS_RESULT = {"subtype": "error_max_turns", "is_error": True, "terminal_reason": "max_turns", "num_turns": 6,
+                    "stop_reason": "tool_use", "errors": ["Reached maximum number of turns (5)"]}
+MAX_OUTPUT_RESULT = {"is_error": True, "terminal_reason": "api_error", "api_error": "max_output_tokens",
+                     "stop_reason": "stop_sequence", "api_error_status": None,
+                     "result": "API Error: Claude's response exceeded the 32000 output token maximum. To configure "
+                               "this behavior, set the CLAUDE_CODE_MAX_OUTPUT_TOKENS environment variable."}
+TOO_LONG_RESULT = {"is_error": True, "terminal_reason": "prompt_too_long", "api_error_status": 400,
+                   "api_error_type": "invalid_request_error", "result": "Prompt is too long", "num_turns": 1}
+
+
+@pytest.mark.parametrize(("fields", "refusal", "reason", "words"), [
+    (MAX_TURNS_RESULT, None, "step_budget", "ended at the step budget (max-turns 5) before the agent answered"),
+    (MAX_OUTPUT_RESULT, None, "output_limit", "ended at the model's output limit (the CLI's result: api_error "
+                                              '"max_output_tokens", after it asked the model to go on): the agent\'s '
+                                              "last answer was cut"),
+    ({"stop_reason": "max_tokens"}, None, "output_limit",
+     'ended at the model\'s output limit (the CLI\'s result: stop_reason "max_tokens"): the agent\'s last answer was '
+     "cut"),
+    ({"stop_reason": "refusal"}, None, "refused",
+     'ended in a refusal (the CLI\'s result: stop_reason "refusal") before the agent answered'),
+    # The CLI keeps none of the API's words; the forwarder passed them on.
+    (TOO_LONG_RESULT, (400, b'{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too '
+                            b'long: 23873 tokens > 500 maximum"}}'), "context_limit",
+     "ended at the model's context limit (500 tokens; the request was 23,873) before the agent answered (API status "
+     '400, terminal_reason "prompt_too_long")'),
+    (TOO_LONG_RESULT, None, "context_limit", 'ended at the model\'s context limit (API status 400, terminal_reason '
+                                             '"prompt_too_long": "Prompt is too long"; no sizes named) before the '
+                                             "agent answered"),
+], ids=["max_turns", "max_output_tokens", "max_tokens", "refusal", "too_long_with_sizes", "too_long"])
+def test_the_clis_result_says_why_a_turn_ended_before_the_agent_answered(
+        tmp_path: Path, fields: dict[str, Any], refusal: tuple[int, bytes] | None, reason: str, words: str) -> None:
+    session = session_for(tmp_path)
+    session.session_id, session.max_turns, session._refusal = SID, 5, refusal
+    with pytest.raises(TurnStopped) as caught:
+        session._check(parse_stream([init(["palette"]), result(**fields)]), 1, "")
+    assert (caught.value.reason, str(caught.value)) == (reason, words)
+    # The model's words never end a turn: an answer that says it ran out of steps is an answer.
+    assert stopped(parse_stream([result(result="Sorry, I reached the maximum number of turns")]), 5) is None
+
+
+def test_the_model_calls_of_a_turn_are_the_answers_the_cli_streamed() -> None:
+    def answer(message_id: str, block: dict[str, Any], model: str = "claude-sonnet-4-5") -> str:
+        return json.dumps({"type": "assistant", "message": {"id": message_id, "model": model, "content": [block]}})
+
+    # One answer streamed as two lines (a block each) is one call; the CLI's own message (an API error) is none.
+    out = parse_stream([init(["palette"]), answer("m1", {"type": "text", "text": "Let me look"}),
+                        answer("m1", {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}),
+                        answer("m2", {"type": "text", "text": "Done"}),
+                        answer("e1", {"type": "text", "text": "API Error: 500"}, model="<synthetic>"),
+                        result(num_turns=3)])
+    assert out.answers == ["m1", "m2"]
 
 
 def test_an_exit_without_a_result_reports_stderr_with_secrets_redacted(tmp_path: Path) -> None:
@@ -679,8 +760,9 @@ def test_denied_tool_calls_are_a_host_error(tmp_path: Path) -> None:
 def test_a_turn_past_its_timeout_is_stopped(host: ClaudeHost, tmp_path: Path) -> None:
     item = Item(tmp_path, host, timeout=0.3)
     started = time.monotonic()
-    with pytest.raises(HostError, match=r"timed out after 0\.3 s"):
+    with pytest.raises(TurnStopped, match=r"^turn 1 timed out after 0\.3 s \(the CLI was stopped\)$") as caught:
         item.say("Build a deck on prompt caching")
+    assert caught.value.reason == "turn_timeout"
     assert time.monotonic() - started < 15
     assert item.session.turns[0].error and "timed out" in item.session.turns[0].error
 

@@ -221,8 +221,9 @@ def test_on_claude_the_paste_reaches_the_agent_and_the_clis_own_limit_is_an_erro
     # off) sends nothing more: the host's limit, an error of the run — not a pass because no deck was built, as
     # the case's "hold off" would have it.
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*the CLI would not send the conversation to its model (Prompt is too long): with "
-                                 "this turn's message of 416,623 characters it is past the model's context window*"])
+    result.stdout.fnmatch_lines(["*ended at the model's context limit: the CLI would not send the "
+                                 'conversation (terminal_reason "blocking_limit", "Prompt is too long"): with this '
+                                 "turn's message of 416,623 characters it is past the model's context window*"])
     [item] = (pytester.path / "runs").glob("*/claude/big_paste")
     assert (item / "claude" / "turn-01.prompt").read_text() == f"Build a deck from these notes\n\n{MATERIAL}"
 

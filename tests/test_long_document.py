@@ -36,6 +36,7 @@ from pytest_palette.hosts.claude import (
     context_window,
     failure,
     parse_stream,
+    stopped,
     turn_command,
 )
 from pytest_palette.hosts.cuga import CUGA_OUTPUT_DEFAULT, cuga_output_limit, model_code
@@ -244,11 +245,13 @@ def test_the_claude_cli_never_compacts_and_a_compaction_would_be_its_error() -> 
     # Past the model's window the CLI sends nothing (as CLI 2.1 ends such a turn); the window, once it said it, named.
     blocked = {"type": "result", "subtype": "success", "is_error": True, "result": "Prompt is too long",
                "terminal_reason": "blocking_limit", "modelUsage": {}}
-    said = failure(parse_stream([json.dumps(blocked)]), 1, "", "x" * 1_000_023, 200_000)
-    assert said == ("the CLI would not send the conversation to its model (Prompt is too long): with this turn's "
-                    "message of 1,000,023 characters it is past the model's context window of 200,000 tokens, a "
-                    "limit of the host (docs/hosts.md, Limits)")
-    assert "past the model's context window, a limit" in str(failure(parse_stream([json.dumps(blocked)]), 1, ""))
+    limit = stopped(parse_stream([json.dumps(blocked)]), 60, "x" * 1_000_023, 200_000)
+    assert limit is not None and limit.reason == "context_limit"
+    assert str(limit) == ("ended at the model's context limit: the CLI would not send the conversation "
+                          '(terminal_reason "blocking_limit", "Prompt is too long"): with this turn\'s message of '
+                          "1,000,023 characters it is past the model's context window of 200,000 tokens, a limit of "
+                          "the host (docs/hosts.md, Limits)")
+    assert "past the model's context window, a limit" in str(stopped(parse_stream([json.dumps(blocked)])))
     assert context_window({"modelUsage": {"claude-sonnet-4-5": {"contextWindow": 200_000}}}) == 200_000
     assert context_window(blocked) is None
 
@@ -429,8 +432,9 @@ def test_at_the_documented_limit_each_host_passes_or_names_its_own_limit(three_h
         (said,) = ran["claude"].said
         message = f"Turn this into a deck\n\n{material(MAX_CONTEXT)}"
         assert ran["claude"].outcome == "error", said
-        assert "the CLI would not send the conversation to its model (Prompt is too long): with this turn's " \
-               f"message of {len(message):,} characters it is past the model's context window" in said, said
+        assert "ended at the model's context limit: the CLI would not send the conversation (terminal_reason " \
+               f'"blocking_limit", "Prompt is too long"): with this turn\'s message of {len(message):,} characters ' \
+               "it is past the model's context window" in said, said
         assert "(an error of the run, not a verdict on the skill)" in said
 
 

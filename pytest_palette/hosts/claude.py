@@ -19,6 +19,11 @@ config dir nor its home. When commands have no network, neither has the CLI: it 
 forwarder's Unix socket, relayed to its own loopback (hosts/relay.py); when they keep it, on 127.0.0.1, with the
 forwarder's token in place of a key.
 
+Each turn has a step budget, `--palette-max-turns` model calls (the CLI's `--max-turns`), and ends for the reason the
+CLI's `result` line gives in its fields (`stopped`: error_max_turns, api_error "max_output_tokens", terminal_reason
+"prompt_too_long" or "blocking_limit"), never for what the model said; any other failure is an error in words that
+begin with what the result says of itself (`failure`), whole: the harness shows one line and keeps the rest.
+
 Permissions: `--permission-mode bypassPermissions` (with `IS_SANDBOX=1` when running as root, which the
 CLI otherwise refuses). A narrow `--allowedTools` list would turn a real model's harmless `ls` or
 `cat plan.md` into a denial, and a denial here is a setup failure, not agent behaviour: the column
@@ -57,6 +62,7 @@ from .base import (
     HostOption,
     HostSession,
     HostSettings,
+    OptionRefused,
     Problem,
     TurnRecord,
     held_to_recording,
@@ -72,6 +78,7 @@ from .endpoint import (
     RehearsalEndpoint,
     credentials,
 )
+from .stops import TurnStopped, context_limit, output_limit, refused, step_budget
 
 if TYPE_CHECKING:
     from ..arena.sandbox import Sandbox
@@ -119,10 +126,18 @@ ROUTING_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_USE_")
 NOWHERE = "http://127.0.0.1:9"
 #: Where a real model is reached when neither `--palette-base-url` nor ANTHROPIC_BASE_URL names a gateway.
 ANTHROPIC_API = "https://api.anthropic.com"
+#: The step budget of a turn (`--palette-max-turns`): the CLI's model calls in one invocation (its `--max-turns`;
+#: without it the CLI has none, and an agent that never answers runs until the turn's timeout).
+MAX_TURNS = 60
 KILL_GRACE = 5.0
 PROBE_TIMEOUT = 60.0
 TAIL = 1500
 REDACTED = "[redacted]"
+#: The model the CLI names on a message it wrote itself (an API error's words, in the model's place).
+SYNTHETIC = "<synthetic>"
+#: How much of an error answer the forwarder passed on the host keeps, for the words of a limit the CLI names
+#: without them (its "Prompt is too long" drops the API's sizes).
+KEPT_ERROR = 64 * 1024
 
 
 # -- finding and asking the CLI --------------------------------------------------------------------
@@ -249,12 +264,14 @@ def confined_options(env: Mapping[str, str], output_limit: int | None = None) ->
 
 def turn_command(cli: Path, model_id: str, session_id: str, first: bool,
                  permission_mode: str = PERMISSION_MODE, env: Mapping[str, str] | None = None,
-                 output_limit: int | None = None) -> list[str]:
+                 output_limit: int | None = None, max_turns: int | None = None) -> list[str]:
     """One turn's argv. The message goes on standard input, not in argv: one argument holds at most 128 KiB
-    (a paste can be larger), and a reply that starts with "-" is then never read as an option."""
+    (a paste can be larger), and a reply that starts with "-" is then never read as an option. `max_turns` is the
+    turn's step budget (`--palette-max-turns`): the CLI's model calls in this one invocation."""
     session = ["--session-id", session_id] if first else [f"--resume={session_id}"]
+    budget = ["--max-turns", str(max_turns)] if max_turns is not None else []
     return [str(cli), "-p", "--output-format", "stream-json", "--verbose", "--model", model_id,
-            "--permission-mode", permission_mode, *confined_options(env or {}, output_limit), *session]
+            "--permission-mode", permission_mode, *budget, *confined_options(env or {}, output_limit), *session]
 
 
 # -- reading what the CLI printed ------------------------------------------------------------------
@@ -274,6 +291,9 @@ class CliOutput:
     retries: int = 0
     #: Each time the CLI compacted the conversation (a `system/compact_boundary` line): its `compact_metadata`.
     compactions: list[Json] = field(default_factory=list)
+    #: The model's answers the CLI streamed, by message id (one answer may stream as several `assistant` lines, a
+    #: block each), in order: not the CLI's own `<synthetic>` messages (an API error's words), nor a failed call.
+    answers: list[str] = field(default_factory=list)
 
 
 def parse_stream(lines: Iterable[str]) -> CliOutput:
@@ -300,6 +320,10 @@ def parse_stream(lines: Iterable[str]) -> CliOutput:
         elif kind in ("assistant", "user"):
             out.steps += _steps(event)
             _commands(event, running, out.commands)
+            message = event.get("message") if kind == "assistant" else None
+            if isinstance(message, dict) and message.get("model") != SYNTHETIC and message.get("id") \
+                    and str(message["id"]) not in out.answers:
+                out.answers.append(str(message["id"]))
         elif kind == "result":
             out.result = event
     return out
@@ -358,23 +382,62 @@ def _commands(event: Json, running: dict[str, tuple[str, float]], ended: list[Co
             ended.append(CommandRun(command, started, max(at, started), exit_code, stdout, stderr))
 
 
-def failure(out: CliOutput, returncode: int, stderr: str, message: str = "", window: int | None = None) -> str | None:
-    """Why this turn failed, in the CLI's own words; None when it succeeded. `message` is the turn's, and `window` the
-    model's context window as the CLI reported it on an earlier turn, to name a conversation the CLI would not send."""
+def stopped(out: CliOutput, max_turns: int | None = None, message: str = "", window: int | None = None,
+            refusal: tuple[int, bytes] | None = None) -> TurnStopped | None:
+    """Why the CLI ended this turn before the agent answered, when its result names a limit (hosts/stops.py) — read
+    from the fields the CLI sets, never from the model's words; None when it names none. `max_turns` is the budget
+    the turn ran with, `message` the turn's, `window` the model's context window as the CLI reported it on an
+    earlier turn, and `refusal` the last error answer (status, body) the forwarder passed on this turn: the CLI
+    words an API's context refusal without its sizes."""
+    result = out.result
+    if result is None:
+        return None
+    subtype, reason, said = result.get("subtype"), result.get("terminal_reason"), str(result.get("result") or "")
+    if subtype == "error_max_turns" or reason == "max_turns":
+        # CLI 2.1: {"subtype": "error_max_turns", "terminal_reason": "max_turns", "errors": ["Reached maximum
+        # number of turns (N)"]} after N model calls, each asking for a tool.
+        return step_budget(f"max-turns {max_turns}" if max_turns else "the CLI's max-turns")
+    if result.get("api_error") == "max_output_tokens":
+        # CLI 2.1 meets `stop_reason: "max_tokens"` by asking the model to go on (three times), then gives up:
+        # {"is_error": true, "subtype": "success", "api_error": "max_output_tokens", "terminal_reason": "api_error"}.
+        return output_limit('the CLI\'s result: api_error "max_output_tokens", after it asked the model to go on')
+    if result.get("stop_reason") == "max_tokens":
+        return output_limit('the CLI\'s result: stop_reason "max_tokens"')
+    if result.get("stop_reason") == "refusal":
+        return refused('the CLI\'s result: stop_reason "refusal"')
+    if reason == "blocking_limit":
+        # Auto-compact is off (WHOLE_CONVERSATION): past its model's window the CLI stops, sending nothing.
+        size = f" of {window:,} tokens" if window else ""  # known once a call of this session has said it
+        return TurnStopped("context_limit", f"ended at the model's context limit: the CLI would not send the "
+                                            f"conversation (terminal_reason \"blocking_limit\", \"{said[:100]}\"): "
+                                            f"with this turn's message of {len(message):,} characters it is past "
+                                            f"the model's context window{size}, a limit of the host (docs/hosts.md, "
+                                            "Limits)")
+    if reason == "prompt_too_long":
+        # The API refused the request (CLI 2.1: "api_error_status": 400, "result": "Prompt is too long"); its own
+        # words, as the forwarder passed them on, name the sizes.
+        status = result.get("api_error_status") or (refusal[0] if refusal else None)
+        words = refusal[1].decode("utf-8", "replace") if refusal else ""
+        reported = f"API status {status}, terminal_reason \"prompt_too_long\""
+        found = context_limit(words)
+        if found is not None:
+            return TurnStopped("context_limit", f"{found} ({reported})")
+        return TurnStopped("context_limit", f"ended at the model's context limit ({reported}: \"{said[:100]}\"; "
+                                            "no sizes named) before the agent answered")
+    return None
+
+
+def failure(out: CliOutput, returncode: int, stderr: str) -> str | None:
+    """Why this turn failed, in the CLI's own words, when no limit ended it (`stopped`); None when it succeeded.
+    The words begin with what the result says (is_error, api_error_status, terminal_reason, subtype), then give
+    its message whole: the harness shows one line of it and keeps the whole in the item's folder."""
     result = out.result
     if result is None:
         return f"the CLI exited {returncode} without a result: {stderr.strip()[-TAIL:] or '(no stderr)'}"
-    if result.get("terminal_reason") == "blocking_limit":
-        # Auto-compact is off (WHOLE_CONVERSATION): past its model's window the CLI stops, sending nothing.
-        size = f" of {window:,} tokens" if window else ""  # known once a call of this session has said it
-        return (f"the CLI would not send the conversation to its model ({str(result.get('result') or '')[:200]}): "
-                f"with this turn's message of {len(message):,} characters it is past the model's context "
-                f"window{size}, a limit of the host (docs/hosts.md, Limits)")
     if result.get("is_error") or returncode != 0:
         said = [str(e) for e in result.get("errors") or []] or [str(result.get("result") or "")]
-        status = f" (API status {result['api_error_status']})" if result.get("api_error_status") else ""
         detail = "; ".join(s for s in said if s) or stderr.strip()[-TAIL:] or "(no message)"
-        return f"the CLI reported {result.get('subtype', 'an error')}{status}, exit {returncode}: {detail}"
+        return f"{reported_error(result, returncode)}: {detail}"
     denials = result.get("permission_denials") or []
     if denials:
         shown = "; ".join(f"{d.get('tool_name')}: {json.dumps(d.get('tool_input'))[:200]}" for d in denials)
@@ -382,6 +445,25 @@ def failure(out: CliOutput, returncode: int, stderr: str, message: str = "", win
     if out.compactions:  # auto-compact is off (WHOLE_CONVERSATION): should the CLI compact anyway, it is named
         return compacted(out.compactions[0])
     return None
+
+
+def reported_error(result: Json, returncode: int) -> str:
+    """What a failed result says of itself, in its own fields: "the CLI's result is an error (api_error_status 500,
+    terminal_reason "api_error"), exit 1". Its `subtype` is named only when it is not "success" (the CLI says
+    "success" of a run whose last API call failed: the loop itself completed)."""
+    facts = []
+    if result.get("api_error_status"):
+        kind = result.get("api_error_type")
+        facts.append(f"api_error_status {result['api_error_status']}" + (f" {kind}" if kind else ""))
+    for name in ("api_error", "terminal_reason"):
+        if result.get(name) and result.get(name) != "completed":
+            facts.append(f'{name} "{result[name]}"')
+    if result.get("subtype") not in (None, "success"):
+        facts.append(f'subtype "{result["subtype"]}"')
+    shown = f" ({', '.join(facts)})" if facts else ""
+    if result.get("is_error"):
+        return f"the CLI's result is an error{shown}, exit {returncode}"
+    return f"the CLI exited {returncode} after a result that is not an error{shown}"
 
 
 def compacted(metadata: Json) -> str:
@@ -478,8 +560,10 @@ class ClaudeSession(HostSession):
                  folder: Path, permission_mode: str = PERMISSION_MODE, log: CommandLog | None = None,
                  priced: bool = True, sandbox: Sandbox | None = None, secrets: Iterable[str] = (),
                  relay: list[str] | None = None, output_limit: int | None = None,
-                 forwarder: KeyForwarder | None = None) -> None:
+                 forwarder: KeyForwarder | None = None, max_turns: int | None = MAX_TURNS) -> None:
         self.cli, self.work, self.skill, self.model_id = cli, work, skill, model_id
+        #: The step budget of each turn (the CLI's --max-turns); None: the CLI's own (none).
+        self.max_turns = max_turns
         #: The forwarder of this conversation's own (to its model, or replaying it), stopped with it.
         self.forwarder = forwarder
         self.replay = forwarder.replay if forwarder is not None else None
@@ -502,6 +586,13 @@ class ClaudeSession(HostSession):
         self._session_cost = 0.0
         #: The model's context window as the CLI last reported it (its result's modelUsage), for an error past it.
         self._window: int | None = None
+        #: The last error answer (status, its first KEPT_ERROR bytes) the forwarder passed on in this turn.
+        self._refusal: tuple[int, bytes] | None = None
+
+    def observed(self, status: int, body: bytes) -> None:
+        """An answer the forwarder passed on to the CLI (the forwarder's `observe`): an error's words are kept."""
+        if status >= 400:
+            self._refusal = (status, body[:KEPT_ERROR])
 
     def send(self, message: str, timeout: float) -> TurnRecord:
         return held_to_recording(self.replay, lambda: self._send(message, timeout))
@@ -515,6 +606,7 @@ class ClaudeSession(HostSession):
         number = len(self.turns) + 1
         turn = TurnRecord(sent=message)
         self.turns.append(turn)
+        self._refusal = None
         started = time.monotonic()
         try:
             returncode, stdout, stderr = self._run(message, number, timeout)
@@ -522,31 +614,37 @@ class ClaudeSession(HostSession):
             self._record(out)
             turn.steps = [redact(step, self._secrets) for step in out.steps]
             turn.retries = out.retries
-            self._check(out, returncode, stderr, message)
+            # The model's answers the CLI streamed (not its num_turns, which counts one more than the calls made).
+            turn.model_calls = len(out.answers)
+            # What the calls cost, kept for a turn a limit or an error ended too: they were made.
             result = out.result or {}
-            turn.answer = redact(str(result.get("result") or ""), self._secrets)
             turn.num_turns = result.get("num_turns")
             turn.cost_usd = self._turn_cost(result.get("total_cost_usd")) if self.priced else None
             # A replay asks no model: the recording's tokens were spent when it was recorded.
             turn.usage = {} if self.replay is not None else usage_of(result)
+            self._check(out, returncode, stderr, message)
+            turn.answer = redact(str(result.get("result") or ""), self._secrets)
         except HostError as error:
             turn.error = str(error)
             if not turn.steps:  # stopped mid-turn: what the CLI streamed before that is in its output file
-                turn.steps, turn.retries = self._streamed_steps(number)
+                streamed = self._streamed(number)
+                if streamed is not None:
+                    turn.steps = [redact(step, self._secrets) for step in streamed.steps]
+                    turn.retries, turn.model_calls = streamed.retries, len(streamed.answers)
             error.turn = turn
             raise
         finally:
             turn.seconds = round(time.monotonic() - started, 3)
         return turn
 
-    def _streamed_steps(self, number: int) -> tuple[list[str], int | None]:
-        """The steps and retries of a turn stopped mid-way, from its output file."""
+    def _streamed(self, number: int) -> CliOutput | None:
+        """What the CLI streamed of a turn stopped mid-way, from its output file; None when there is none."""
         streamed = self.folder / f"turn-{number:02d}.jsonl"
         if not streamed.is_file():
-            return [], None
+            return None
         out = parse_stream(self._scrub(streamed).splitlines())
         self._record(out)
-        return [redact(step, self._secrets) for step in out.steps], out.retries
+        return out
 
     def _record(self, out: CliOutput) -> None:
         """Our own record of the commands the CLI ran this turn (the output was scrubbed of secrets)."""
@@ -565,7 +663,7 @@ class ClaudeSession(HostSession):
     def _run(self, message: str, number: int, timeout: float) -> tuple[int, str, str]:
         """Run the CLI for one turn; its output goes to files (a build it leaves running holds no pipe)."""
         argv = turn_command(self.cli, self.model_id, self.session_id, number == 1, self.permission_mode, self.env,
-                            self.output_limit)
+                            self.output_limit, self.max_turns)
         if self.sandbox is not None:
             argv = self.sandbox.client([*(self.relay or []), *argv], self.work, network=self.relay is None)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -584,7 +682,8 @@ class ClaudeSession(HostSession):
                 returncode = live.wait(process, timeout)
             except subprocess.TimeoutExpired:
                 _stop(process)
-                raise HostError(f"turn {number} timed out after {timeout:g} s (the CLI was stopped)") from None
+                raise TurnStopped("turn_timeout", f"turn {number} timed out after {timeout:g} s (the CLI was "
+                                                  "stopped)") from None
             finally:
                 live.close()
         return returncode, self._scrub(turn.with_suffix(".jsonl")), self._scrub(turn.with_suffix(".stderr"))
@@ -602,7 +701,10 @@ class ClaudeSession(HostSession):
             raise HostError(f"the CLI did not discover the skill {self.skill.name!r} installed in "
                             f"{self.skill.directory} (it lists: {', '.join(out.skills) or 'none'})")
         self._window = context_window(out.result or {}) or self._window
-        problem = failure(out, returncode, stderr, message, self._window)
+        stop = stopped(out, self.max_turns, message, self._window, self._refusal)
+        if stop is not None:
+            raise TurnStopped(stop.reason, redact(str(stop), self._secrets))
+        problem = failure(out, returncode, stderr)
         if problem:
             raise HostError(redact(problem, self._secrets))
         if out.skills is None:
@@ -703,11 +805,15 @@ class ClaudeHost(Host):
     serves_rehearsal = True
     records = True
     options = (HostOption("claude-cli", "the Claude Code CLI the claude host runs (default: the one bundled in "
-                                        "claude-agent-sdk, else `claude` on PATH)", metavar="PATH"),)
+                                        "claude-agent-sdk, else `claude` on PATH)", metavar="PATH"),
+               HostOption("max-turns", f"step budget of the claude host: the model calls of one turn, the CLI's "
+                                       f"--max-turns (default {MAX_TURNS})", type=int, metavar="N"))
 
-    def __init__(self, cli: str | None = None, permission_mode: str = PERMISSION_MODE) -> None:
+    def __init__(self, cli: str | None = None, permission_mode: str = PERMISSION_MODE,
+                 max_turns: int = MAX_TURNS) -> None:
         self.explicit_cli = cli
         self.permission_mode = permission_mode
+        self.max_turns = max_turns
         self.endpoint = RehearsalEndpoint()
         #: Each conversation's forwarder, stopped with it; those still running when the host closes, then.
         self._forwarders: weakref.WeakSet[KeyForwarder] = weakref.WeakSet()
@@ -715,6 +821,15 @@ class ClaudeHost(Host):
 
     def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
         self.explicit_cli = given.get("claude-cli") or self.explicit_cli
+        turns = given.get("max-turns")
+        if turns is not None and turns < 1:
+            raise OptionRefused("max-turns", f"must be at least 1 (got {turns})")
+        self.max_turns = MAX_TURNS if turns is None else turns
+
+    def terms(self) -> dict[str, object]:
+        # Only when given (the fingerprint holds every known host's terms, selected or not): earlier runs, react's
+        # among them, keep their fingerprints. The default ends only a turn that would have run to its timeout.
+        return {} if self.max_turns == MAX_TURNS else {"max_turns": self.max_turns}
 
     @property
     def cli(self) -> Path | None:
@@ -787,6 +902,7 @@ class ClaudeHost(Host):
                      # The CLI starts each Bash command as one argument of its shell: Linux's bound on one.
                      "bash_command_limit": "128 KiB (the CLI refuses a longer command: E2BIG)",
                      "auto_compact": "off (DISABLE_AUTO_COMPACT): the model's context window is the limit",
+                     "max_turns": f"{self.max_turns} model calls a turn (the CLI's --max-turns)",
                      "model_retries": str(settings.model_retries)}
         if model.provider == "rehearsal":
             # The CLI's estimate would price cli_model, which did not run: only a price table prices it.
@@ -877,7 +993,8 @@ class ClaudeHost(Host):
         session = ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
                                 workspace.command_log(), priced=model.provider not in ("rehearsal", "replay"),
                                 sandbox=sandbox, secrets=secrets_in(env), relay=relay,
-                                output_limit=settings.output_limit, forwarder=forwarder)
+                                output_limit=settings.output_limit, forwarder=forwarder, max_turns=self.max_turns)
+        forwarder.observe = session.observed  # an API error's own words (the CLI keeps only its own)
         if forwarder.record is not None:
             forwarder.record.turn = lambda: len(session.turns)
         return session
