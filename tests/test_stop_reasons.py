@@ -52,7 +52,10 @@ def test_a_providers_context_refusal_is_named_with_its_sizes(words: str, limit: 
 
 def test_other_errors_are_not_a_context_limit_and_sizes_are_not_invented() -> None:
     for words in ("Error code: 500 - internal error", "RateLimitError: 429 too many requests", "the context of the "
-                  "plan is long", "ConnectionResetError: [Errno 104] Connection reset by peer"):
+                  "plan is long", "ConnectionResetError: [Errno 104] Connection reset by peer",
+                  # a gateway's 500 quoting back a conversation that speaks of these very words
+                  "InternalServerError: Error code: 502 - {'echo': 'prompt is too long: 9 tokens > 8 maximum'}",
+                  "the CLI's result is an error (api_error_status 500 api_error): maximum context length is 8 tokens"):
         assert stops.context_limit(words) is None, words
     unnamed = stops.context_limit("BadRequestError: context_length_exceeded")
     assert unnamed is not None and "named no sizes" in str(unnamed)

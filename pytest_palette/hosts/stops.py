@@ -47,6 +47,8 @@ _CONTEXT = (
     re.compile(r"exceeds? the available context size.{0,400}?\"n_ctx\"\s*:\s*(?P<limit>\d+)"
                r".{0,200}?\"n_prompt_tokens\"\s*:\s*(?P<asked>\d+)", re.S),
 )
+#: A server's own failure: its body may quote the conversation, and with it any of the words above.
+_SERVER_FAILED = re.compile(r"\b(?:Error code|status(?:_code)?|api_error_status|HTTP)\W{0,3}5\d\d\b", re.I)
 #: The same, where the words name no numbers.
 _CONTEXT_WORDS = re.compile(r"context_length_exceeded|maximum context length|prompt is too long|exceeds? the "
                             r"available context size|context window (?:is )?exceeded", re.I)
@@ -79,7 +81,10 @@ def refused(reported: str) -> TurnStopped:
 
 def context_limit(words: str) -> TurnStopped | None:
     """The context limit an error's `words` report (a provider's 400, as any client relays it), named in one line
-    with the model's limit and the size asked where the words give them; None when they report something else."""
+    with the model's limit and the size asked where the words give them; None when they report something else —
+    a server's 5xx among them, whatever the body it quotes says."""
+    if _SERVER_FAILED.search(words[:2000]):
+        return None
     for pattern in _CONTEXT:
         found = pattern.search(words)
         if found:
