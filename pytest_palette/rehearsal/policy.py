@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..arena.command_log import without_heredocs
 from ..engine import counting
@@ -235,6 +236,24 @@ def _names_deck(sentence: str, shown: bool, reach: int = 4) -> bool:
     return False
 
 
+#: What reports call each kind of scripted agent, after its name (`describe_agent`).
+GOOD_AGENT = "scripted stand-in"
+KNOWN_BAD_AGENT = "known-bad scripted agent"
+HOSTILE_AGENT = "hostile scripted agent"
+
+
+def describe_agent(agent: Callable[[], RehearsalPolicy] | None) -> str:
+    """What a scripted agent is, as its label says it after its name, from what it declares
+    (`RehearsalPolicy.known_bad`, `.hostile`): never a language model, whatever it does. None: an agent not
+    known here, named for what is sure."""
+    if agent is None:
+        return "scripted agent, not a language model"
+    policy = agent if isinstance(agent, type) else agent()  # a factory: what it makes declares
+    kind = (HOSTILE_AGENT if getattr(policy, "hostile", False) else
+            KNOWN_BAD_AGENT if getattr(policy, "known_bad", False) else GOOD_AGENT)
+    return f"{kind}, not a language model"
+
+
 def catalogue(system: str) -> list[tuple[str, str]]:
     """The skills a host's system prompt offers, as (name, description)."""
     entries = re.findall(r"^\s*-\s*([a-z0-9][\w-]*):\s*(.+)$", system, re.M)
@@ -246,6 +265,13 @@ class RehearsalPolicy:
     """The good agent. Known-bad variants subclass it and override one decision each."""
 
     name = MODEL_NAME
+    #: Whether the agent makes a mistake on purpose, for the judge to catch (rehearsal/known_bad.py, a project's
+    #: own): reports then name it a known-bad scripted agent. A good one — this, or a project's agent for its own
+    #: skill (`pytest_palette_add_rehearsals`) — is named a scripted stand-in (`describe_agent`).
+    known_bad: ClassVar[bool] = False
+    #: Whether the agent attacks the harness rather than make a mistake the judge should catch
+    #: (rehearsal/hostile.py): named a hostile scripted agent.
+    hostile: ClassVar[bool] = False
 
     def next_action(self, conversation: Conversation) -> Action:
         user_text, turn = conversation.current_turn()
