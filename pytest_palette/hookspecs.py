@@ -46,5 +46,8 @@ def pytest_palette_add_rehearsals(agents: dict[str, Callable[[], RehearsalPolicy
     """Add scripted agents that ``--model rehearsal:<name>`` selects, or replace the good one ("rehearsal"):
     a project that benchmarks its own skill offline gives the agent that drives it, and its known-bad agents.
 
-    The package's agents are added first, so a project's entry replaces one of the same name.
+    The package's agents are added first, so a project's entry replaces one of the same name. An agent says what
+    it is, and reports name it so: a known-bad one sets ``known_bad = True`` on its class ("rehearsal:<name>
+    (known-bad scripted agent, not a language model)"); any other is a good one, "rehearsal:<name> (scripted
+    stand-in, not a language model)".
     """

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from .arena.replay import RecordedRun, ReplayUnavailable, recorded_run
-from .rehearsal.policy import MODEL_NAME, RehearsalPolicy
+from .rehearsal.policy import MODEL_NAME, RehearsalPolicy, describe_agent
 
 if TYPE_CHECKING:  # LangChain loads only when a model is built: the plugin stays cheap to import.
     from langchain_core.language_models import BaseChatModel
@@ -61,11 +61,11 @@ class ModelSpec:
 
     @property
     def label(self) -> str:
-        """What reports print: the rehearsal model is never dressed up as a language model."""
-        if self.provider == "rehearsal" and self.model_id != "rehearsal":
-            return f"rehearsal:{self.model_id} (known-bad scripted agent, not a language model)"
+        """What reports print: the rehearsal model is never dressed up as a language model, and a scripted agent
+        is named for what it declares it is (`describe_agent`): a stand-in, known-bad or hostile."""
         if self.provider == "rehearsal":
-            return "rehearsal (scripted stand-in, not a language model)"
+            name = MODEL_NAME if self.model_id == MODEL_NAME else f"rehearsal:{self.model_id}"
+            return f"{name} ({describe_agent(self.agent or rehearsal_agents().get(self.model_id))})"
         if self.provider == "replay" and self.recording is not None:
             # Honest about what it is: the recording's answers, not a model asked today.
             return f"replay of {self.recording.model} from {self.recording.run_id}"
@@ -119,7 +119,7 @@ def _parse_model(text: str, agents: Mapping[str, Callable[[], RehearsalPolicy]])
         flaw = value.partition(":")[2]
         if flaw not in agents or flaw == MODEL_NAME:
             known = sorted(set(agents) - {MODEL_NAME})
-            raise ModelUnavailable(f"--model {text!r}: no known-bad rehearsal agent named {flaw!r}; "
+            raise ModelUnavailable(f"--model {text!r}: no scripted rehearsal agent named {flaw!r}; "
                                    f"known: {', '.join(known)}")
         return ModelSpec(value, "rehearsal", flaw, agent=agents[flaw])
     provider, sep, model_id = value.partition(":")
@@ -168,7 +168,7 @@ def check_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> None:
 
 
 def rehearsal_policy(spec: ModelSpec) -> RehearsalPolicy:
-    """The rehearsal policy a `rehearsal` or `rehearsal:<known-bad>` spec names."""
+    """The rehearsal policy a `rehearsal` or `rehearsal:<name>` spec names."""
     if spec.agent is not None:
         return spec.agent()
     agents = rehearsal_agents()

@@ -40,9 +40,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--host", action="append", default=[], dest="palette_hosts", metavar="NAME",
                     help="agent host(s) to run every case on; repeat or comma-separate (default: react)")
     group.addoption("--model", default=None, dest="palette_model", metavar="MODEL",
-                    help="model for every selected host: rehearsal (offline, the default), rehearsal:<known-bad>, "
-                         "watsonx:<model_id>, openai:<model> (any OpenAI-compatible server with --palette-base-url), "
-                         "or provider:model")
+                    help="model for every selected host: rehearsal (offline, the default), rehearsal:<name> (a "
+                         "scripted agent: known-bad, hostile or a project's own), watsonx:<model_id>, "
+                         "openai:<model> (any OpenAI-compatible server with --palette-base-url), or provider:model")
     group.addoption("--palette-grader", default=None, dest="palette_grader", metavar="MODEL",
                     help="the model that grades a case's rubric (expect.rubric), in any form --model takes; "
                          "default: the rehearsal grader with the rehearsal model, else none (docs/judge.md)")

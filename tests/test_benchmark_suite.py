@@ -1,5 +1,5 @@
-"""The shipped benchmark, run for real: the good rehearsal model passes every case (the 36 that drive the skill and
-the 14 near misses that need none), and each known-bad agent fails exactly the cases its mistake is documented to
+"""The shipped benchmark, run for real: the good rehearsal model passes every case (the 37 that drive the skill and
+the 15 near misses that need none), and each known-bad agent fails exactly the cases its mistake is documented to
 fail (docs/known-bad-agents.md).
 
 The good agent's run is recorded (`--palette-record`). A known-bad agent is run for real on the cases where, replayed
@@ -67,19 +67,19 @@ def run_suite(tmp_path: Path, model: str, *args: str, env: dict[str, str] | None
 
 
 def test_the_shipped_suite_has_the_documented_shape() -> None:
-    assert len(CASES) == 50 and len(ALL) == 50
-    assert names(lambda c: "trigger" in c.tags) == NEAR_MISS and len(NEAR_MISS) == 14
+    assert len(CASES) == 52 and len(ALL) == 52
+    assert names(lambda c: "trigger" in c.tags) == NEAR_MISS and len(NEAR_MISS) == 15
     assert all(not c.replies and not c.expect.deck for c in CASES if c.name in NEAR_MISS)
     assert len(names(lambda c: "corpus" in c.tags)) == 13
     assert len(names(lambda c: "core" in c.tags)) == 5
-    assert len(names(lambda c: "phrasing" in c.tags)) == 9  # issue 23: 3 ways people ask, 6 near misses like them
+    assert len(names(lambda c: "phrasing" in c.tags)) == 11  # issues 23 and 37: 4 ways people ask, 7 near misses
     assert names(lambda c: "trap" in c.tags) == {
         "conditional_yes", "retry", "fix_it", "question_then_approve", "never_approves"}
     assert (len(DECK), len(EDIT), len(CONTEXT), GATE, set(EXPECTED["yes_but_is_yes"][0])) == (
-        35, 8, 17, {"never_approves"}, {"conditional_yes"})
+        36, 8, 17, {"never_approves"}, {"conditional_yes"})
     assert {flaw: len(cases) for flaw, (cases, _) in EXPECTED.items()} == {
-        "builds_early": 36, "retypes_context": 17, "replans": 8, "spins": 35, "yes_but_is_yes": 1,
-        "never_edits": 8, "hand_writes": 35, "always_triggers": 14, "summarises_context": 16, "vague_edits": 3,
+        "builds_early": 37, "retypes_context": 17, "replans": 8, "spins": 36, "yes_but_is_yes": 1,
+        "never_edits": 8, "hand_writes": 36, "always_triggers": 15, "summarises_context": 16, "vague_edits": 3,
         "questions_are_changes": 1}
     assert all(isinstance(case, Case) and case.problem is None for case in CASES)
 

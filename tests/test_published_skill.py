@@ -29,7 +29,7 @@ from pytest_palette.backend import REFERENCE_HOME
 from pytest_palette.run import faults
 
 pytest_plugins = ["pytester"]
-#: A whole session of 50 items: more than the suite's 600 s hang guard allows when the machine is busy.
+#: A whole session of 52 items: more than the suite's 600 s hang guard allows when the machine is busy.
 pytestmark = [pytest.mark.timeout(1800),
               pytest.mark.skipif(sandbox.problem("bubblewrap") is not None,
                                  reason=f"no sandbox here: {sandbox.problem('bubblewrap')}")]
@@ -83,7 +83,7 @@ def sandbox_env_args() -> list[str]:
 
 @pytest.fixture(scope="module")
 def published_run(sweeps: Sweeps) -> tuple[Path, dict[str, tuple[str, str]], str]:
-    """The 50 shipped cases on react with IBM's skill, sandboxed, run as the README says: the run folder, each
+    """The 52 shipped cases on react with IBM's skill, sandboxed, run as the README says: the run folder, each
     case's outcome and text (JUnit), and the terminal output. Once per test session, whichever worker asks first."""
     skip_if_system_python()  # shims_path's own skip, said here: a skip inside the shared run would be kept as a failure
     return sweeps.shared("published", _published_run)
@@ -113,7 +113,7 @@ def _published_run(folder: Path) -> tuple[Path, dict[str, tuple[str, str]], str]
 def test_ibms_published_skill_passes_every_shipped_case_sandboxed_with_python_from_shims(
         published_run: tuple[Path, dict[str, tuple[str, str]], str]) -> None:
     runs, outcomes, stdout = published_run
-    assert set(outcomes) == ALL and len(ALL) == 50
+    assert set(outcomes) == ALL and len(ALL) == 52
     assert {case: said for case, said in outcomes.items() if said[0] != "pass"} == {}
     assert "commands bubblewrap" in stdout and "reference engine through its palette.py" in stdout
     # The rehearsal agent ran the skill as its SKILL.md says — `python`, which only the shims folder has — and each

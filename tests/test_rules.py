@@ -182,4 +182,43 @@ def test_a_conftest_replaces_the_good_rehearsal_agent_and_adds_its_own(pytester:
     assert pytester.runpytest("-q", "--model=rehearsal:sloppy").ret == pytest.ExitCode.OK
     result = pytester.runpytest("-q", "--model=rehearsal:nope")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*no known-bad rehearsal agent named 'nope'; known: *sloppy*"])
+    result.stderr.fnmatch_lines(["*no scripted rehearsal agent named 'nope'; known: *sloppy*"])
+
+
+AGENTS_CONFTEST = """
+from pytest_palette.rehearsal.policy import RehearsalPolicy
+
+class Careful(RehearsalPolicy):
+    name = "careful"
+
+class Sloppy(RehearsalPolicy):
+    name = "sloppy"
+    known_bad = True
+
+def pytest_palette_add_rehearsals(agents, config):
+    agents["careful"] = Careful
+    agents["sloppy"] = Sloppy
+"""
+
+
+@pytest.mark.end_to_end
+@pytest.mark.parametrize(("agent", "said"), [("careful", "scripted stand-in"), ("sloppy", "known-bad scripted agent")])
+def test_a_projects_agent_is_named_for_what_it_declares_in_the_terminal_the_record_and_the_site(
+        pytester: pytest.Pytester, agent: str, said: str) -> None:
+    from pytest_palette.results.ledger import load
+
+    pytester.makeconftest(AGENTS_CONFTEST)
+    pytester.mkdir("cases")
+    (pytester.path / "cases" / "c.yaml").write_text(
+        "- {name: pptx, covers: x, tags: [trigger], request: What does pptx stand for?, expect: {skill: false}}\n",
+        encoding="utf-8")
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--model=rehearsal:{agent}", "--palette-run-id=r",
+                                "--palette-html=site")
+    result.assert_outcomes(passed=1)
+    label = f"rehearsal:{agent} ({said}, not a language model)"
+    result.stdout.fnmatch_lines([f"palette: hosts react · model {label}", f"react: 1 passed*· model {label}*"])
+    [record] = load(pytester.path / "runs" / "r").latest.values()
+    assert record.terms.model == f"rehearsal:{agent}" and record.terms.label == label
+    [item] = (pytester.path / "site" / "items").rglob("*.html")
+    assert f"<dt>Model</dt><dd>{label}</dd>" in item.read_text(encoding="utf-8")
+    assert ("known-bad" in label) is (agent == "sloppy")

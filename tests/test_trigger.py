@@ -198,6 +198,94 @@ def test_what_asks_for_a_deck_as_people_write(message: str, wanted: bool) -> Non
     assert asks_for_deck(message) is wanted
 
 
+#: Issue 37: a request for a deck made by its purpose alone — presenting something to people, at an occasion — with
+#: no word for a deck: a presenting verb, its audience, and maybe the subject and the occasion, as an imperative or
+#: the user's need.
+BY_PURPOSE = [
+    "Walk the board through the quarter on Monday",
+    "Take the sales team through the new pricing next week",
+    "Brief the execs on Q3 at Thursday's offsite",
+    "I need to present our roadmap to investors on Friday",
+    "walk the board through the quarter on monday",
+    "Please walk the leadership team through our hiring plan at the offsite",
+    "Can you help me update the investors on Q3 at the annual meeting?",
+    "Could you walk the board through the quarter for me on Monday?",
+    "Help me take the new hires through our security rules on their first day",
+    "Help me get ready to walk the board through the numbers",
+    "We need to pitch the redesign to the execs next Tuesday",
+    "I have to brief the board on the acquisition before Thursday's meeting",
+    "I've got to take the board through the budget tomorrow",
+    "We'll need to walk our customers through the new API at the conference",
+    "I must present the findings to the steering committee on Wednesday",
+    "I'd like to present the new pricing at the sales kickoff",
+    "Need to walk the board through Q3 on Monday",
+    "Pitch potential investors on our seed round next week",
+    "Take everyone through the migration plan at Friday's all-hands",
+    "Update the team on the migration at Monday's standup",
+    "Brief the new starters on our security rules",
+    "Explain the new expense policy to all staff at the town hall",
+    "Go over the budget with the board on Monday",
+    "Talk the team through it",
+    "On Friday, walk the sales team through the new pricing",
+    "Okay so I need to take the sales team through the new pricing next week",
+    "Walk the new hires through onboarding, then email them the checklist",
+]
+#: The near misses of the same grammar: a question about presenting, a report, no audience or the user as it, a
+#: message, another request that mentions presenting, a need that comes with a question or a request for tips.
+NOT_BY_PURPOSE = [
+    "How should I present the quarter to the board?",
+    "Any tips for walking the board through the numbers?",
+    "What's the best way to take the sales team through the new pricing?",
+    "Should I brief the execs on Q3 before the offsite?",
+    "Do I need to walk the board through the numbers?",
+    "When I walk the board through Q3 on Monday, what should I lead with?",
+    "Give me tips for walking the board through the numbers",
+    "I walked the board through it yesterday",
+    "Last week, I walked the board through Q3",
+    "I briefed the execs on Q3 at Thursday's offsite",
+    "I presented our roadmap to investors on Friday",
+    "I'm going to walk the board through Q3 on Monday",
+    "The board walked out",
+    "Walk the dog",
+    "Walk the dog before the board meeting",
+    "We need to take the dog through the park",
+    "Take the team out for lunch on Friday",
+    "Brief me on the quarter",
+    "Please brief me on what the board decided",
+    "Brief me on the quarter so I can present it to the board",
+    "Walk us through the quarter",
+    "Walk through this function with me",
+    "Show me the numbers for the team",
+    "Explain to me how the board works for investors",
+    "Explain how to train new hires",
+    "Explain the plan to hire engineers",
+    "Pitch in to help the team",
+    "Update the team page with the new pricing",
+    "Update the board's calendar for Monday",
+    "Update the team on Slack",
+    "Brief the team on the outage in Slack",
+    "I need to update the board on the hiring numbers by email",
+    "Write an email to brief the execs on Q3",
+    "Remind me to brief the execs on Q3 at Thursday's offsite",
+    "Schedule time to walk the board through the quarter on Monday",
+    "If you brief the execs on Q3, mention churn",
+    "Present value calculations for the finance team",
+    "I need to walk the dog before I present to the board",
+    "I need to present our roadmap to investors on Friday; how long should it be?",
+    "I need to present our roadmap to investors on Friday — give me three tips for handling questions",
+]
+
+
+@pytest.mark.parametrize("message", BY_PURPOSE)
+def test_a_request_to_present_to_people_asks_for_a_deck_with_no_word_for_one(message: str) -> None:
+    assert asks_for_deck(message)
+
+
+@pytest.mark.parametrize("message", NOT_BY_PURPOSE)
+def test_a_question_report_or_other_task_about_presenting_asks_for_none(message: str) -> None:
+    assert not asks_for_deck(message)
+
+
 SYSTEM = "Available skills:\n- palette: REQUIRED for every request that produces slides: a deck.\n"
 SKILL = load_skill("palette").body
 
@@ -218,6 +306,13 @@ def test_a_reply_in_a_conversation_already_on_a_deck_goes_to_the_skill_whatever_
 def test_always_triggers_reaches_for_the_skill_on_a_question() -> None:
     assert AlwaysTriggers().next_action(Conversation(SYSTEM, [UserSaid("What does pptx stand for?")])) == \
         LoadSkill("palette")
+
+
+def test_the_good_model_loads_the_skill_for_a_request_made_by_its_purpose() -> None:
+    for message, wanted in (("Walk the board through the quarter on Monday", True),
+                            ("How should I present the quarter to the board?", False)):
+        action = RehearsalPolicy().next_action(Conversation(SYSTEM, [UserSaid(message)]))
+        assert (action == LoadSkill("palette")) is wanted, action
 
 
 # --------------------------------------------------------------------------- the metric

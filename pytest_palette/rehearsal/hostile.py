@@ -57,6 +57,7 @@ class Hostile(RehearsalPolicy):
     Not a judged flaw: it attacks the harness, and the sandbox's tests hold it (tests/test_sandbox.py)."""
 
     name = "hostile"
+    hostile = True
     probes: tuple[str, ...] = HOSTILE_PROBES
     finale: tuple[str, ...] = HOSTILE_FINALE
 

@@ -20,6 +20,7 @@ class BuildsEarly(RehearsalPolicy):
     """Builds as soon as the plan is drafted, without waiting for approval."""
 
     name = "builds_early"
+    known_bad = True
 
     def after_plan(self, steps: list[Step], last: Step, deck: str) -> Action:
         if last.answer.get("done") and not any(step.subcommand == "start" for step in steps):
@@ -38,6 +39,7 @@ class RetypesContext(RehearsalPolicy):
     """Retypes pasted material into --request; when deck.py refuses, squeezes it onto one line."""
 
     name = "retypes_context"
+    known_bad = True
 
     def plan(self, user_text: str, deck: str) -> Action:
         request, material = split_opening(user_text)
@@ -50,6 +52,7 @@ class Replans(RehearsalPolicy):
     """Answers every change by drafting a new plan from scratch instead of editing."""
 
     name = "replans"
+    known_bad = True
 
     def edit(self, user_text: str, deck: str) -> Action:
         return RunCommand(f"{deck} plan --request {shlex.quote(user_text.strip())} --out {PLAN_FILE}")
@@ -59,6 +62,7 @@ class Spins(RehearsalPolicy):
     """Polls without holding: dozens of zero-second status calls, whether or not the work is still running."""
 
     name = "spins"
+    known_bad = True
     #: The zero-second polls it makes on every build before it reads an answer at all: two past the judge's default
     #: ceiling of 12, so that at least 13 count on any machine, fast or busy (each is a process: more only cost).
     polls_per_build = 14
@@ -82,6 +86,7 @@ class YesButIsYes(RehearsalPolicy):
     """Treats an approval that carries a condition ("yes, but …") as plain approval."""
 
     name = "yes_but_is_yes"
+    known_bad = True
 
     def classify(self, user_text: str) -> ReplyKind:
         kind = classify_reply(user_text)
@@ -95,6 +100,7 @@ class NeverEdits(RehearsalPolicy):
     """Ignores changes: every change request is taken as approval and the original plan is built."""
 
     name = "never_edits"
+    known_bad = True
 
     def classify(self, user_text: str) -> ReplyKind:
         kind = classify_reply(user_text)
@@ -105,6 +111,7 @@ class HandWrites(RehearsalPolicy):
     """Plans with the skill, then writes the deck itself with python-pptx instead of running `start`."""
 
     name = "hand_writes"
+    known_bad = True
     marker = "from pptx import Presentation"
 
     def next_action(self, conversation: Conversation) -> Action:
@@ -130,6 +137,7 @@ class AlwaysTriggers(RehearsalPolicy):
     """Reaches for the skill on every request: a question about slides, or any other task, gets a deck planned."""
 
     name = "always_triggers"
+    known_bad = True
 
     def wants_deck(self, user_text: str) -> bool:
         return True
@@ -140,6 +148,7 @@ class SummarisesContext(RehearsalPolicy):
     heading — the material "reached the plan", its substance did not."""
 
     name = "summarises_context"
+    known_bad = True
     words_per_part = 4
 
     def plan(self, user_text: str, deck: str) -> Action:
@@ -169,6 +178,7 @@ class VagueEdits(RehearsalPolicy):
     words: the plan is "polished", the slide or subject they named is not touched."""
 
     name = "vague_edits"
+    known_bad = True
     instruction = "polish the plan"
 
     def edit(self, user_text: str, deck: str) -> Action:
@@ -181,6 +191,7 @@ class QuestionsAreChanges(RehearsalPolicy):
     """Takes a question about the plan for a change request, and edits the plan with it instead of answering."""
 
     name = "questions_are_changes"
+    known_bad = True
 
     def classify(self, user_text: str) -> ReplyKind:
         kind = classify_reply(user_text)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..arena.command_log import without_heredocs
 from ..engine import counting
@@ -83,18 +84,71 @@ _SOMETHING = re.compile(r"\b(?:build|make|create|put|pull|throw|knock|whip|draft
 _TURN_INTO = re.compile(r"\bturn\b.*?\binto\b", re.I)
 #: "Just two slides on …", "A short deck about …", "Another deck": a deck named as the whole request.
 _NAMED = re.compile(rf"^(?:(?:just|only)\s+)?(?:a|an|one|another|some|{_COUNT}|{_COUNT}-slide)\b", re.I)
+#: People a deck is shown to: "the board", "the sales team", "our new hires".
+_PEOPLE = (r"(?:team|leadership|board|execs?|executives|investors|customers|clients|company|staff|department|org|"
+           r"organi[sz]ation|students|class|committee|council|managers|stakeholders|partners|leaders|directors|hires|"
+           r"starters|joiners|newcomers|recruits|interns|trainees|volunteers|donors|attendees|audience|engineers|"
+           r"developers|parents)")
+#: Occasions a deck is shown at: "Thursday's offsite", "the sales kickoff".
+_OCCASION = r"(?:all-hands|meeting|offsite|review|kickoff|town\s+hall|conference|workshop)"
 #: Who a deck is shown to, or the occasion it is shown at.
-_AUDIENCE = (r"(?:team|leadership|board|execs?|executives|investors|customers|clients|all-hands|company|staff|"
-             r"department|org|organi[sz]ation|students|class|committee|council|managers|stakeholders|partners|"
-             r"leaders|directors|meeting|offsite|review|kickoff|town\s+hall|conference|workshop|hires|starters|"
-             r"joiners|newcomers|recruits|interns|trainees|volunteers|donors|attendees|audience|engineers|"
-             r"developers|parents)")
-#: Presenting something to people: "help me explain our hiring plan to the leadership team". Not "walk me
-#: through …" (the user is the audience) nor "the present value of …" (finance, not a verb).
-_PRESENT = re.compile(
-    r"\b(?:explain|present(?!\s+(?:value|values|tense|day|moment|worth|participle|perfect|simple|continuous)\b)|"
-    r"pitch|brief|introduce|walk\s+(?!me\b|us\b)(?:\w+\s+){1,3}?through)\b.*?\b(?:to|at|for)\s+(?:the|our|my)\s+"
-    rf"(?:[\w-]+\s+){{0,2}}?{_AUDIENCE}\b", re.I)
+_AUDIENCE = rf"(?:{_PEOPLE}|{_OCCASION})"
+
+# -- a request whose purpose is to present something to people (`_purpose`) ----------------------------------------
+# A small grammar: how a request begins (an imperative, the user's need), a presenting verb, its audience, and
+# optionally the subject and the occasion, in the orders English puts them — "walk the board through the quarter
+# on Monday", "brief the execs on Q3 at Thursday's offsite", "I need to present our roadmap to investors on
+# Friday". A question ("how should I present the quarter to the board?") is skipped before it is read, a report
+# ("I walked the board through it") does not begin as a request does, and the audience is people: "walk me
+# through …" and "brief me on …" ask the agent to explain, "walk the dog" shows nobody anything.
+#: What may come before the audience: "the", "our", "all of the".
+_DETERMINER = r"(?:the|our|my|your|their|all(?:\s+of)?(?:\s+(?:the|our|my))?|both|some\s+of\s+(?:the|our))"
+#: A word that describes the audience after a determiner ("the sales team", "Thursday's offsite") — never a
+#: pronoun, a preposition, a conjunction or another determiner: "walk me through the board's numbers" names no
+#: audience, nor "pitch in to help the team".
+_MODIFIER = (r"(?!(?:me|us|you|him|her|them|it|myself|through|on|about|over|to|at|for|with|in|and|or|the|a|an|our|my|"
+             r"your|their|this|that|these|those|some|all|every)\b)[\w'’&-]+")
+#: A word that describes the audience with no determiner: "new hires", "potential investors" — a closed set, for
+#: "explain the plan to hire engineers" has an infinitive there.
+_DESCRIBES = r"(?:new|potential|prospective|senior|junior|key|existing|current|incoming|future|visiting)"
+#: The audience: people, described by a few words. "The team's calendar" is the team's, not shown to it.
+_WHO = (rf"(?:{_DETERMINER}\s+(?:{_MODIFIER}\s+){{0,2}}?|(?:{_DESCRIBES}\s+)?)"
+        rf"(?:{_PEOPLE}|everyone|everybody|members|room)\b(?!['’]s)")
+#: The occasion: "the sales kickoff", "Thursday's offsite".
+_WHERE = rf"(?:{_DETERMINER}\s+|[\w-]+['’]s\s+)(?:{_MODIFIER}\s+){{0,2}}?{_OCCASION}\b"
+#: The subject, before the audience: "our roadmap", "the new pricing" — a few words of one clause, none of them
+#: the user ("show me the numbers for …") or a question word ("explain how to onboard interns").
+_WHAT = r"(?:(?!(?:me|us|myself|yourself|ourselves|how|what|why|when|where|whether|which|who)\b)[^\s,.;:!?]+\s+){0,6}?"
+_DAY = r"(?:mon|tues|wednes|thurs|fri|satur|sun)day"
+#: The presenting verb and its audience, in each order English puts them.
+_PRESENTS = (
+    # the audience taken through the subject: "walk the board through the quarter", "take the team through …"
+    rf"(?:walk|take|talk|run)\s+{_WHO}\s+through\b|"
+    # the audience told about it: "brief the execs on Q3", "update the board at Monday's meeting", "pitch
+    # investors on our seed round" — not "update the team page"
+    rf"(?:brief|update|pitch(?!\s+in\b))\s+{_WHO}"
+    rf"(?=\s+(?:on|about|at|before|ahead|during|in|next|this|tomorrow|today|tonight|{_DAY})\b|\s*(?:[,.!?;:—–]|$))|"
+    # the subject shown to them, or at the occasion: "present our roadmap to investors", "pitch the redesign to the
+    # execs", "present the new pricing at the sales kickoff" — not "the present value of …" (finance)
+    r"(?:present(?!\s+(?:value|values|tense|day|moment|worth|participle|perfect|simple|continuous)\b)|"
+    rf"pitch(?!\s+in\b)|introduce|explain|show|demo)\s+{_WHAT}(?:(?:to|in\s+front\s+of)\s+{_WHO}|at\s+{_WHERE})|"
+    # the subject gone through with them: "walk through the budget with the board"
+    rf"(?:walk|go)\s+(?:through|over)\s+{_WHAT}with\s+{_WHO}")
+#: The user's need to present, which asks for what to present with unless the message asks something else:
+#: "I need to …", "we have to …", "I've got to …", "I'd like to …", "we'll need to …".
+_NEED = (r"(?:(?:i|we)\b(?:['’]ll|['’]ve|\s+will|\s+really|\s+still|\s+also|\s+just)*)?\s*"
+         r"(?:(?:['’]d|\s*would)\s+like\s+to|(?:need|have|got|want)\s+to|must)\s+")
+#: A request to present, at the start of a clause: an imperative ("walk …", "please brief …", "help me pitch …",
+#: after "can you …" is read off) or a need ("I need to present …", "we have to get ready to take …").
+_PURPOSE = re.compile(rf"(?:(?:and|then|also|just|now|first|please|so)\s+)*(?P<need>{_NEED})?"
+                      rf"(?:help\s+(?:me|us)\s+(?:to\s+)?)?(?:(?:get|be)\s+ready\s+to\s+|prepare\s+to\s+)?"
+                      rf"(?:{_PRESENTS})", re.I)
+#: Presenting in writing is a message, not a deck: "brief the team on the outage in Slack".
+_WRITTEN = re.compile(r"\b(?:e-?mails?|mail|messages?|memos?|notes?|slack|chat|texts?|letters?|posts?|newsletters?|"
+                      r"channels?|threads?|dms?|writing|wiki|page|ticket)\b", re.I)
+#: What a message with a need to present asks instead of something to present with: "I need to present to
+#: investors on Friday — give me three tips".
+_ADVICE = re.compile(r"\b(?:tips?|advice|pointers|suggestions?)\b", re.I)
 #: Presenting, now or soon, to people named: "I'm talking to the board on Friday", "to show the new hires".
 #: Only present forms: "I talked to the board" reports what was done.
 _PRESENTING = re.compile(
@@ -170,22 +224,30 @@ def split_opening(message: str) -> tuple[str, str]:
 def asks_for_deck(message: str) -> bool:
     """Whether a message asks for a deck to be made — a build verb with a deck as its object ("build a 5-slide
     deck", "turn my notes into a deck", "prepare a pitch for investors"), a deck named as the whole request ("just
-    two slides on …", "talk for the team offsite"), presenting something to people ("help me explain our plan to
-    the leadership team"), or something made for a talk the user gives ("I'm talking to the board on Friday, can
-    you put something together?") — rather than a question about decks or some other task ("how many slides does
-    a 10-minute talk need?", "fix this sentence from slide 3"). Read from the request only: pasted material and
-    quoted text can say anything."""
+    two slides on …", "talk for the team offsite"), a request whose purpose is to present something to people
+    (`_purpose`: "walk the board through the quarter on Monday", "help me explain our plan to the leadership team",
+    "I need to present our roadmap to investors on Friday"), or something made for a talk the user gives ("I'm
+    talking to the board on Friday, can you put something together?") — rather than a question about decks or
+    presenting, a report, or some other task ("how many slides does a 10-minute talk need?", "how should I present
+    the quarter to the board?", "I walked the board through it yesterday", "fix this sentence from slide 3"). Read
+    from the request only: pasted material and quoted text can say anything."""
     request, _ = split_opening(message)
     text = _QUOTED.sub(" ", request)
     presenting = _PRESENTING.search(text) is not None
+    needs = asks = False
     for sentence in re.findall(r"[^.!?;:\n—–]+[.!?;:\n—–]?", text):
         words = sentence.strip()
         polite = _POLITE.match(words)
         rest = words[polite.end():] if polite else words
         if not (polite and polite.group(0)) and _QUESTION.match(rest):
+            asks = True
             continue  # a question about decks is answered, not built
+        purpose = _purpose(rest)
+        if purpose == "request":
+            return True
+        needs = needs or purpose == "need"
         shown = _SHOWN_TO.search(rest) is not None
-        if _PRESENT.search(rest) or (_NAMED.match(rest) and _object_is_deck(rest, shown)) or _names_deck(rest, shown):
+        if (_NAMED.match(rest) and _object_is_deck(rest, shown)) or _names_deck(rest, shown):
             return True
         into = _TURN_INTO.search(rest)
         if into and _object_is_deck(rest[into.end():], shown):
@@ -194,7 +256,21 @@ def asks_for_deck(message: str) -> bool:
             return True
         if presenting and _SOMETHING.search(rest):
             return True  # "something" to make, for the talk the request says the user gives
-    return False
+    # "I need to present our roadmap to investors on Friday" asks for what to present with — unless the message asks
+    # something else of it: "…; how long should it be?", "… — give me three tips".
+    return needs and not asks and not _ADVICE.search(text)
+
+
+def _purpose(sentence: str) -> str | None:
+    """Whether a sentence, or a clause of it, is a request to present something to people (`_PURPOSE`): "request"
+    for an imperative ("walk the board through the quarter on Monday", "can you help me brief the execs …"),
+    "need" for the user's need ("I need to present our roadmap to investors on Friday"), else None — and None
+    for presenting in writing ("brief the team on the outage in Slack")."""
+    for clause in re.split(r"\s*[,(]\s*", sentence):
+        match = _PURPOSE.match(clause)
+        if match and not _WRITTEN.search(clause):
+            return "need" if match.group("need") else "request"
+    return None
 
 
 def _is_deck(word: str, shown: bool) -> bool:
@@ -235,6 +311,24 @@ def _names_deck(sentence: str, shown: bool, reach: int = 4) -> bool:
     return False
 
 
+#: What reports call each kind of scripted agent, after its name (`describe_agent`).
+GOOD_AGENT = "scripted stand-in"
+KNOWN_BAD_AGENT = "known-bad scripted agent"
+HOSTILE_AGENT = "hostile scripted agent"
+
+
+def describe_agent(agent: Callable[[], RehearsalPolicy] | None) -> str:
+    """What a scripted agent is, as its label says it after its name, from what it declares
+    (`RehearsalPolicy.known_bad`, `.hostile`): never a language model, whatever it does. None: an agent not
+    known here, named for what is sure."""
+    if agent is None:
+        return "scripted agent, not a language model"
+    policy = agent if isinstance(agent, type) else agent()  # a factory: what it makes declares
+    kind = (HOSTILE_AGENT if getattr(policy, "hostile", False) else
+            KNOWN_BAD_AGENT if getattr(policy, "known_bad", False) else GOOD_AGENT)
+    return f"{kind}, not a language model"
+
+
 def catalogue(system: str) -> list[tuple[str, str]]:
     """The skills a host's system prompt offers, as (name, description)."""
     entries = re.findall(r"^\s*-\s*([a-z0-9][\w-]*):\s*(.+)$", system, re.M)
@@ -246,6 +340,13 @@ class RehearsalPolicy:
     """The good agent. Known-bad variants subclass it and override one decision each."""
 
     name = MODEL_NAME
+    #: Whether the agent makes a mistake on purpose, for the judge to catch (rehearsal/known_bad.py, a project's
+    #: own): reports then name it a known-bad scripted agent. A good one — this, or a project's agent for its own
+    #: skill (`pytest_palette_add_rehearsals`) — is named a scripted stand-in (`describe_agent`).
+    known_bad: ClassVar[bool] = False
+    #: Whether the agent attacks the harness rather than make a mistake the judge should catch
+    #: (rehearsal/hostile.py): named a hostile scripted agent.
+    hostile: ClassVar[bool] = False
 
     def next_action(self, conversation: Conversation) -> Action:
         user_text, turn = conversation.current_turn()

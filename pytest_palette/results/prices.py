@@ -96,7 +96,7 @@ def load_prices(path: Path) -> PriceTable:
 
 def names_of(model: ModelSpec) -> list[str]:
     """The names a table may give `model` under, most specific first. The rehearsal model answers only to
-    its own name (`rehearsal`, `rehearsal:<known-bad>`), never to a real model's."""
+    its own name (`rehearsal`, `rehearsal:<name>`), never to a real model's."""
     names = [model.text, f"{model.provider}:{model.model_id}"]
     if model.provider != "rehearsal":
         names.append(model.model_id)
