@@ -204,6 +204,7 @@ class Loops(RehearsalPolicy):
     verdict: a turn that ran out of steps is not an agent that answered."""
 
     name = "loops"
+    known_bad = True
 
     def next_action(self, conversation: Conversation) -> Action:
         action = super().next_action(conversation)
