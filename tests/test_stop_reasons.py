@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sweeps import REPO, run_session
 
-from pytest_palette.arena.workspace import TRACE_NAME
+from pytest_palette.arena.workspace import TRACE_NAME, Workspace
 from pytest_palette.backend import agent_environment
 from pytest_palette.hosts import stops
 from pytest_palette.hosts.react import ReactSession
@@ -23,7 +23,8 @@ from pytest_palette.rehearsal.langchain_model import RehearsalChatModel
 from pytest_palette.rehearsal.limits import ModelLimits
 from pytest_palette.rehearsal.policy import RehearsalPolicy
 from pytest_palette.rehearsal.server import RehearsalServer
-from pytest_palette.results.ledger import load
+from pytest_palette.results.ledger import load, read
+from pytest_palette.run.conversation import Transcript
 from pytest_palette.skill import load_skill
 
 # -- the words ----------------------------------------------------------------------------------------------------
@@ -232,6 +233,27 @@ def test_a_lowered_step_budget_errs_every_item_naming_it_in_turns_record_junit_a
     for turns in sweep.runs.glob("*/react/*/turns.json"):
         [turn] = json.loads(turns.read_text())["turns"]
         assert turn["stop"] == "step_budget" and turn["model_calls"] >= 1 and turn["commands"] >= 0
+    # Records and turns written before stops were kept still read: nobody said why those turns ended.
+    [ledger] = sweep.runs.glob("*/results.jsonl")
+    old = tmp_path / "old" / "results.jsonl"
+    old.parent.mkdir()
+    lines = [json.loads(line) for line in ledger.read_text().splitlines()]
+    for line in lines:
+        for name in ("stops", "model_calls", "commands"):
+            del line["usage"][name]
+    old.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert [r.usage.stops for r in read(old)] == [(), ()]
+    folder = next(sweep.runs.glob("*/react/plain_request"))
+    saved = json.loads((folder / "turns.json").read_text())
+    for turn in saved["turns"]:
+        for name in ("stop", "model_calls", "commands", "error_file"):
+            del turn[name]
+    kept = Workspace.of(tmp_path / "old", "react", "plain_request", 1, False)
+    kept.folder.parent.mkdir()
+    kept.folder.mkdir()
+    kept.turns.write_text(json.dumps(saved))
+    [turn] = Transcript.saved(kept).turns
+    assert turn.stop is None and turn.error and "step budget" in turn.error
 
 
 @pytest.mark.end_to_end
