@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -278,3 +279,17 @@ def test_a_40_kb_server_error_is_one_short_line_with_the_whole_body_in_the_items
     assert len(whole) >= 40_000 and "sk-test-not-a-real-key" not in whole
     [turn] = json.loads((folder / "turns.json").read_text())["turns"]
     assert turn["stop"] == "error" and turn["error_file"] == "turn-1-error.txt" and len(turn["error"]) <= stops.WORDS
+
+
+@pytest.mark.end_to_end
+def test_a_request_over_the_models_context_errs_naming_both_sizes_in_one_line(tmp_path: Path) -> None:
+    sweep = run_session(tmp_path, [DECK_CASES[0], f"--rootdir={REPO}", "--model=rehearsal",
+                                   "--palette-rehearsal-limits=context=600"])
+    [result] = sweep.items.values()
+    [record] = load(sweep.runs).latest.values()
+    assert result.outcome == "error" and record.usage.stops == ("context_limit",)
+    [failure] = record.failures
+    assert re.fullmatch(r"react: turn 1 ended at the model's context limit \(600 tokens; the request was "
+                        r"[\d,]+\) before the agent answered", failure), failure
+    assert failure in _junit_errors(tmp_path)[0] and failure in sweep.stdout
+    assert "During handling" not in sweep.stdout and "Traceback" not in sweep.stdout
