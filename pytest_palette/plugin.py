@@ -18,7 +18,7 @@ from .rehearsal.policy import RehearsalPolicy
 from .results import step_summary
 from .results.table import TableReporter
 from .rules import SkillRules
-from .run import progress
+from .run import progress, signals
 from .run import session as palette_session
 from .run._private import configured, settle_rootdir
 from .run.items import CaseFile, CaseItem, converse_ahead, is_case_file, select, timeouts
@@ -66,6 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(Scrubber(session.secrets), "palette-scrubber")
     if palette_session.measuring(config):  # -v lines only for a session of palette cases
         session.progress = progress.start(config, session.settings.progress_after, session.secrets)
+        signals.install(config)  # SIGTERM and SIGHUP end the run as Ctrl-C does (run/signals.py)
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(TableReporter(session.settings.hosts), "palette-table")
         if (html := session.settings.html) is not None:
@@ -94,7 +95,7 @@ def pytest_runtestloop(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     palette = session.config.stash.get(SESSION, None)
-    if palette is not None and palette.overlap is not None:  # Ctrl-C, -x: conversations not taken end here
+    if palette is not None and palette.overlap is not None:  # Ctrl-C, SIGTERM, -x: those not taken end here
         palette.overlap.close()
 
 

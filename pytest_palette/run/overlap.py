@@ -9,8 +9,8 @@ agent's commands, deck.py, the engine) and in waiting, and the GIL is free while
 
 A host whose client keeps process-wide state (`Host.concurrent` False; no built-in host since CUGA runs in a
 worker of its own) has its conversations one at a time, still ahead of its items. The threads are daemons: a
-session that ends early (Ctrl-C, -x) closes every conversation still running — its host session, its sandbox and
-every process in it — and does not wait for a turn to time out.
+session that ends early (Ctrl-C, SIGTERM, SIGHUP, -x) closes every conversation still running — its host session,
+its sandbox and every process in it — and does not wait for a turn to time out.
 """
 
 from __future__ import annotations
