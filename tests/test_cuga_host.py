@@ -43,6 +43,7 @@ from pytest_palette.hosts.cuga import (
     installed_problem,
     unsupported_reason,
 )
+from pytest_palette.hosts.stops import TurnStopped
 from pytest_palette.models import ModelSpec, parse_model
 from pytest_palette.rehearsal import openai_wire
 from pytest_palette.rehearsal.conversation import Conversation, ToolResult, UserSaid
@@ -341,6 +342,8 @@ def test_the_harness_runs_the_workers_commands_reads_its_model_and_gives_it_no_k
     assert "load_skill" in said["model"] or "run_command" in said["model"]
     assert turn.steps and turn.steps == steps and turn.steps[0] in code_steps(said["model"])
     assert turn.usage == {"input_tokens": 7} and turn.retries == 0
+    # Why it ended and how many model answers the harness's forwarder heard: its own record, not the worker's word.
+    assert turn.stop == "answered" and turn.model_calls == 1
     # No key in the worker: the forwarder holds it (the rehearsal model needs none), and nothing of the caller's;
     # its client holds the forwarder's token.
     assert SECRET not in turn.answer and said["env"]["OPENAI_API_KEY"].startswith("palette-forwarder-")
@@ -379,8 +382,9 @@ def test_a_worker_that_never_answers_is_stopped_at_the_turns_timeout(
                                                              "time.sleep(600)\n")
     try:
         session = open_session()
-        with pytest.raises(HostError, match=r"timed out after 1 s \(the worker did not end it\)"):
+        with pytest.raises(TurnStopped, match=r"timed out after 1 s \(the worker did not end it\)") as stopped:
             session.send("hello", 1)
+        assert stopped.value.reason == "turn_timeout" and session.turns[-1].model_calls == 0
         assert session._process is not None and session._process.poll() is not None
         with pytest.raises(HostError, match="cannot continue"):
             session.send("yes", 1)
@@ -600,8 +604,9 @@ def test_a_skill_cuga_cannot_discover_stops_the_item_naming_the_folder(host: Cug
 def test_a_turn_past_its_timeout_is_a_host_error_and_ends_the_conversation(host: CugaHost, tmp_path: Path) -> None:
     session, _ = _open(host, tmp_path)
     try:
-        with pytest.raises(HostError, match=r"timed out after 0\.01 s"):
+        with pytest.raises(TurnStopped, match=r"timed out after 0\.01 s") as stopped:
             session.send("Make a 3-slide deck about tides", 0.01)
+        assert stopped.value.reason == "turn_timeout"
         assert session.turns[-1].error and "timed out" in session.turns[-1].error
         with pytest.raises(HostError, match="cannot continue"):
             session.send("yes", 120)

@@ -40,7 +40,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -53,8 +53,10 @@ from ..skill import SkillCard, drift, install, skill_hash
 from .base import (
     Host,
     HostError,
+    HostOption,
     HostSession,
     HostSettings,
+    OptionRefused,
     Problem,
     TurnRecord,
     held_to_recording,
@@ -63,6 +65,7 @@ from .base import (
 )
 from .endpoint import FORWARDER_LOG, OPENAI_ROUTES, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint
 from .shell import Shell
+from .stops import TurnStopped, context_limit, one_line, output_limit, refused, step_budget
 
 if TYPE_CHECKING:
     import pytest
@@ -359,6 +362,8 @@ FORWARDED_PROVIDERS = frozenset({"rehearsal", "openai", "replay"})
 KEY_PREFIXES = {"watsonx": ("WATSONX_", "WX_"), "rits": ("RITS_",)}
 #: A model answer with one of these statuses is one the client retries (as the openai SDK does).
 RETRIED_STATUSES = frozenset({408, 409, 429})
+#: What of a refusal's body (a 4xx) the harness reads for its sizes (a context limit's words are near its start).
+REFUSAL_KEPT = 64 * 1024
 
 
 class Ready(msgspec.Struct, tag_field="kind", tag="ready"):
@@ -381,6 +386,10 @@ class Done(msgspec.Struct, tag_field="kind", tag="done"):
     answer: str = ""
     error: str | None = None
     usage: dict[str, int] = {}
+    #: Why the turn ended, as the worker saw CUGA end it (cuga_worker.py); the harness adds what its forwarder saw.
+    stop: Literal["answered", "step_budget", "turn_timeout", "error"] = "answered"
+    #: The limit that ended it, for `step_budget` ("cuga_lite_max_steps 70").
+    limit: str = ""
 
 
 #: What a worker may say: anything else ends its conversation.
@@ -400,6 +409,37 @@ def answer_text(body: bytes) -> str:
     return wire_answer("openai", body.decode("utf-8", "replace"))[0]
 
 
+def finish_reason(body: bytes) -> str:
+    """Why the model ended one chat-completions answer (its choice's `finish_reason`: "stop", "length", …), streamed
+    or whole; "" when it says none."""
+    events: list[Any] = []
+    text = body.decode("utf-8", "replace")
+    for line in text.splitlines():
+        if line.startswith("data:") and line[5:].strip() != "[DONE]":
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line[5:]))
+    if not events:
+        with contextlib.suppress(ValueError):
+            events = [json.loads(text)]
+    found = ""
+    for event in events:
+        for choice in event.get("choices") or [] if isinstance(event, dict) else []:
+            if isinstance(choice, dict) and choice.get("finish_reason"):
+                found = str(choice["finish_reason"])
+    return found
+
+
+@dataclass
+class Heard:
+    """What the harness's forwarder heard of one turn's model calls: how many, and the last answer's status,
+    finish reason and (for a refusal) body."""
+
+    calls: int = 0
+    status: int = 0
+    finish: str = ""
+    refusal: str = ""
+
+
 class CugaSession(HostSession):
     """One conversation: one worker process in the item's sandbox, holding one CugaAgent and one thread.
 
@@ -408,8 +448,10 @@ class CugaSession(HostSession):
 
     def __init__(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], cuga: CugaModel,
                  provider: str, settings: HostSettings, sandbox: Sandbox, cassette: Cassette | None = None,
-                 replay: WireReplay | None = None) -> None:
+                 replay: WireReplay | None = None, max_steps: int | None = None) -> None:
         self.work = workspace.work
+        #: CUGA's step limit a turn (`--palette-cuga-max-steps`); None: its settings' own.
+        self.max_steps = max_steps
         self.cuga_folder = self.work / ".cuga"
         # The item's own, the same when it is replayed: a model's code that names its folder finds it again.
         self.thread_id = f"palette-{hashlib.sha256(str(workspace.relative).encode()).hexdigest()[:8]}"
@@ -420,6 +462,9 @@ class CugaSession(HostSession):
         self.code = CodeLog(workspace.own(CODE_NAME))
         self.turns: list[TurnRecord] = []
         self._turn: TurnRecord | None = None
+        #: What the forwarder heard of the turn under way (None where the worker's client reaches its provider
+        #: itself: nothing is heard).
+        self._heard: Heard | None = None
         self._lock = threading.Lock()  # the current turn, written by the forwarder's threads
         self._inbox: queue.Queue[WorkerMessage | Ended] = queue.Queue()
         self._running = threading.BoundedSemaphore(MAX_RUNNING)
@@ -500,7 +545,7 @@ class CugaSession(HostSession):
         threading.Thread(target=self._keep_log, args=(log,), name="palette-cuga-log", daemon=True).start()
         self._say({"kind": "start", "state": state, "skills": skills, "cuga_folder": str(self.cuga_folder),
                    "thread_id": self.thread_id, "block_timeout": block_timeout(settings),
-                   "output_limit": cuga_output_limit(settings.output_limit)})
+                   "output_limit": cuga_output_limit(settings.output_limit), "max_steps": self.max_steps})
         said = self._next(time.monotonic() + WORKER_START)
         if isinstance(said, Failed):
             raise HostError(f"CUGA could not start in its worker: {said.error}")
@@ -592,9 +637,10 @@ class CugaSession(HostSession):
         if self._broken:
             raise HostError(f"the session cannot continue: {self._broken}")
         turn = TurnRecord(sent=message, retries=0)
+        heard = Heard() if self._forwarder is not None else None
         with self._lock:
             self.turns.append(turn)
-            self._turn = turn
+            self._turn, self._heard = turn, heard
         started = time.monotonic()
         try:
             self._say({"kind": "send", "message": message, "timeout": timeout})
@@ -607,22 +653,32 @@ class CugaSession(HostSession):
                 if isinstance(said, Done):
                     # A replay asks no model: the recording's tokens were spent when it was recorded.
                     turn.answer, turn.usage = said.answer, {} if self.replay else dict(said.usage)
-                    if said.error:
-                        self._broken = said.error
-                        raise HostError(said.error)
+                    with self._lock:  # the forwarder heard each answer before the worker had its end
+                        last = Heard(**vars(heard)) if heard is not None else None
+                    stopped = ended(said, last)
+                    if stopped is not None:
+                        # The turn's record keeps the client's words where it had any; the item names the stop.
+                        turn.error = said.error or None
+                        self._broken = str(stopped)
+                        raise stopped
+                    turn.stop = "answered"
                     return turn
-                self._broken = (f"turn timed out after {timeout:g} s (the worker did not end it)" if said is None
-                                else f"the cuga worker: {self._why(said)}")
+                if said is None:
+                    self._broken = f"turn timed out after {timeout:g} s (the worker did not end it)"
+                    self._stop_worker()
+                    raise TurnStopped("turn_timeout", self._broken)
+                self._broken = f"the cuga worker: {self._why(said)}"
                 self._stop_worker()
                 raise HostError(self._broken)
         except HostError as error:
-            turn.error = str(error)
+            turn.error = turn.error or str(error)
             error.turn = turn
             raise
         finally:
             turn.seconds = round(time.monotonic() - started, 3)
             with self._lock:
-                self._turn = None
+                self._turn, self._heard = None, None
+                turn.model_calls = heard.calls if heard is not None else None
 
     def _start_command(self, run: Run) -> None:
         if not self._running.acquire(blocking=False):
@@ -650,9 +706,14 @@ class CugaSession(HostSession):
     def _observed(self, status: int, body: bytes) -> None:
         """One model answer, as the forwarder passed it on: the tool calls of its code, or a retried failure."""
         with self._lock:
-            turn = self._turn
+            turn, heard = self._turn, self._heard
             if turn is None:
                 return
+            if heard is not None:
+                heard.calls += 1
+                heard.status = status
+                heard.finish = finish_reason(body) if status < 300 else ""
+                heard.refusal = body[:REFUSAL_KEPT].decode("utf-8", "replace") if 400 <= status < 500 else ""
             if status in RETRIED_STATUSES or status >= 500:
                 turn.retries = (turn.retries or 0) + 1
                 return
@@ -712,6 +773,28 @@ class CugaSession(HostSession):
 CLOSE_GRACE = 5.0
 
 
+def ended(done: Done, heard: Heard | None) -> HostError | None:
+    """Why a turn the worker ended did not end in the agent's answer, or None when it did: CUGA's step limit, as the
+    worker saw CUGA end the turn; a refusal of the request's size, as the forwarder heard the provider answer it; the
+    model's last answer cut at its output limit or refused, as the forwarder heard its finish reason — never the
+    model's words."""
+    if done.stop == "step_budget":
+        return step_budget(one_line(done.limit, 80) or "cuga_lite_max_steps")
+    if done.stop == "turn_timeout":
+        return TurnStopped("turn_timeout", done.error or "turn timed out")
+    if done.error or done.stop == "error":
+        words = done.error or "CUGA ended the turn in an error it did not name"
+        # The provider's own body names the sizes its client's error may leave out (llama.cpp's n_ctx).
+        stopped = context_limit(heard.refusal) if heard is not None and heard.refusal else None
+        return stopped or context_limit(words) or HostError(words)
+    if heard is not None and heard.status < 300:
+        if heard.finish == "length":
+            return output_limit('finish_reason "length"')
+        if heard.finish == "content_filter":
+            return refused('finish_reason "content_filter"')
+    return None
+
+
 def _ran(ident: int, stdout: str, stderr: str, code: int | None) -> dict[str, Any]:
     return {"kind": "ran", "id": ident, "stdout": stdout, "stderr": stderr, "code": code}
 
@@ -742,11 +825,28 @@ class CugaHost(Host):
     name = "cuga"
     serves_rehearsal = True
     records = True
+    options = (
+        HostOption("cuga-max-steps", "CUGA's step limit a turn, its cuga_lite_max_steps (a model call or a code block "
+                                     "is a step; default: CUGA's own setting, 70 in cuga 0.4.3)", type=int,
+                   metavar="N"),
+    )
 
     def __init__(self) -> None:
         self._endpoint = RehearsalEndpoint()
         #: One probe per model, and per skill asked about: a process importing CUGA costs 5 CPU-s.
         self._probes: dict[tuple[ModelSpec, Path | None], Probe] = {}
+        #: `--palette-cuga-max-steps`; None: CUGA's own setting.
+        self.max_steps: int | None = None
+
+    def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
+        steps = given.get("cuga-max-steps")
+        if steps is not None and steps < 1:
+            raise OptionRefused("cuga-max-steps", f"must be at least 1 (got {steps})")
+        self.max_steps = steps
+
+    def terms(self) -> dict[str, object]:
+        # Only when given: the fingerprints of runs under CUGA's own limit stay as they were.
+        return {} if self.max_steps is None else {"cuga_max_steps": self.max_steps}
 
     def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
         reason = unsupported_reason(model)
@@ -804,13 +904,15 @@ class CugaHost(Host):
                  # CUGA builds its OpenAI client itself, with the SDK's default bound.
                  "model_retries": "2 (the openai SDK's default in CUGA's client; --palette-model-retries does "
                                   "not reach it)"}
+        if self.max_steps is not None:
+            facts["cuga_max_steps"] = f"{self.max_steps} (--palette-cuga-max-steps)"
         if unsupported_reason(model) or installed_problem():
             return facts
         found = self._described(model)
         if found.problem:
             return facts
         facts.update({"cuga_model": f"{found.model} ({SETTINGS_FILES[model.provider]})",
-                      "cuga_max_steps": found.max_steps,
+                      "cuga_max_steps": facts.get("cuga_max_steps", found.max_steps),
                       "scaffold": f"cuga {_cuga_version()} CugaAgent, codeact, skills + shell tool"})
         expected = cuga_model(model, os.environ, rehearsal_url="http://127.0.0.1:0/v1").env.get("MODEL_NAME")
         if expected and not found.model.endswith("/" + expected):
@@ -826,7 +928,7 @@ class CugaHost(Host):
         cassette = Cassette(workspace.own(CASSETTE_NAME), model.text, model.provider, secret_values(env, sandbox)) \
             if settings.record else None
         return CugaSession(workspace, skill, env, cuga_model(model, env, rehearsal_url=url), model.provider, settings,
-                           sandbox, cassette=cassette, replay=replay)
+                           sandbox, cassette=cassette, replay=replay, max_steps=self.max_steps)
 
     def fault(self, model: ModelSpec) -> str | None:
         return self._endpoint.fault(model)

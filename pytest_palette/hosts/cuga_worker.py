@@ -13,17 +13,21 @@ and treats every message as the agent's words. Standard library and CUGA only: t
 interpreter, where the harness's package need not be importable.
 
 The channel, one JSON object a line. The harness says `start` (once, first), `send`, `ran` (a command's result)
-and `close`; this process says `ready` (or `failed`), `run` (a command to run), and `done` at the end of a turn.
+and `close`; this process says `ready` (or `failed`), `run` (a command to run), and `done` at the end of a turn,
+with why it ended (`stop`): `answered`, `step_budget` (CUGA's own step limit ended it: `limit` names it),
+`turn_timeout` or `error`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -85,8 +89,11 @@ def load_cuga(state: str) -> Any:
     return settings
 
 
-def configure(settings: Any, block_timeout: int, output_limit: int) -> None:
-    """The CUGA settings every conversation runs with (the reasons: docs/hosts.md, "The cuga host")."""
+def configure(settings: Any, block_timeout: int, output_limit: int, max_steps: int | None = None) -> None:
+    """The CUGA settings every conversation runs with (the reasons: docs/hosts.md, "The cuga host"); `max_steps`:
+    CUGA's step limit a turn (`--palette-cuga-max-steps`), None: its settings' own."""
+    if max_steps is not None:
+        settings.advanced_features.cuga_lite_max_steps = max_steps
     settings.skills.enabled = True
     settings.advanced_features.execution_output_max_length = output_limit
     # Without the shell tool CUGA drops the skills block from the prompt, and there is no run_command.
@@ -189,6 +196,95 @@ class Commands:
             answer.set_result(message)
 
 
+class StepLimit:
+    """Whether CUGA's own step limit (`cuga_lite_max_steps`) ended the turn under way, as CUGA decided it.
+
+    CUGA ends a turn at its limit by putting its own words where the answer goes ("Maximum step limit (70)
+    reached…") and returning them as the answer, with no error — just as a model that gave up might. So its two
+    checks (cuga_agent_core/graph/graph_nodes.py: `enforce_step_limit` after a model call, and
+    `append_chat_messages_with_step_limit` after a code block) are watched here, where CUGA's graph calls them: each
+    returns what ends the turn when the limit is passed, and nothing otherwise."""
+
+    #: The modules that call the checks on cuga 0.4.3's codeact path: each must call the watched ones.
+    CALLERS = ("cuga.backend.cuga_graph.nodes.cuga_agent_core.graph.shared_nodes",
+               "cuga.backend.cuga_graph.nodes.cuga_lite.adapter.sandbox_node")
+
+    def __init__(self) -> None:
+        #: The limit that ended the turn ("cuga_lite_max_steps 70"), or None.
+        self.reached: str | None = None
+
+    def install(self) -> None:
+        """Watch both checks wherever CUGA's modules hold them (each imports them by name); raise RuntimeError
+        when a module of the codeact path does not call the watched ones (a CUGA other than 0.4.3)."""
+        import importlib
+
+        from cuga.backend.cuga_graph.nodes.cuga_agent_core.graph import (  # type: ignore[import-untyped,import-not-found,unused-ignore]
+            graph_nodes,
+        )
+
+        for name in self.CALLERS:
+            importlib.import_module(name)
+        enforce, append = graph_nodes.enforce_step_limit, graph_nodes.append_chat_messages_with_step_limit
+        watched = [(enforce, self._watched(enforce, lambda given, ended: ended is not None,
+                                           lambda given: given["limit"])),
+                   (append, self._watched(append, lambda given, ended: ended[1] is not None,
+                                          lambda given: given["adapter"].resolve_max_steps(given["state"],
+                                                                                           given["max_steps"])))]
+        for module in list(sys.modules.values()):
+            if not getattr(module, "__name__", "").startswith("cuga."):
+                continue
+            for name, value in list(vars(module).items()):
+                for check, watching in watched:
+                    if value is check:
+                        setattr(module, name, watching)
+        for name in self.CALLERS:
+            held = vars(sys.modules[name]).values()
+            if not any(value is watching for value in held for _, watching in watched):
+                raise RuntimeError(f"{name} calls no step-limit check the worker knows (cuga 0.4.3's)")
+
+    def _watched(self, check: Callable[..., Any], ended: Callable[[dict[str, Any], Any], bool],
+                 limit: Callable[[dict[str, Any]], Any]) -> Callable[..., Any]:
+        signature = inspect.signature(check)
+        limits = self
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            said = check(*args, **kwargs)
+            given = signature.bind(*args, **kwargs)
+            given.apply_defaults()
+            if ended(given.arguments, said):
+                try:
+                    limits.reached = f"cuga_lite_max_steps {limit(given.arguments)}"
+                except Exception:  # the limit's number is for the words: the stop is known without it
+                    limits.reached = "cuga_lite_max_steps"
+            return said
+
+        return watched
+
+
+def untraced(text: str) -> str:
+    """`text` up to any Python traceback it holds (an error's words sometimes carry its chain's)."""
+    for marker in ("Traceback (most recent call last)", "During handling of the above exception",
+                   "The above exception was the direct cause"):
+        text = text.split(marker, 1)[0]
+    return text.strip()
+
+
+def error_words(error: BaseException) -> str:
+    """An exception in its own words, then each cause's that adds to them (a client's error wrapped by another's):
+    no traceback — the harness keeps long words in a file of the item's anyway."""
+    words: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(words) < 5:
+        seen.add(id(current))
+        said = untraced(str(current))
+        line = f"{type(current).__name__}: {said}" if said else type(current).__name__
+        if not words or said not in " ".join(words):
+            words.append(line)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return "; caused by ".join(words)
+
+
 def _reader(channel: Channel, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[dict[str, Any] | None],
             commands: Commands) -> None:
     """The channel's reading thread: results go to the command awaiting them, the rest to the inbox."""
@@ -212,7 +308,9 @@ async def converse(channel: Channel, start: dict[str, Any]) -> int:
     threading.Thread(target=_reader, args=(channel, loop, inbox, commands), daemon=True).start()
     try:
         settings = load_cuga(str(start["state"]))
-        configure(settings, int(start["block_timeout"]), int(start["output_limit"]))
+        max_steps = start.get("max_steps")
+        configure(settings, int(start["block_timeout"]), int(start["output_limit"]),
+                  None if max_steps is None else int(max_steps))
         commands.install()
         from cuga.backend.skills.loader import discover_skills  # type: ignore[import-untyped,import-not-found,unused-ignore]
         from cuga.sdk import CugaAgent  # type: ignore[import-untyped,import-not-found,unused-ignore]
@@ -225,8 +323,10 @@ async def converse(channel: Channel, start: dict[str, Any]) -> int:
         agent = CugaAgent(cuga_folder=folder, auto_load_policies=False, enable_knowledge=False, enable_skills=skills,
                           skills_folder=folder if skills else None, callbacks=[usage_recorder(usage)])
         _ = agent.graph  # built now, so the first turn's time is the turn's
+        step_limit = StepLimit()
+        step_limit.install()  # once CUGA's graph has imported every module that calls the checks
     except Exception as error:  # the harness names it: an ERROR of the run
-        channel.say("failed", error=f"{type(error).__name__}: {error}")
+        channel.say("failed", error=error_words(error))
         return 1
     channel.say("ready", skills=names)
     thread_id = str(start["thread_id"])
@@ -236,18 +336,26 @@ async def converse(channel: Channel, start: dict[str, Any]) -> int:
         if message.get("kind") != "send":
             continue
         usage.clear()
+        step_limit.reached = None
         timeout = float(message["timeout"])
         try:
             result = await asyncio.wait_for(agent.invoke(str(message["message"]), thread_id=thread_id), timeout)
         except asyncio.TimeoutError:
-            channel.say("done", answer="", error=f"turn timed out after {timeout:g} s", usage=usage)
+            channel.say("done", answer="", error=f"turn timed out after {timeout:g} s", usage=usage,
+                        stop="turn_timeout")
             continue
         except Exception as error:  # CUGA raising (rather than reporting) is a host failure too
-            channel.say("done", answer="", error=f"CUGA raised {type(error).__name__}: {error}", usage=usage)
+            channel.say("done", answer="", error=f"CUGA raised {error_words(error)}", usage=usage, stop="error")
             continue
         reported = getattr(result, "error", None)
-        channel.say("done", answer=str(getattr(result, "answer", "") or ""),
-                    error=f"CUGA reported an error: {reported}" if reported else None, usage=usage)
+        answer = str(getattr(result, "answer", "") or "")
+        if reported:
+            channel.say("done", answer=answer, error=f"CUGA reported an error: {untraced(str(reported))}",
+                        usage=usage, stop="error")
+        elif step_limit.reached:  # its answer is CUGA's words of the limit, not the agent's
+            channel.say("done", answer=answer, usage=usage, stop="step_budget", limit=step_limit.reached)
+        else:
+            channel.say("done", answer=answer, usage=usage, stop="answered")
     with contextlib.suppress(Exception):
         await asyncio.wait_for(agent.aclose(), 30)
     return 0
