@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BROWSER_PACKAGES := chromium chromium-driver libreoffice-impress-nogui poppler-utils
 
-.PHONY: setup sandbox browser bench converse test quick lint clean
+.PHONY: setup sandbox browser bun bench converse test quick lint clean
 
 # The claude and cuga hosts' clients come too, so their columns run offline against the rehearsal model.
 # cuga goes in without its own dependency list (torch, docling, browsers: several GB); requirements-cuga.txt
@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml requirements-cuga.txt
 	$(BIN)/python -m pip install -q --no-deps cuga==0.4.3
 	@$(MAKE) --no-print-directory sandbox
 	@$(MAKE) --no-print-directory browser
+	@$(MAKE) --no-print-directory bun
 	touch $(STAMP)
 
 # The agent's commands run in bubblewrap (docs/sandbox.md): installed here where this user may (root with
@@ -36,6 +37,14 @@ browser:
 		{ apt-get install -y -qq $(BROWSER_PACKAGES) >/dev/null 2>&1 || \
 		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $(BROWSER_PACKAGES) >/dev/null 2>&1; }; }; } || \
 		echo "note: Chromium is not installed and could not be installed here: install it (Debian: apt-get install $(BROWSER_PACKAGES)), or the site's browser tests are skipped"
+
+# A family's hidden checks written for `bun test` (docs/families.md) run under bun, from the npm registry (its
+# package carries the binary): installed into the venv, beside this Python, where the graders look for it.
+bun:
+	@[ -x $(BIN)/bun ] || { command -v npm >/dev/null 2>&1 && \
+		npm install -s --no-audit --no-fund --prefix $(VENV)/node bun@1 >/dev/null 2>&1 && \
+		ln -sf ../node/node_modules/bun/bin/bun.exe $(BIN)/bun; } || \
+		echo "note: bun could not be installed (npm install bun): a family's checks written for bun:test are an error until it is"
 
 setup: $(STAMP)
 

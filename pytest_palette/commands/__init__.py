@@ -28,6 +28,8 @@ COMMANDS = (
                            "paired exact test"),
     ("diff", "diff", "two recordings of the same cases (--palette-record): the first answer of the model that "
                      "differs, item by item"),
+    ("grade", "grade", "a task family's hooks and hidden tests over a saved or hand-made agent's folder, with no "
+                       "agent; the exit status is the verdict"),
     ("view", "view", "a static HTML site to look at: the matrix, a page per item with its slides, comparisons"),
 )
 
