@@ -64,7 +64,7 @@ converse: $(STAMP)
 # rewrites the asserts of every module of every installed plugin's package (ours, langsmith, hypothesis, anyio: 400
 # modules), and without a cache it does so again in every session (measured on a fresh clone: 4.1 → 2.0 CPU-s to
 # start a session). The package is compiled first for the sandboxed Pythons (the engine), which cannot write it.
-test: $(STAMP)
+test: $(STAMP) bun
 	$(BIN)/python -m compileall -q pytest_palette >/dev/null
 	PYTHONDONTWRITEBYTECODE= PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests -n 3 --dist worksteal --timeout 600
 

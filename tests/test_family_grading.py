@@ -141,6 +141,7 @@ said="$TASK_ID $(basename "$HOOKS_DIR") $API_TOKEN"
 emit "{\\"test\\": \\"told\\", \\"pass\\": true, \\"weight\\": 0, \\"message\\": \\"$said\\"}"
 if [ -e "$OUTSIDE" ]; then seen=true; else seen=false; fi
 emit "{\\"test\\": \\"confined\\", \\"pass\\": $( [ "$seen" = false ] && echo true || echo false )}"
+echo "left by a grader" > "$AGENT_CWD/invariants.log"
 echo "exiting $CODE" >&2
 exit $CODE
 """
@@ -159,6 +160,7 @@ def test_bad_rows_fail_in_place_and_a_failing_invariants_script_is_an_error_nami
                      ("both", "scored", 2.0, False, True), ("told", "scored", 0.0, True, False),
                      ("confined", "scored", 1.0, True, False)]  # the caller's files are not the graders'
     assert graded.checks[3].check.words == "t hooks [redacted]"  # the .env.local value is a secret
+    assert sorted(p.name for p in work.iterdir()) == ["work.txt"]  # what the graders left is gone
     assert "is both a gate and weighted" in graded.checks[2].check.words
     if code == 0:
         assert graded.verdict == "fail" and graded.malformed == 2 and graded.score == round(1 / 4, 4)
@@ -168,12 +170,13 @@ def test_bad_rows_fail_in_place_and_a_failing_invariants_script_is_an_error_nami
 
 
 def test_a_failing_preflight_is_an_error_and_nothing_else_runs(tmp_path: Path) -> None:
-    task = hooks_family(tmp_path, "echo ran >> \"$AGENT_CWD/ran\"\n",
-                        **{"hooks/preflight.sh": "echo the database is down >&2\nexit 1\n"})
+    preflight = "touch \"$AGENT_CWD/started\"\necho the database is down >&2\nexit 1\n"
+    task = hooks_family(tmp_path, "echo '{\"test\": \"ran\", \"pass\": true}' >&3\n",
+                        **{"hooks/preflight.sh": preflight})
     work = tmp_path / "work"
     work.mkdir()
     graded = grade(task, work, mode=MODE)
-    assert graded.verdict == "error" and graded.checks == () and not (work / "ran").exists()
+    assert graded.verdict == "error" and graded.checks == () and list(work.iterdir()) == []
     assert graded.preflight_error == f"{task.family.root / 'hooks/preflight.sh'} exited 1: the database is down"
 
 
@@ -232,3 +235,16 @@ def test_grade_says_what_is_wrong_with_its_input_in_one_line(tmp_path: Path,
     said = capsys.readouterr().out.splitlines()
     assert said == [f"error: {EXAMPLE}/tasks/nope: no such task (the family's tasks: open-todos)",
                     f"error: {tmp_path}/absent: not a folder (--run-dir is the agent's folder to grade)"]
+
+
+@pytest.mark.parametrize("mode", ["bubblewrap", "none"])
+def test_what_preflight_started_is_ended_with_the_grading_confined_or_not(tmp_path: Path, mode: str) -> None:
+    marker = f"{os.getpid()}{len(mode)}7"  # a sleep of its own, to be found by its argument
+    task = hooks_family(tmp_path, "echo '{\"test\": \"ran\", \"pass\": true}' >&3\n",
+                        **{"hooks/preflight.sh": f"sleep {marker} &\nsh -c 'trap \"\" TERM; sleep {marker}' &\n"})
+    work = tmp_path / "work"
+    work.mkdir()
+    graded = grade(task, work, mode=mode)
+    assert graded.verdict == "pass" and graded.sandbox == ("bubblewrap" if mode == "bubblewrap" else "unconfined")
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
+    assert left == []  # the one that ignores SIGTERM too: SIGKILL after the grace period

@@ -115,3 +115,15 @@ def test_the_package_reads_as_its_parts() -> None:
     assert groups <= set(top)
     loose = [name for name in top if name.endswith(".py") and name != "__init__.py"]
     assert len(loose) <= 10, loose
+
+
+def test_families_stand_on_the_arena_and_the_results_side_only() -> None:
+    # A family's grading is used by the grade command now and by the run side next: it must reach neither.
+    edges = graph()
+    assert "pytest_palette.arena.sandbox" in edges["pytest_palette.families.hooks"]  # the graph sees them
+    for name, imported in edges.items():
+        if name.startswith("pytest_palette.families"):
+            above = {m for m in imported if m.startswith(("pytest_palette.run", "pytest_palette.hosts",
+                                                          "pytest_palette.commands", "pytest_palette.plugin",
+                                                          "pytest_palette.site", "pytest_palette.rehearsal"))}
+            assert not above, f"{name} imports {sorted(above)}"

@@ -106,8 +106,17 @@ def identity(task: Task) -> dict[str, str]:
     return {"skill_set_hash": skill_set_hash(root), "skills_hash": skills_hash(root), "family_revision": revision(root)}
 
 
-def after_agent(task: Task, graders: Graders, secrets: Secrets) -> Grade:
-    """The invariants and the hidden checks over the agent's folder (the agent has ended)."""
+def after_agent(task: Task, graders: Graders, secrets: Secrets, before: set[str] | None = None) -> Grade:
+    """The invariants and the hidden checks over the agent's folder (the agent has ended), and after them the folder
+    as it was `before` (its paths, by default as the agent left it): whatever a grader added is removed."""
+    before = hidden_tests.paths(graders.folder) if before is None else before
+    try:
+        return _after_agent(task, graders, secrets, before)
+    finally:
+        hidden_tests.remove_new(graders.folder, before)
+
+
+def _after_agent(task: Task, graders: Graders, secrets: Secrets, before: set[str]) -> Grade:
     found: list[Graded] = []
     errors: list[str] = []
     invariants = graders.hook("invariants.sh", results=True)
@@ -131,7 +140,7 @@ def after_agent(task: Task, graders: Graders, secrets: Secrets) -> Grade:
             for program in programs.values():
                 graders.readable(Path(program).resolve().parent)
             files = [(c.path, c.source) for c in task.checks] + [(s.path, s.source) for s in task.support]
-            with Staging(graders.folder, files, graders.backups) as staged:
+            with Staging(graders.folder, files, graders.backups, before) as staged:
                 for check in task.checks:
                     ran = graders.execute(hidden_tests.argv(check, programs[check.runner]), graders.folder,
                                           CHECK_SECONDS)
@@ -153,13 +162,17 @@ def grade(task: Task, folder: Path, *, mode: str = "bubblewrap", environ: Mappin
     environ = os.environ if environ is None else environ
     env = staging.environment(task, environ)
     secrets = env.secrets(environ)
-    with Graders(task, folder, env.values, mode=mode, environ=environ) as graders:
-        if preflight:
-            ran = graders.hook("preflight.sh")
-            if ran is not None and ran.failed:
-                return Grade(task.id, preflight_error=secrets.scrub(ran.fault()), sandbox=graders.kind,
-                             identity=identity(task))
-        return after_agent(task, graders, secrets)
+    before = hidden_tests.paths(folder)  # the folder as given: what preflight adds is taken away too
+    try:
+        with Graders(task, folder, env.values, mode=mode, environ=environ) as graders:
+            if preflight:
+                ran = graders.hook("preflight.sh")
+                if ran is not None and ran.failed:
+                    return Grade(task.id, preflight_error=secrets.scrub(ran.fault()), sandbox=graders.kind,
+                                 identity=identity(task))
+            return after_agent(task, graders, secrets, before)
+    finally:
+        hidden_tests.remove_new(folder, before)  # once every grader has ended
 
 
 def _graded(source: Source, row: Row, secrets: Secrets) -> Graded:

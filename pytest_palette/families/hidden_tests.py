@@ -178,9 +178,12 @@ def words(output: str) -> str:
 class Staging:
     """The hidden suite staged in the agent's folder for the duration of a `with`, and the folder restored after."""
 
-    def __init__(self, folder: Path, files: Iterable[tuple[PurePosixPath, Path]], backups: Path) -> None:
+    def __init__(self, folder: Path, files: Iterable[tuple[PurePosixPath, Path]], backups: Path,
+                 before: set[str] | None = None) -> None:
+        """`before`: the folder's paths as the agent left it (`paths`), when taken earlier than staging."""
         self.folder, self.files, self.backups = folder, list(files), backups
-        self._before: set[str] = set()
+        self._before: set[str] = set() if before is None else before
+        self._given = before is not None
         self._moved: list[tuple[Path, Path]] = []  # (the agent's path, its backup), in the order moved
         self._made: list[Path] = []  # folders staging made
         self._staged: list[Path] = []
@@ -188,7 +191,8 @@ class Staging:
         self.backed_up: list[PurePosixPath] = []
 
     def __enter__(self) -> Staging:
-        self._before = _paths(self.folder)
+        if not self._given:
+            self._before = paths(self.folder)
         try:
             for relative, source in self.files:
                 self._stage(relative, source)
@@ -240,11 +244,16 @@ class Staging:
             _remove(path)
             shutil.move(backup, path)
         self._moved.clear()
-        for relative in sorted(_paths(self.folder) - self._before, key=len):
-            _remove(self.folder / relative)
+        remove_new(self.folder, self._before)
 
 
-def _paths(folder: Path) -> set[str]:
+def remove_new(folder: Path, before: set[str]) -> None:
+    """Remove every path below `folder` that is not in `before` (what graders left), shortest first."""
+    for relative in sorted(paths(folder) - before, key=len):
+        _remove(folder / relative)
+
+
+def paths(folder: Path) -> set[str]:
     """Every path below `folder`, links not followed."""
     found: set[str] = set()
     for place, folders, files in os.walk(folder, followlinks=False):
