@@ -202,13 +202,13 @@ def test_rows_are_gates_scored_checks_and_diagnostics_and_a_malformed_one_fails_
     shown = [(r.check.name, r.check.role, r.check.weight, r.check.passed, r.malformed) for r in found]
     assert shown == [("present", GATE, 1.0, True, False), ("routes", SCORED, 1.0, False, False),
                      ("heavy", SCORED, 3.0, True, False), ("note", SCORED, 0.0, None, False),
-                     ("invariants.sh row 5", SCORED, 1.0, False, True), ("both", SCORED, 2.0, False, True),
+                     ("invariants.sh row 5", SCORED, 1.0, False, True), ("both", SCORED, 1.0, False, True),
                      ("no-pass", SCORED, 1.0, False, True)]
     assert found[1].check.words == "no GET /todos"
     assert found[4].check.words == "malformed: not a JSON row: not json at all"
     assert "is both a gate and weighted" in found[5].check.words
-    # The score counts a malformed row as a failing scored check: (3) / (1 + 3 + 1 + 2 + 1).
-    assert score(r.check for r in found) == round(3 / 8, 4)
+    # The score counts a malformed row as a failing scored check of weight 1: (3) / (1 + 3 + 1 + 1 + 1).
+    assert score(r.check for r in found) == round(3 / 7, 4)
 
 
 def test_the_assert_command_writes_the_seeds_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -275,3 +275,29 @@ def test_a_missing_runner_is_named_and_a_check_runs_under_its_own(tmp_path: Path
     said = hidden_tests.missing_runner(by_name["b"])
     assert said.startswith(f"{family}/tasks/t/tests/b.test.js: written for bun:test") and "bun is not installed" in said
     assert shutil.which("node") is None or hidden_tests.runner_program("node") is not None
+
+
+def test_grade_prints_each_check_with_its_source_role_and_words_then_the_verdict() -> None:
+    from pytest_palette.commands.grade import lines
+    from pytest_palette.families.grading import Grade, Graded
+    from pytest_palette.results.record import Check
+
+    def check(name: str, role: str, weight: float, passed: bool | None, words: str = "") -> Check:
+        return Check(name=name, role=role, weight=weight, passed=passed,  # type: ignore[arg-type]
+                     credit=1.0 if passed else 0.0, words=words)
+
+    graded = Grade("t", (Graded("invariants", check("present", GATE, 1, True)),
+                         Graded("invariants", check("both", SCORED, 2, False, "malformed: …"), malformed=True),
+                         Graded("invariants", check("note", SCORED, 0, None)),
+                         Graded("tests", check("sum", SCORED, 1, False, "\n".join(f"line {n}" for n in range(20))))),
+                   backed_up=("test/sum.test.js",), sandbox="bubblewrap")
+    assert graded.verdict == "fail" and graded.score == 0.0 and graded.malformed == 1
+    assert lines(graded) == [
+        "✓ present (invariants, gate)", "✗ both (invariants, weight 2, malformed)", "    malformed: …",
+        "· note (invariants, diagnostic)", "✗ sum (tests, weight 1)", *(f"    line {n}" for n in range(12)),
+        "    … (8 more lines: --json has them all)", "backed up and restored: test/sum.test.js",
+        "t: fail · score 0 · graders bubblewrap"]
+    errored = Grade("t", preflight_error="hooks/preflight.sh exited 1: down", sandbox="unconfined")
+    assert errored.verdict == "error" and errored.score is None
+    assert lines(errored)[-2:] == ["preflight error: hooks/preflight.sh exited 1: down",
+                                   "t: error · score — · graders unconfined"]

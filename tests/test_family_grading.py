@@ -157,13 +157,13 @@ def test_bad_rows_fail_in_place_and_a_failing_invariants_script_is_an_error_nami
     graded = grade(task, work, mode=MODE)
     shown = [(g.check.name, g.check.role, g.check.weight, g.check.passed, g.malformed) for g in graded.checks]
     assert shown == [("present", "gate", 1.0, True, False), ("invariants.sh row 2", "scored", 1.0, False, True),
-                     ("both", "scored", 2.0, False, True), ("told", "scored", 0.0, True, False),
+                     ("both", "scored", 1.0, False, True), ("told", "scored", 0.0, True, False),
                      ("confined", "scored", 1.0, True, False)]  # the caller's files are not the graders'
     assert graded.checks[3].check.words == "t hooks [redacted]"  # the .env.local value is a secret
     assert sorted(p.name for p in work.iterdir()) == ["work.txt"]  # what the graders left is gone
     assert "is both a gate and weighted" in graded.checks[2].check.words
     if code == 0:
-        assert graded.verdict == "fail" and graded.malformed == 2 and graded.score == round(1 / 4, 4)
+        assert graded.verdict == "fail" and graded.malformed == 2 and graded.score == round(1 / 3, 4)
     else:
         assert graded.verdict == "error" and graded.score is None
         assert graded.errors == (f"{task.folder / 'hooks/invariants.sh'} exited 3: exiting 3",)

@@ -31,6 +31,8 @@ from types import TracebackType
 from .errors import FamilyError
 
 RUNNERS = ("node", "bun")
+#: Folders of `tests/` that are a tool's cache, not the suite: never staged.
+CACHES = frozenset({"__pycache__", ".pytest_cache"})
 PYTEST = "pytest"
 #: What a check file says of the runner it is written for: an import or require of `node:test` / `bun:test`.
 _IMPORTS = r"""(?:\bfrom\s*|\brequire\s*\(\s*|\bimport\s*\(?\s*)['"]{}['"]"""
@@ -86,7 +88,7 @@ def collect(tests: Path, family: Path, runner: str = "bun") -> tuple[tuple[Hidde
     support: list[Support] = []
     seen: dict[str, Path] = {}
     for place, folders, files in os.walk(tests, followlinks=False):
-        folders.sort()
+        folders[:] = sorted(name for name in folders if name not in CACHES)
         for name in sorted(files + [f for f in folders if os.path.islink(os.path.join(place, f))]):
             path = Path(place, name)
             relative = PurePosixPath(path.relative_to(tests).as_posix())

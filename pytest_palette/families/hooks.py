@@ -101,10 +101,10 @@ class Graders:
         self.task, self.folder = task, folder.resolve()
         self.port = free_port() if port is None else port
         self.scratch = Path(tempfile.mkdtemp(prefix="palette-grader-"))
-        self.backups = self.scratch / "backups"
+        self.backups = _backups(self.folder, self.scratch)
         self._logs = self.scratch / "logs"  # each grader's output, and the invariants' rows
         tools = self.scratch / "bin"
-        for made in (self.backups, self._logs, tools):
+        for made in (self._logs, tools):
             made.mkdir()
         self._shims(tools)
         self.variables = {"AGENT_CWD": str(self.folder), "PORT": str(self.port), "TASK_ID": task.id,
@@ -214,6 +214,7 @@ class Graders:
                 with contextlib.suppress(OSError):
                     os.chown(self.folder, *self._owner)
             shutil.rmtree(self.scratch, ignore_errors=True)
+            shutil.rmtree(self.backups, ignore_errors=True)
 
     def __enter__(self) -> Graders:
         return self
@@ -221,6 +222,18 @@ class Graders:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         self.close()
+
+
+def _backups(folder: Path, scratch: Path) -> Path:
+    """Where what the agent left at a staged path is moved aside: beside its folder, on its file system, so that a
+    move is a rename (the very file, never a copy that reads a FIFO the agent left); in the scratch folder where
+    the folder's parent cannot be written. Never inside the graders' view."""
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".{folder.name}.palette-backups-", dir=folder.parent))
+    except OSError:
+        made = scratch / "backups"
+        made.mkdir()
+        return made
 
 
 def _interpreter(script: Path) -> list[str]:

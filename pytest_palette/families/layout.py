@@ -93,7 +93,8 @@ class Family:
 
     def task_ids(self) -> list[str]:
         """The ids of the family's tasks (the folders under tasks/), sorted."""
-        return sorted(entry.name for entry in (self.root / TASKS).iterdir() if entry.is_dir())
+        return sorted(entry.name for entry in (self.root / TASKS).iterdir()
+                      if entry.is_dir() and not entry.name.startswith("."))
 
     def task(self, task_id: str) -> Task:
         """The task `task_id`, validated: its prompt is there, its `tests/` tree is a valid one."""
