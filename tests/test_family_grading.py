@@ -147,7 +147,7 @@ exit $CODE
 """
 
 
-@pytest.mark.parametrize("code", [0, 3])
+@pytest.mark.parametrize("code", [0, 1])
 def test_bad_rows_fail_in_place_and_a_failing_invariants_script_is_an_error_naming_it(tmp_path: Path,
                                                                                       code: int) -> None:
     task = hooks_family(tmp_path, ROWS.replace("$CODE", str(code)))
@@ -166,7 +166,7 @@ def test_bad_rows_fail_in_place_and_a_failing_invariants_script_is_an_error_nami
         assert graded.verdict == "fail" and graded.malformed == 2 and graded.score == round(1 / 3, 4)
     else:
         assert graded.verdict == "error" and graded.score is None
-        assert graded.errors == (f"{task.folder / 'hooks/invariants.sh'} exited 3: exiting 3",)
+        assert graded.errors == (f"{task.folder / 'hooks/invariants.sh'} exited 1: exiting 1",)
 
 
 def test_a_failing_preflight_is_an_error_and_nothing_else_runs(tmp_path: Path) -> None:
