@@ -188,7 +188,11 @@ def test_python_checks_run_with_pytest_and_a_gate_is_named_test_gate(tmp_path: P
     work = tmp_path / "work"
     work.mkdir()
     (work / "totals.py").write_text("def total(values):\n    return sum(values)\n")
+    # An agent's conftest.py that would pass every test: staged over with an empty one, and put back.
+    (work / "conftest.py").write_text("import totals\ntotals.total = lambda values: 4\n")
+    before = snapshot(work)
     graded = grade(Family.load(root).task("t"), work, mode=MODE)
+    assert snapshot(work) == before
     assert [(g.check.name, g.check.role, g.check.passed) for g in graded.checks] == [
         ("imports", "gate", True), ("sum", "scored", False)]
     assert "assert 3 == 4" in graded.checks[1].check.words and graded.score == 0.0

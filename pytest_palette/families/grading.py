@@ -139,7 +139,9 @@ def _after_agent(task: Task, graders: Graders, secrets: Secrets, before: set[str
         if not missing:  # never a check under another runner than its own
             for program in programs.values():
                 graders.readable(Path(program).resolve().parent)
-            files = [(c.path, c.source) for c in task.checks] + [(s.path, s.source) for s in task.support]
+            empty = graders.scratch / "empty.py"
+            empty.touch()
+            files = hidden_tests.staged_files(task.checks, task.support, empty)
             with Staging(graders.folder, files, graders.backups, before) as staged:
                 for check in task.checks:
                     ran = graders.execute(hidden_tests.argv(check, programs[check.runner]), graders.folder,

@@ -151,9 +151,26 @@ def argv(check: HiddenCheck, program: str) -> list[str]:
         return [program, "--test", "--test-reporter=spec", str(check.path)]
     if check.runner == "bun":
         return [program, "test", f"./{check.path}"]  # ./: a path, not a filter of names
-    # The agent's own settings and plugins stay out: no cache written, no ini of the agent's read, not ours.
+    # The agent's own settings and plugins stay out: no cache written, no ini of the agent's read, no conftest.py
+    # above the check's folder (the one in it is the suite's: `staged_files`), not ours.
     return [program, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:palette", "-c", os.devnull,
-            "--rootdir", ".", str(check.path)]
+            "--rootdir", ".", "--confcutdir", str(check.path.parent), str(check.path)]
+
+
+def staged_files(checks: Iterable[HiddenCheck], support: Iterable[Support],
+                 empty: Path) -> list[tuple[PurePosixPath, Path]]:
+    """What is staged for a pass: the checks, the support files, and an `empty` conftest.py beside each Python check
+    whose folder has none in the suite, so that none of the agent's is loaded in its place (a conftest.py of the
+    agent's could make every test pass)."""
+    checks, support = list(checks), list(support)
+    files = [(c.path, c.source) for c in checks] + [(s.path, s.source) for s in support]
+    have = {path for path, _ in files}
+    for check in checks:
+        conftest = check.path.parent / "conftest.py"
+        if check.runner == PYTEST and conftest not in have:
+            files.append((conftest, empty))
+            have.add(conftest)
+    return files
 
 
 def missing_runner(check: HiddenCheck) -> str:
