@@ -118,6 +118,7 @@ def test_a_partial_agent_scores_between_with_the_failing_checks_own_words_and_it
     assert not checks["open-todos"]["pass"] and not checks["summary"]["pass"]
     # The failing check's own words: node's report of the assertion, with what was expected.
     assert "Name the client" in checks["open-todos"]["words"] and "deepStrictEqual" in checks["open-todos"]["words"]
+    assert not [name for name, check in checks.items() if "did not finish" in check["words"]]
     assert graded["backed_up"] == ["test/summary.test.js"]
     assert snapshot(work) == before
 
