@@ -185,6 +185,17 @@ def test_the_skill_set_hash_is_the_lockfiles_lf_normalised_and_the_claude_tree_h
     assert identity.revision(EXAMPLE).startswith("git:")
 
 
+def test_skill_packs_apm_yml_names_that_are_not_staged_are_named(tmp_path: Path) -> None:
+    root = make_family(tmp_path / "family", {
+        "apm.yml": "name: f\ndependencies:\n  apm:\n    - acme/skills/testing#v1\n    - acme/review\n"
+                   "    - acme/coder@2\n", ".claude/skills/testing/SKILL.md": "x", ".claude/agents/coder.md": "x"})
+    assert identity.unstaged_packs(root) == ["acme/review"]
+    (root / "apm.yml").write_text("dependencies:\n  apm: acme/review\n")
+    with pytest.raises(FamilyError, match=r"apm.yml: dependencies.apm is not a list of packs"):
+        identity.unstaged_packs(root)
+    assert identity.unstaged_packs(EXAMPLE) == []
+
+
 # -- the invariants' rows ------------------------------------------------------------------------------
 
 

@@ -80,6 +80,9 @@ def lines(graded: Grade) -> list[str]:
         shown.append(f"preflight error: {graded.preflight_error}")
     shown += [f"error: {error}" for error in graded.errors]
     shown += [f"backed up and restored: {path}" for path in graded.backed_up]
+    if graded.identity.get("unstaged_packs"):
+        shown.append(f"note: apm.yml names skill packs not staged under .claude/: {graded.identity['unstaged_packs']} "
+                     "(nothing is installed from a network)")
     score = "—" if graded.score is None else f"{graded.score:.4g}"
     shown.append(f"{graded.task}: {graded.verdict} · score {score} · graders {graded.sandbox}")
     return shown

@@ -29,7 +29,7 @@ from ..results.redaction import Secrets
 from . import hidden_tests, staging
 from .hidden_tests import CHECK_SECONDS, Staging
 from .hooks import Graders
-from .identity import revision, skill_set_hash, skills_hash
+from .identity import revision, skill_set_hash, skills_hash, unstaged_packs
 from .layout import Task
 from .rows import Row, rows
 
@@ -103,7 +103,8 @@ class Grade:
 def identity(task: Task) -> dict[str, str]:
     """What identifies the skill set and the family of a grade (identity.py)."""
     root = task.family.root
-    return {"skill_set_hash": skill_set_hash(root), "skills_hash": skills_hash(root), "family_revision": revision(root)}
+    return {"skill_set_hash": skill_set_hash(root), "skills_hash": skills_hash(root), "family_revision": revision(root),
+            "unstaged_packs": ", ".join(unstaged_packs(root))}
 
 
 def after_agent(task: Task, graders: Graders, secrets: Secrets, before: set[str] | None = None) -> Grade:

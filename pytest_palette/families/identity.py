@@ -7,17 +7,26 @@
   sorted by path (the peer's tree hash); "" when there is no `.claude/`.
 - The revision is `git:<commit>` where the family is in a git work tree (`-dirty` when its files differ from the
   commit), else `sha256:` of the tree hash of its files (`.git` and `node_modules` left out).
+
+The harness installs nothing from a network: the skill packs `apm.yml` names that are not staged under `.claude/`
+are named (`unstaged_packs`), so that a run without its skills never looks like a run with them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import unicodedata
 from pathlib import Path
 
+import yaml
+
+from .errors import FamilyError
+
 LOCKFILE = "apm.lock.yaml"
+MANIFEST = "apm.yml"
 SKILLS = ".claude"
 #: Folders no tree hash reads: a package manager's and git's.
 SKIPPED = frozenset({".git", "node_modules"})
@@ -70,3 +79,29 @@ def revision(root: Path) -> str:
     except (OSError, subprocess.TimeoutExpired):
         pass
     return tree_hash(root)
+
+
+def unstaged_packs(root: Path) -> list[str]:
+    """The skill packs `apm.yml` depends on (`dependencies: {apm: [owner/repo[/path][#ref]]}`) of which nothing is
+    staged under `.claude/` (a skill folder or an agent profile of the pack's name); FamilyError when apm.yml is not
+    such a manifest."""
+    manifest = root / MANIFEST
+    if not manifest.is_file():
+        return []
+    try:
+        said = yaml.safe_load(manifest.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise FamilyError(f"{manifest}: not YAML ({' '.join(str(error).split())[:160]})") from None
+    dependencies = said.get("dependencies") if isinstance(said, dict) else None
+    packs = dependencies.get("apm") if isinstance(dependencies, dict) else None
+    if packs is None:
+        return []
+    if not isinstance(packs, list) or not all(isinstance(pack, str) and pack.strip() for pack in packs):
+        raise FamilyError(f"{manifest}: dependencies.apm is not a list of packs (owner/repo[/path][#ref])")
+    missing = []
+    for pack in packs:
+        name = re.split(r"[#@]", pack.strip().rstrip("/"))[0].rsplit("/", 1)[-1]
+        staged = (root / SKILLS / "skills" / name).is_dir() or (root / SKILLS / "agents" / f"{name}.md").is_file()
+        if not staged:
+            missing.append(pack.strip())
+    return missing

@@ -19,6 +19,7 @@ import yaml
 
 from .errors import FamilyError
 from .hidden_tests import RUNNERS, HiddenCheck, Support, collect
+from .identity import unstaged_packs
 
 __all__ = ["Family", "FamilyError", "Task", "find_root"]
 
@@ -89,6 +90,7 @@ class Family:
             runner = said.get("test_runner", runner)
             if runner not in RUNNERS:
                 raise FamilyError(f"{settings}: test_runner {runner!r}: choose node or bun")
+        unstaged_packs(root)  # apm.yml read now: a manifest that is not one is said before any agent runs
         return cls(root, runner)
 
     def task_ids(self) -> list[str]:
