@@ -160,6 +160,14 @@ def test_the_agents_folder_is_laid_in_the_seeds_order_and_never_holds_what_grade
     assert secrets.scrub("from-family and family-secret-value") == "[redacted] and [redacted]"
 
 
+def test_in_one_folder_the_local_file_is_read_first(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("TOKEN=committed-default\nPLAIN='a value # kept'\n")
+    (tmp_path / ".env.local").write_text('export TOKEN="the-local-one"  \n# a comment\n')
+    env = load_environment([tmp_path], {})
+    assert env.values == {"TOKEN": "the-local-one", "PLAIN": "a value # kept"}
+    assert env.files == {".env.local": ("TOKEN",), ".env": ("TOKEN", "PLAIN")}
+
+
 def test_an_env_file_line_that_is_not_one_is_named(tmp_path: Path) -> None:
     (tmp_path / ".env").write_text("GOOD=1\nthis is not one\n")
     with pytest.raises(FamilyError, match=r"\.env:2: not a NAME=value line$"):
