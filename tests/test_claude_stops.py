@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from threading import Thread
 from typing import Any
 
 import pytest
 from sweeps import inner_cache
+from upstream import FailingUpstream
 
 from pytest_palette.hosts.claude import find_cli
 from pytest_palette.hosts.stops import WORDS
@@ -103,34 +102,18 @@ def test_a_request_over_the_context_is_named_with_its_sizes(pytester: pytest.Pyt
     assert first["stop"] == "context_limit" and first["model_calls"] == 0 and first["error_file"] is None
 
 
-class Failing(BaseHTTPRequestHandler):
-    """A model endpoint that fails every call with a 500 whose body quotes the request back, as a gateway's did."""
-
-    protocol_version = "HTTP/1.0"
-
-    def do_POST(self) -> None:
-        asked = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode("utf-8", "replace")
-        quoted = (asked * (BODY // max(len(asked), 1) + 1))[:BODY]
-        data = json.dumps({"type": "error", "error": {"type": "api_error",
-                                                      "message": f"upstream failed on: {quoted} END"}}).encode()
-        self.send_response(500)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+def _quoting(asked: bytes) -> bytes:
+    """A 500's body that quotes the request back, BODY characters of it, as a gateway's did."""
+    text = asked.decode("utf-8", "replace")
+    quoted = (text * (BODY // max(len(text), 1) + 1))[:BODY]
+    return json.dumps({"type": "error", "error": {"type": "api_error",
+                                                  "message": f"upstream failed on: {quoted} END"}}).encode()
 
 
 @pytest.fixture
 def failing() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Failing)
-    server.daemon_threads = True
-    Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with FailingUpstream(_quoting) as upstream:
+        yield upstream.url
 
 
 def test_a_40_kb_api_error_is_one_line_and_kept_whole(pytester: pytest.Pytester, failing: str,

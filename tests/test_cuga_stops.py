@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from sweeps import REPO, Sweep, Sweeps, run_session
+from upstream import FailingUpstream
 
 from pytest_palette.hosts import cuga as cuga_module
 from pytest_palette.hosts.base import HostError, HostSettings, OptionRefused
@@ -236,25 +235,8 @@ BIG_ERROR = json.dumps({"error": {"message": "upstream exploded: " + "x" * 40_00
 
 @pytest.fixture(scope="module")
 def upstream_500() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(500)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(BIG_ERROR)))
-            self.end_headers()
-            self.wfile.write(BIG_ERROR)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with FailingUpstream(lambda asked: BIG_ERROR) as upstream:
+        yield upstream.base_url
 
 
 @pytest.mark.end_to_end

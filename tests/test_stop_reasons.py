@@ -6,13 +6,12 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sweeps import REPO, run_session
+from upstream import FailingUpstream
 
 from pytest_palette.arena.workspace import TRACE_NAME, Workspace
 from pytest_palette.backend import agent_environment
@@ -172,40 +171,10 @@ def test_react_an_answer_cut_at_the_output_limit_and_a_request_over_the_context_
 # -- a whole session: the verdict follows, in one line, everywhere it is shown -----------------------------------
 
 
-class FailingUpstream:
-    """An OpenAI-compatible endpoint that answers every call 500 with a body of `size` bytes (a gateway quoting
-    back the whole request)."""
-
-    def __init__(self, size: int) -> None:
-        body = json.dumps({"error": {"message": "upstream failed: " + "quoted prompt " * (size // 14),
-                                     "type": "api_error"}}).encode()
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.send_response(500)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.size = len(body)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+def _big_error(size: int) -> bytes:
+    """A 500's body of about `size` bytes: a gateway quoting back the whole request."""
+    return json.dumps({"error": {"message": "upstream failed: " + "quoted prompt " * (size // 14),
+                                 "type": "api_error"}}).encode()
 
 
 DECK_CASES = [f"{REPO / 'cases' / 'interaction.yaml'}::plain_request[react]",
@@ -259,14 +228,12 @@ def test_a_lowered_step_budget_errs_every_item_naming_it_in_turns_record_junit_a
 
 @pytest.mark.end_to_end
 def test_a_40_kb_server_error_is_one_short_line_with_the_whole_body_in_the_items_file(tmp_path: Path) -> None:
-    upstream = FailingUpstream(40_000)
-    try:
+    body = _big_error(40_000)
+    with FailingUpstream(lambda asked: body) as upstream:
         sweep = run_session(tmp_path, [DECK_CASES[0], f"--rootdir={REPO}", "--model=openai:some-model",
                                        f"--palette-base-url={upstream.base_url}", "--palette-model-retries=0"],
                             env={"OPENAI_API_KEY": "sk-test-not-a-real-key"})
-    finally:
-        upstream.close()
-    assert upstream.size >= 40_000
+    assert len(body) >= 40_000
     [result] = sweep.items.values()
     assert result.outcome == "error"
     [message] = _junit_errors(tmp_path)

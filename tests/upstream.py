@@ -129,3 +129,44 @@ def another_user_tries(user: Unprivileged, sockets: list[str], ports: list[int])
     if done.returncode:
         raise RuntimeError(f"the other user's attempt failed ({done.returncode}): {done.stderr[-2000:]}")
     return dict(line.split(": ", 1) for line in done.stdout.splitlines())
+
+
+class FailingUpstream:
+    """A model endpoint that answers every POST with a 500 whose body is `answer(request body)` — a gateway's 40 KB
+    error quoting the conversation back. Open with `with FailingUpstream(answer) as upstream:`; `upstream.url` is
+    its root (an Anthropic client's base URL), `upstream.base_url` its `/v1` (an OpenAI client's)."""
+
+    def __init__(self, answer: Callable[[bytes], bytes]) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def do_POST(self) -> None:
+                data = answer(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                self.send_response(500)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def __enter__(self) -> FailingUpstream:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self._server.shutdown()
+        self._server.server_close()
