@@ -78,7 +78,7 @@ from .endpoint import (
     RehearsalEndpoint,
     credentials,
 )
-from .stops import TurnStopped, context_limit, output_limit, refused, step_budget
+from .stops import TurnStopped, context_limit, finished, output_limit, step_budget
 
 if TYPE_CHECKING:
     from ..arena.sandbox import Sandbox
@@ -401,10 +401,10 @@ def stopped(out: CliOutput, max_turns: int | None = None, message: str = "", win
         # CLI 2.1 meets `stop_reason: "max_tokens"` by asking the model to go on (three times), then gives up:
         # {"is_error": true, "subtype": "success", "api_error": "max_output_tokens", "terminal_reason": "api_error"}.
         return output_limit('the CLI\'s result: api_error "max_output_tokens", after it asked the model to go on')
-    if result.get("stop_reason") == "max_tokens":
-        return output_limit('the CLI\'s result: stop_reason "max_tokens"')
-    if result.get("stop_reason") == "refusal":
-        return refused('the CLI\'s result: stop_reason "refusal"')
+    stop_reason = str(result.get("stop_reason") or "")
+    ended = finished(stop_reason, f'the CLI\'s result: stop_reason "{stop_reason}"')
+    if ended is not None:
+        return ended
     if reason == "blocking_limit":
         # Auto-compact is off (WHOLE_CONVERSATION): past its model's window the CLI stops, sending nothing.
         size = f" of {window:,} tokens" if window else ""  # known once a call of this session has said it

@@ -65,7 +65,7 @@ from .base import (
 )
 from .endpoint import FORWARDER_LOG, OPENAI_ROUTES, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint
 from .shell import Shell
-from .stops import TurnStopped, context_limit, one_line, output_limit, refused, step_budget
+from .stops import TurnStopped, context_limit, finished, one_line, step_budget
 
 if TYPE_CHECKING:
     import pytest
@@ -788,10 +788,7 @@ def ended(done: Done, heard: Heard | None) -> HostError | None:
         stopped = context_limit(heard.refusal) if heard is not None and heard.refusal else None
         return stopped or context_limit(words) or HostError(words)
     if heard is not None and heard.status < 300:
-        if heard.finish == "length":
-            return output_limit('finish_reason "length"')
-        if heard.finish == "content_filter":
-            return refused('finish_reason "content_filter"')
+        return finished(heard.finish or "", f'finish_reason "{heard.finish}"')
     return None
 
 

@@ -35,7 +35,7 @@ from .base import (
     secret_values,
 )
 from .shell import DEFAULT_OUTPUT_LIMIT, Shell
-from .stops import TurnStopped, output_limit, refused, step_budget
+from .stops import TurnStopped, finished, step_budget
 
 # LangChain and LangGraph are imported where a conversation needs them: pytest reads this module's options at
 # every start (`ReactHost.options`), and a session without react should not wait seconds for its client.
@@ -290,11 +290,7 @@ class ModelCalls:
         metadata = getattr(model, "response_metadata", None) or {}
         finish = str(metadata.get("finish_reason") or metadata.get("stop_reason") or "")
         named = "finish_reason" if metadata.get("finish_reason") else "stop_reason"
-        if finish in ("length", "max_tokens"):
-            return output_limit(f'{named} "{finish}"')
-        if finish in ("content_filter", "refusal"):
-            return refused(f'{named} "{finish}"')
-        return None
+        return finished(finish, f'{named} "{finish}"')
 
 
 def recorder(cassette: Cassette, turn: int) -> Any:

@@ -79,6 +79,17 @@ def refused(reported: str) -> TurnStopped:
     return TurnStopped("refused", f"ended in a refusal ({reported}) before the agent answered")
 
 
+def finished(reason: str, reported: str) -> TurnStopped | None:
+    """The stop a model answer's own finish reason names — cut at the output limit (`length`, `max_tokens`) or
+    refused (`content_filter`, `refusal`) — in `reported`'s words (how the client said it); None: it ended as an
+    answer does."""
+    if reason in ("length", "max_tokens"):
+        return output_limit(reported)
+    if reason in ("content_filter", "refusal"):
+        return refused(reported)
+    return None
+
+
 def context_limit(words: str) -> TurnStopped | None:
     """The context limit an error's `words` report (a provider's 400, as any client relays it), named in one line
     with the model's limit and the size asked where the words give them; None when they report something else —
