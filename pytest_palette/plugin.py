@@ -15,12 +15,14 @@ from .judge import PALETTE, PALETTE_RULES, PASSED, Verdict, explain
 from .models import rehearsal_agents
 from .options import add_options
 from .rehearsal.policy import RehearsalPolicy
+from .rehearsal.reference import Solutions, reference_agents
 from .results import step_summary
 from .results.table import TableReporter
 from .rules import SkillRules
 from .run import progress, signals
 from .run import session as palette_session
 from .run._private import configured, settle_rootdir
+from .run.family_items import SOLUTIONS, collect_directory
 from .run.items import CaseFile, CaseItem, converse_ahead, is_case_file, select, timeouts
 from .run.scrubbing import Scrubber
 from .run.session import SESSION
@@ -57,13 +59,15 @@ def pytest_palette_add_rules(rules: dict[str, SkillRules], config: pytest.Config
 def pytest_palette_add_rehearsals(agents: dict[str, Callable[[], RehearsalPolicy]], config: pytest.Config) -> None:
     """The package's scripted agents; tryfirst so that a project's agents of the same name replace them."""
     agents.update(rehearsal_agents())
+    # The agents that prove a task family: each knows the solutions of the tasks this session collects.
+    agents.update(reference_agents(config.stash.setdefault(SOLUTIONS, Solutions())))
 
 
 def pytest_configure(config: pytest.Config) -> None:
     session = config.stash[SESSION] = palette_session.start(config)
     # Every report and warning, before junitxml, the terminal or the table reads it: the judge's words as a failed
     # item's crash line, and no secret anywhere (run/scrubbing.py).
-    config.pluginmanager.register(Scrubber(session.secrets), "palette-scrubber")
+    config.pluginmanager.register(Scrubber(lambda: session.secrets), "palette-scrubber")
     if palette_session.measuring(config):  # -v lines only for a session of palette cases
         session.progress = progress.start(config, session.settings.progress_after, session.secrets)
         signals.install(config)  # SIGTERM and SIGHUP end the run as Ctrl-C does (run/signals.py)
@@ -72,7 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if (html := session.settings.html) is not None:
             from .site.reporter import SiteReporter  # Jinja2 and the site's modules, only for a session that asks
 
-            config.pluginmanager.register(SiteReporter(session.run_dir, html, session.secrets), "palette-site")
+            config.pluginmanager.register(SiteReporter(session.run_dir, html, lambda: session.secrets), "palette-site")
 
 
 @pytest.hookimpl(trylast=True)
@@ -119,6 +123,12 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput["palette_session"] = palette_session.for_workers(node.config.stash[SESSION])
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """A task family's root is collected as its tasks (run/family_items.py)."""
+    return collect_directory(path, parent)
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile | None:
     return CaseFile.from_parent(parent, path=file_path) if is_case_file(parent.config, file_path) else None
 
@@ -127,7 +137,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> CaseFile |
 def palette_host(request: pytest.FixtureRequest) -> Host:
     """The host this case item runs on. Override it in a conftest.py to wrap or replace a host."""
     if not isinstance(request.node, CaseItem):
-        raise pytest.UsageError("palette_host is provided to palette case items only")
+        raise pytest.UsageError("palette_host is provided to palette case and task items only")
     return request.config.stash[SESSION].hosts[request.node.host_name]
 
 

@@ -333,3 +333,12 @@ def test_a_case_file_naming_secrets_leaves_no_value_in_any_file_junit_or_the_ter
             data = path.read_bytes()
             for value in VALUES:
                 assert value.encode() not in data, (value, path)
+
+
+def test_more_secrets_are_found_whatever_their_names_and_the_old_ones_stay() -> None:
+    base = Secrets.of({"API_KEY": "sk-base-secret-value-123"})
+    more = base.more([("TODO_CLIENT", "family-local-value-456")])
+    said = "sk-base-secret-value-123 and family-local-value-456"
+    assert base.scrub(said) == "[redacted] and family-local-value-456"  # the session's own are not changed
+    assert more.scrub(said) == "[redacted] and [redacted]" and more.variables == ["API_KEY", "TODO_CLIENT"]
+    assert more.more([("TODO_CLIENT", "family-local-value-456")]) is more  # nothing new: the same secrets

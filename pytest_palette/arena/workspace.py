@@ -34,8 +34,10 @@ TURNS_NAME = "turns.json"
 COMMANDS_NAME = "commands.jsonl"
 #: A host's name as a folder and a page of the site carry it: letters, digits, `_`, `.` and `-`, no `..`.
 HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-#: An item's folder in its host's: the case, `-k` when cases ran several times, `~n` for a later attempt.
-_ITEM_FOLDER = re.compile(r"(?P<case>[a-z0-9_]+)(?:-[0-9]+)?(?:~[0-9]+)?")
+#: A task family's task id as a record names it (families/layout.py's TASK_ID, bounded as a case name is).
+TASK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: An item's folder in its host's, after its case: `-k` when cases ran several times, `~n` for a later attempt.
+_ITEM_SUFFIX = re.compile(r"(?:-[0-9]+)?(?:~[0-9]+)?")
 
 
 class Watch(Protocol):
@@ -56,14 +58,15 @@ class UnsafeRecord(ValueError):
 def record_refusal(record: Record) -> str | None:
     """Why a record read from a ledger names no item folder of its run — a case or host name that is not one, a
     workspace outside `<host>/<case>` — in a few words; None when it is sound."""
-    if not NAME.fullmatch(record.case) or len(record.case) > MAX_NAME:
-        return f"its case {record.case[:80]!r} is not a case name"
+    case = record.case
+    if not (NAME.fullmatch(case) or (TASK_NAME.fullmatch(case) and ".." not in case)) or len(case) > MAX_NAME:
+        return f"its case {case[:80]!r} is not a case name"
     if not HOST_NAME.fullmatch(record.host) or ".." in record.host:
         return f"its host {record.host[:80]!r} is not a host name"
     if record.workspace is not None:
         parts = PurePosixPath(record.workspace).parts
-        folder = _ITEM_FOLDER.fullmatch(parts[-1]) if len(parts) == 2 else None
-        if folder is None or parts[0] != record.host or folder["case"] != record.case:
+        named = len(parts) == 2 and parts[-1].startswith(case) and _ITEM_SUFFIX.fullmatch(parts[-1][len(case):])
+        if not named or parts[0] != record.host:
             return f"its workspace {record.workspace[:80]!r} is not <host>/<case> of its own host and case"
     return None
 

@@ -18,6 +18,7 @@ while the checks ran, are removed. The agent's folder is then as the agent left 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -279,6 +280,32 @@ def paths(folder: Path) -> set[str]:
         for name in folders + files:
             found.add(os.path.relpath(os.path.join(place, name), folder))
     return found
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """What each path below `folder` is, links not followed: a file's mode and the SHA-256 of its bytes, a link's
+    target, a folder's mode. Two equal snapshots are the same folder, byte for byte."""
+    found: dict[str, str] = {}
+    for relative in paths(folder):
+        path = folder / relative
+        status = path.lstat()
+        if stat.S_ISLNK(status.st_mode):
+            found[relative] = f"link {os.readlink(path)}"
+        elif stat.S_ISREG(status.st_mode):
+            digest = hashlib.sha256()
+            with open(path, "rb") as file:
+                for block in iter(lambda: file.read(1 << 20), b""):
+                    digest.update(block)
+            found[relative] = f"file {status.st_mode:o} {digest.hexdigest()}"
+        else:
+            found[relative] = f"{stat.S_IFMT(status.st_mode):o} {status.st_mode:o}"
+    return found
+
+
+def changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """The paths two snapshots disagree on, each with how: added, removed, changed."""
+    return [f"{path} {'added' if path not in before else 'removed' if path not in after else 'changed'}"
+            for path in sorted(set(before) | set(after)) if before.get(path) != after.get(path)]
 
 
 def _remove(path: Path) -> None:

@@ -190,6 +190,19 @@ class Graders:
 
     # -- the end --------------------------------------------------------------------------------------
 
+    def release_folder(self) -> None:
+        """Give the agent's folder back to its owner between preflight and the grading (an agent works in it)."""
+        if self._owner is not None:
+            os.chown(self.folder, *self._owner)
+
+    def take_folder(self) -> None:
+        """The agent's folder the graders' again, after an agent had it (as its own user id, since preflight); its
+        owner now is the one given back at the end."""
+        if self.sandbox.confined and self.sandbox.uid is not None:
+            status = os.stat(self.folder)
+            self._owner = (status.st_uid, status.st_gid)
+            self.sandbox.own(self.folder)
+
     def close(self, grace: float = GRACE_SECONDS) -> list[int]:
         """End everything the graders started (TERM, `grace`, KILL), give the agent's folder its owner back and
         remove the scratch folder. Returns the ids of the processes that were still running."""

@@ -21,7 +21,7 @@ from .errors import FamilyError
 from .hidden_tests import RUNNERS, HiddenCheck, Support, collect
 from .identity import unstaged_packs
 
-__all__ = ["Family", "FamilyError", "Task", "find_root"]
+__all__ = ["Family", "FamilyError", "Task", "find_root", "is_family"]
 
 TASKS = "tasks"
 PROMPT = "agent.task.md"
@@ -115,6 +115,22 @@ class Family:
     def tasks(self) -> list[Task]:
         """Every task, validated; the first problem found, in the order of their ids, is raised."""
         return [self.task(task_id) for task_id in self.task_ids()]
+
+
+#: What only a family root holds beside its `tasks/`: a skill set, its manifest or lockfile, our settings.
+MARKS = (".claude", "apm.yml", "apm.lock.yaml", "family.yml")
+
+
+def is_family(path: Path, named: bool = False) -> bool:
+    """Whether `path` is a family root: a folder whose `tasks/` holds a task with its prompt — or, so that a task
+    without one is named rather than passed over, any folder under `tasks/` where the root holds a family's marks
+    or is `named` on the command line."""
+    tasks = path / TASKS
+    if not tasks.is_dir():
+        return False
+    folders = [entry for entry in tasks.iterdir() if entry.is_dir() and not entry.name.startswith(".")]
+    return any((entry / PROMPT).is_file() for entry in folders) or (bool(folders) and (
+        named or any((path / mark).exists() for mark in MARKS)))
 
 
 def find_root(path: Path) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..models import ModelSpec
@@ -288,6 +289,11 @@ class Host(abc.ABC):
     def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
         """What actually ran, for the report: at least `model`."""
         return {"model": model.label}
+
+    def agent_folder(self, workspace: Workspace) -> Path:
+        """Where the agent's commands start, known before the conversation opens: where a task family's folder is
+        laid out and graded (`workspace.work`, unless the host's client works in a folder of its own there)."""
+        return workspace.work
 
     @abc.abstractmethod
     def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,

@@ -440,6 +440,17 @@ class Heard:
     refusal: str = ""
 
 
+def thread_id(workspace: Workspace) -> str:
+    """The item's own CUGA thread, the same when it is replayed: a model's code that names its folder finds it
+    again."""
+    return f"palette-{hashlib.sha256(str(workspace.relative).encode()).hexdigest()[:8]}"
+
+
+def thread_folder(workspace: Workspace) -> Path:
+    """CUGA's per-thread folder: the cwd of every command the agent runs."""
+    return workspace.work / "cuga_workspace" / thread_id(workspace)
+
+
 class CugaSession(HostSession):
     """One conversation: one worker process in the item's sandbox, holding one CugaAgent and one thread.
 
@@ -454,7 +465,7 @@ class CugaSession(HostSession):
         self.max_steps = max_steps
         self.cuga_folder = self.work / ".cuga"
         # The item's own, the same when it is replayed: a model's code that names its folder finds it again.
-        self.thread_id = f"palette-{hashlib.sha256(str(workspace.relative).encode()).hexdigest()[:8]}"
+        self.thread_id = thread_id(workspace)
         self.cassette, self.replay = cassette, replay
         self.sandbox = sandbox
         self.shell = Shell(self.work, env, RUN_COMMAND_CEILING, log=workspace.command_log(), sandbox=sandbox)
@@ -915,6 +926,9 @@ class CugaHost(Host):
         if expected and not found.model.endswith("/" + expected):
             facts["model"] = found.model  # the truth, when CUGA would not run what was asked for
         return facts
+
+    def agent_folder(self, workspace: Workspace) -> Path:
+        return thread_folder(workspace)
 
     def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
              settings: HostSettings, sandbox: Sandbox) -> CugaSession:

@@ -162,6 +162,29 @@ class Usage(Struct, **_PARTS):
     commands: Count | None = None
 
 
+class FamilyRun(Struct, cache_hash=True, **_PARTS):
+    """What an item of a task family records of its family and its grading (pytest_palette/families/): the seed's
+    identity of what ran, and what the graders said beside the checks."""
+
+    family: Name  # the family root's folder name
+    task: Name
+    #: The family's revision: its commit where it is in git (`+` when its files differ from it), else a hash of
+    #: its files.
+    revision: str
+    #: The staged `.claude/` tree's hash; the skill-set hash (apm.lock.yaml's) is the terms' `skill_hash`.
+    skills_hash: str
+    #: Skill packs apm.yml names that are not staged under .claude/ (the run had no such skill).
+    unstaged_packs: tuple[str, ...] = ()
+    #: For each check, in the record's order, which grader made it: "invariants" or "tests".
+    sources: tuple[str, ...] = ()
+    #: Rows the invariants wrote that were not rows (each a failing check of weight 1, named).
+    malformed: Count = 0
+    #: Files of the agent's folder a hidden check was staged over, backed up and restored.
+    backed_up: tuple[str, ...] = ()
+    #: Where the graders ran: "bubblewrap" or "unconfined".
+    graders: str = ""
+
+
 class Record(Struct, tag_field="schema", tag=SCHEMA, **_STRUCT):
     """One finished item — (run_id, case, host, run_index) — and everything a report needs of it."""
 
@@ -179,6 +202,8 @@ class Record(Struct, tag_field="schema", tag=SCHEMA, **_STRUCT):
     usage: Usage
     case_hash: str
     tags: tuple[str, ...]
+    #: A task family's item: its family and what its graders said (None for a case).
+    family: FamilyRun | None = None
 
     def to_json(self) -> bytes:
         """One compact line of JSON, without its newline; RecordError if it would not read back as itself."""

@@ -89,6 +89,15 @@ class Secrets:
         alternatives = "|".join(map(re.escape, sorted(named, key=len, reverse=True)))
         return cls(named, re.compile(alternatives) if named else None)
 
+    def more(self, pairs: Iterable[tuple[str, str]]) -> Secrets:
+        """These secrets and `pairs` (name, value), secrets whatever their names (a family's `.env` values)."""
+        added = Secrets.of({}, pairs)
+        if not set(added.named) - set(self.named):
+            return self
+        named = {**added.named, **self.named}
+        alternatives = "|".join(map(re.escape, sorted(named, key=len, reverse=True)))
+        return Secrets(named, re.compile(alternatives))
+
     @property
     def variables(self) -> list[str]:
         """The names of the variables whose values are secrets (names are never secret)."""

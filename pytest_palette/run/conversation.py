@@ -31,6 +31,11 @@ class HostFailure(Exception):
     """The host could not start or finish a turn: the item is an ERROR of the run, not a FAIL of the skill."""
 
 
+class NotStarted(Exception):
+    """What the item does before its agent starts failed (a task family's preflight): an ERROR of the run, in one
+    line, with no agent started and nothing spent."""
+
+
 @dataclass
 class Transcript:
     """What one conversation said: its turns, and how long it took."""
@@ -78,11 +83,15 @@ def open_sandbox(workspace: Workspace, settings: HostSettings, base_env: Mapping
 
 def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpec, settings: HostSettings,
              workspace: Workspace, turn_timeout: float, sandbox: Sandbox, base_env: Mapping[str, str] | None = None,
-             on_open: Callable[[HostSession], None] | None = None) -> Transcript:
+             on_open: Callable[[HostSession], None] | None = None,
+             before: Callable[[], None] | None = None) -> Transcript:
     """Have the conversation in a fresh workspace, every command of its agent in `sandbox`; raise HostFailure
     when the host fails (HandedOver when a person is to have it). A failed turn stops the conversation: later
-    replies would land in the wrong state."""
+    replies would land in the wrong state. `before` runs in the new folder before the sandbox is made ready (it
+    may raise NotStarted)."""
     workspace.prepare(case)
+    if before is not None:
+        before()
     try:
         sandbox.prepare()
     except KeeperFailed as failed:  # the machine's, not the agent's: an ERROR of the item, in one line

@@ -26,11 +26,12 @@ from ..judge import PALETTE, Verdict, explain
 from ..options import Settings
 from ..results.ledger import append, open_run
 from ..results.prices import FROM_PROVIDER, FROM_TABLE, Price
-from ..results.record import CostSource, Judged, Outcome, Record, Usage, from_json
+from ..results.record import CostSource, FamilyRun, Judged, Outcome, Record, Terms, Usage, from_json
 from ..results.table import RECORD_PROPERTY
+from ..skill import SkillCard
 from . import evidence
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
-from .conversation import HostFailure, Transcript, as_left, converse, open_sandbox
+from .conversation import HostFailure, NotStarted, Transcript, as_left, converse, open_sandbox
 from .grading import Spent, grade
 from .judging import judge_folder
 from .overlap import Ahead, Overlap
@@ -107,6 +108,10 @@ class CaseItem(pytest.Item):
         if reason:
             self._finish("skipped", [f"{self.host_name}: {reason}"])
             pytest.skip(f"{self.host_name}: {reason}")
+        cannot = self.cannot_run()
+        if cannot:
+            self._finish("skipped", [cannot])
+            pytest.skip(cannot)
         if self.case.problem:
             self._finish("error", [self.case.problem])
             # pytest.fail in setup makes an ERROR whose report is this text alone (setup reports do not
@@ -114,12 +119,22 @@ class CaseItem(pytest.Item):
             pytest.fail(f"case {self.case.name} cannot run here: {self.case.problem}", pytrace=False)
         self._setup_conversation(host)
 
+    def cannot_run(self) -> str | None:
+        """Why this item is skipped before it starts, beside an unavailable host; None for a case."""
+        return None
+
+    @property
+    def grading_seconds(self) -> float:
+        """The longest its judging may take beyond the build grace: none for a case (a family's graders take
+        some: run/family_items.py)."""
+        return 0.0
+
     def has_conversation(self) -> bool:
         """Whether this item will have a conversation (not skipped, not a case that cannot run, not judging a
         saved run): the ones --palette-conversations starts ahead."""
         session = self.palette_session
         return (session.settings.collect_dir is None and not session.unavailable.get(self.host_name)
-                and not self.case.problem)
+                and not self.case.problem and not self.cannot_run())
 
     def converse(self, host: Host, ahead: Ahead | None = None) -> Transcript | str:
         """Open this item's folder and sandbox and have its conversation — in its setup, or ahead of it in a
@@ -135,14 +150,28 @@ class CaseItem(pytest.Item):
         if over:
             return over
         open_run(session.ledger)  # before an agent can write anything into the run
-        self._sandbox = open_sandbox(self.workspace, settings.host, scripts=session.skill_scripts)
+        self._sandbox = open_sandbox(self.workspace, settings.host, scripts=self.skill_scripts)
         on_open = None
         if ahead is not None:
             ahead.closers.append(self._sandbox.stop)
             on_open = functools.partial(setattr, ahead, "session")
-        return converse(self.case, host, skill=session.skill, model=settings.model, settings=settings.host,
+        return converse(self.case, host, skill=self.skill, model=settings.model, settings=settings.host,
                         workspace=self.workspace, turn_timeout=settings.turn_timeout, sandbox=self._sandbox,
-                        on_open=on_open)
+                        on_open=on_open, before=self.before_agent)
+
+    @property
+    def skill(self) -> SkillCard | None:
+        """The skill this item's host offers: the session's skill under test."""
+        return self.palette_session.skill
+
+    @property
+    def skill_scripts(self) -> frozenset[str] | None:
+        """The hashes of the scripts whose runs are recorded (`Session.skill_scripts`)."""
+        return self.palette_session.skill_scripts
+
+    def before_agent(self) -> None:
+        """What is done in the item's new folder before its agent starts: nothing for a case (a task family's
+        item lays out the agent's folder and runs its preflight: run/family_items.py)."""
 
     def _setup_conversation(self, host: Host) -> None:
         unwritable = None
@@ -163,6 +192,7 @@ class CaseItem(pytest.Item):
         session = self.palette_session
         settings = session.settings
         failed: HostFailure | None = None
+        not_started: str | None = None
         try:
             if settings.collect_dir is not None:
                 open_run(session.ledger)
@@ -182,10 +212,24 @@ class CaseItem(pytest.Item):
             pytest.skip(reason)
         except HostFailure as failure:
             failed = failure
+        except NotStarted as refused:
+            not_started = str(refused)
+        else:
+            not_started = None
+        if not_started is not None:  # nothing was spent: no agent ran
+            self._error(not_started)
         if failed is not None:  # outside the except: the ERROR is one line, not chained to the failure it names
             # What the turns took before the failure (retries, tokens) still counts: read back what was kept.
             self._transcript = Transcript.saved(self.workspace)
             self._error(str(failed), said=f"host {self.host_name} failed: {failed}")
+        assert self._transcript is not None
+        self.judge()
+
+    def judge(self) -> None:
+        """Judge what the conversation left: the skill's rules over the folder, then the model-graded checks. A
+        fault on disk is an ERROR."""
+        session = self.palette_session
+        settings = session.settings
         assert self._transcript is not None
         if self._sandbox is not None:  # the last answers of the skill's runs are in their record before it is read
             self._sandbox.record_settled()
@@ -220,21 +264,28 @@ class CaseItem(pytest.Item):
     def runtest(self) -> None:
         verdict = self._verdict
         assert verdict is not None  # setup judged the folder, or ended the item as an ERROR
-        self._finish("pass" if verdict.ok else "fail", list(verdict.failures), verdict)
+        self._finish("pass" if verdict.ok else "fail", list(verdict.failures), _judged(verdict, self._evidence))
         if not verdict.ok:
             raise PaletteFailure(verdict)
 
-    def _finish(self, outcome: Outcome, failures: list[str], verdict: Verdict | None = None) -> None:
+    def terms(self) -> Terms:
+        """What this item's result depends on besides its case: its host's terms in this session."""
+        return self.palette_session.terms(self.host_name)
+
+    def family_run(self) -> FamilyRun | None:
+        """What a task family's item records of its family (None for a case)."""
+        return None
+
+    def _finish(self, outcome: Outcome, failures: list[str], judged: Judged | None = None) -> None:
         """Append this item's record to the run's ledger, and carry it on the item's report: both as the ledger
         holds it, scrubbed of the session's secrets."""
         session = self.palette_session
         record = Record(
             run_id=session.run_id, case=self.case.name, host=self.host_name, run_index=self.run_index,
             workspace=self.workspace.relative.as_posix(), outcome=outcome,
-            failures=tuple(failures), judged=_judged(verdict, self._evidence) if verdict else None,
-            terms=session.terms(self.host_name),
+            failures=tuple(failures), judged=judged, terms=self.terms(),
             usage=_usage(self._transcript, self._started, time.time(), session.price, self._graded),
-            case_hash=self.case.digest(), tags=self.case.tags)
+            case_hash=self.case.digest(), tags=self.case.tags, family=self.family_run())
         line = append(session.ledger, record, session.secrets)
         self.user_properties += properties(from_json(line), line)
 
@@ -345,7 +396,8 @@ def timeouts(items: list[pytest.Item], settings: Settings) -> None:
     for item in items:
         if isinstance(item, CaseItem):
             turns = 1 + len(item.case.replies)
-            item.add_marker(pytest.mark.timeout(settings.turn_timeout * turns + settings.build_grace + 60))
+            item.add_marker(pytest.mark.timeout(settings.turn_timeout * turns + settings.build_grace
+                                                + item.grading_seconds + 60))
 
 
 def converse_ahead(items: list[pytest.Item], session: Session) -> Overlap | None:

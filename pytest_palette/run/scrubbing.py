@@ -9,6 +9,7 @@ was never meant to: this takes the secrets out of all of them, on the controller
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -38,8 +39,13 @@ class Scrubber:
     """The session's seams to pytest's reports and warnings: registered once per process, before anything is
     collected."""
 
-    def __init__(self, secrets: Secrets) -> None:
-        self.secrets = secrets
+    def __init__(self, secrets: Secrets | Callable[[], Secrets]) -> None:
+        # A callable: the session's, read each time (a task family's values join them as it is collected).
+        self._secrets = secrets
+
+    @property
+    def secrets(self) -> Secrets:
+        return self._secrets() if callable(self._secrets) else self._secrets
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

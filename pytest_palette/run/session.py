@@ -11,7 +11,7 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from ..arena import sandbox, skill_runs, untrusted
 from ..arena.workspace import Workspace
 from ..backend import describe_backend, round_trip
 from ..cases import EXPECT_KEYS, ExpectCheck, known_checks
+from ..families.layout import is_family
 from ..hosts.base import OUTPUT_LIMIT, Host
 from ..judge import PALETTE, PALETTE_RULES
 from ..options import Settings, configure_hosts, resolve
@@ -85,6 +86,10 @@ class Session:
         return skill_runs.digests(self.skill.scripts)
     #: What every line leaving the run is scrubbed of (results/redaction.py): compiled once, when the session starts.
     secrets: Secrets = field(default_factory=Secrets)
+
+    def add_secrets(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Take these (name, value) pairs for secrets too, whatever their names: a task family's `.env` values."""
+        self.secrets = self.secrets.more(pairs)
 
     @property
     def judged_as(self) -> str:
@@ -443,5 +448,6 @@ def measuring(config: pytest.Config) -> bool:
 
 
 def collects_cases(config: pytest.Config, case_dirs: Sequence[Path]) -> bool:
-    return any(path.suffix in (".yaml", ".yml") or any(path.is_relative_to(d) or d.is_relative_to(path)
-                                                       for d in case_dirs) for path in arguments(config))
+    """Whether an argument is, holds or lies in a case folder, is YAML, or is a task family's root."""
+    return any(path.suffix in (".yaml", ".yml") or is_family(path, named=True) or any(
+        path.is_relative_to(d) or d.is_relative_to(path) for d in case_dirs) for path in arguments(config))

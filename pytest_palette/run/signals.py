@@ -82,7 +82,8 @@ class Stops:
         self._workers.append(node)
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-        if isinstance(excinfo.value, KeyboardInterrupt):  # not pytest.exit()
+        # Not pytest.exit(), and not pytest's own stop after a collection error (Session.Interrupted is one too).
+        if isinstance(excinfo.value, KeyboardInterrupt) and not isinstance(excinfo.value, pytest.Session.Interrupted):
             self.interrupted = signal.Signals(self.received).name if self.received else "SIGINT (Ctrl-C)"
 
     @pytest.hookimpl(tryfirst=True)

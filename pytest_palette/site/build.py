@@ -14,6 +14,7 @@ nothing else in it is touched, and the runs themselves are only read.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -38,6 +39,7 @@ from ..results.marks import LOOKS, mean_text
 from ..results.prices import money
 from ..results.record import Record
 from ..results.redaction import Secrets
+from ..results.report import ReportError
 from . import charts, comparison, item, matrix, render
 from .folder import MARKER, refusal
 
@@ -199,14 +201,18 @@ def _comparisons(runs: list[matrix.RunView], items: matrix.Items, names: dict[Pa
     """The first run against each later one; within each run, every pair of its hosts."""
     views = []
     first = runs[0]
+    # A side that is not one measurement (a run of two task families: two skill sets) is compared with nothing:
+    # its run's page shows its groups side by side, never pooled.
     for other in runs[1:]:
         page = f"compare/{names[first.folder]}--{names[other.folder]}.html"
-        views.append(comparison.between_runs(first, other, items, page))
+        with contextlib.suppress(ReportError):
+            views.append(comparison.between_runs(first, other, items, page))
     for run in runs:
         hosts = sorted({r.host for r in run.records})
         for a, b in itertools.combinations(hosts, 2):
             page = f"compare/{names[run.folder]}--{a}--{b}.html"
-            views.append(comparison.between_hosts(run, a, b, items, page))
+            with contextlib.suppress(ReportError):
+                views.append(comparison.between_hosts(run, a, b, items, page))
     return views
 
 

@@ -361,8 +361,10 @@ def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[Fai
     if record.outcome != "fail":
         return [FailureView(words, [], "") for words in record.failures]
     blame: dict[str, tuple[int, ...]] = {}
-    # A project's own rules live in its conftest.py: only Palette's can be applied again here.
-    if case is not None and record.judged is not None and (record.judged.rules or PALETTE) == PALETTE:
+    # A project's own rules live in its conftest.py, a family's graders are its own: only Palette's can be applied
+    # again here.
+    again = case is not None and record.judged is not None and (record.judged.rules or PALETTE) == PALETTE
+    if again and case is not None:
         try:
             verdict = judge_folder(case, item.workspace, host=record.host, started=transcript.started,
                                    room=True).verdict
@@ -375,7 +377,7 @@ def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[Fai
     for words in record.failures:
         if words not in blame:
             failures.append(FailureView(words, [], "today's judge does not find this in the folder (palette-bench "
-                                                   "rejudge shows what it finds)" if case else ""))
+                                                   "rejudge shows what it finds)" if again else ""))
             continue
         shown = [item.calls[i] for i in blame[words] if i < len(item.calls)]
         for call in shown:

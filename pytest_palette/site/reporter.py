@@ -3,6 +3,7 @@ after every worker's record is in the ledger)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +15,15 @@ from .build import SiteError, write
 
 
 class SiteReporter:
-    def __init__(self, run_dir: Path, out: Path, secrets: Secrets | None = None) -> None:
+    def __init__(self, run_dir: Path, out: Path, secrets: Secrets | Callable[[], Secrets] | None = None) -> None:
         self.run_dir = run_dir
         self.out = out
-        self.secrets = secrets
+        # A callable: the session's, read when the site is written (a family's values join them at collection).
+        self._secrets = secrets
+
+    @property
+    def secrets(self) -> Secrets | None:
+        return self._secrets() if callable(self._secrets) else self._secrets
 
     @pytest.hookimpl(trylast=True)  # after the table: the site's address is the last thing to read
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

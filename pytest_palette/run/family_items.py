@@ -1,0 +1,255 @@
+"""A task family as pytest items: one per (task, host, run), graded by the family's hooks and hidden tests
+(pytest_palette/families/, docs/families.md).
+
+A family item is a case item whose case is the task's prompt (one turn: the agent works until it says it is done)
+and whose judge is the family's graders. Before its agent starts, its folder is laid out (the family's and the
+task's `workdir/` and `specs/`, the rendered `.env` files) and `preflight.sh` runs: a preflight that fails is an
+ERROR with no agent started. After the agent, the invariants and the hidden checks grade the folder and everything
+the graders started is ended. A grader's fault is an ERROR naming it, never a failed check. Everything else — the
+host, the sandbox, the ledger, shards, resume, -k/-m, JUnit, the table — is the case item's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from ..cases import Case, Expect, item_name
+from ..families import grading, hidden_tests, staging
+from ..families.errors import FamilyError
+from ..families.hooks import HOOK_SECONDS, Graders
+from ..families.identity import revision, skill_set_hash, skills_hash, unstaged_packs
+from ..families.layout import PROMPT, Family, Task, is_family
+from ..models import rehearsal_policy
+from ..rehearsal.reference import Reference, Solutions
+from ..results.record import NO_SKILL, FamilyRun, Judged, Terms
+from ..results.redaction import Secrets
+from ..skill import SkillCard, SkillNotFound, load_card
+from ._private import TerminalRepr
+from .conversation import NotStarted
+from .items import CaseItem
+from .session import CASE_NAMES, SESSION, arguments
+
+#: The solutions of the tasks this session collected: what the oracle agents know (rehearsal/reference.py).
+SOLUTIONS = pytest.StashKey[Solutions]()
+#: The tag (and marker) of every family item: `-m family`.
+TAG = "family"
+
+
+def task_case(task: Task) -> Case:
+    """The scripted user of a task: its prompt (and the supervisor's context, where there is one), no reply."""
+    request = task.prompt.strip()
+    if task.supervisor:
+        request += f"\n\n## The supervisor's context\n\n{task.supervisor.strip()}"
+    return Case(name=task.id, covers=f"task {task.id} of the family {task.family.root.name}", tags=(TAG,),
+                request=request, context="", replies=(), expect=Expect(deck=False), path=task.folder / PROMPT,
+                line=1)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What identifies the family a run had (families/identity.py), read once per family."""
+
+    skill_set_hash: str
+    skills_hash: str
+    revision: str
+    unstaged_packs: tuple[str, ...]
+
+
+class FamilyFailure(AssertionError):
+    """The graders' verdict on a task was not a pass."""
+
+
+class FamilyDir(pytest.Directory):
+    """A family root: its tasks, each on each host and run."""
+
+    def collect(self) -> Iterator[FamilyItem]:
+        session = self.config.stash[SESSION]
+        settings = session.settings
+        try:
+            family = Family.load(self.path)
+            tasks = family.tasks()
+            self.skill = family_skill(family.root)
+            environments = [staging.environment(task, os.environ) for task in tasks]
+        except FamilyError as error:
+            raise self.CollectError(str(error)) from None
+        root = family.root
+        self.identity = Identity(skill_set_hash(root), skills_hash(root), revision(root), tuple(unstaged_packs(root)))
+        # Every value the family's .env files give is a secret, whatever its name: out of every record and report.
+        session.add_secrets(pair for environment in environments for pair in environment.values.items())
+        solutions = self.config.stash.setdefault(SOLUTIONS, Solutions())
+        seen = self.config.stash.setdefault(CASE_NAMES, {})
+        for task in tasks:
+            solutions.add(task_case(task).opening, task.folder)
+            where = f"{task.folder / PROMPT}:1"
+            if task.id in seen and seen[task.id] != where:
+                raise self.CollectError(f"{where}: task {task.id!r} has the name of the case at {seen[task.id]}")
+            seen[task.id] = where
+        self.config.addinivalue_line("markers", f"{TAG}: an item of a task family")
+        for task in tasks:
+            for host in settings.hosts:
+                for index in range(1, settings.runs + 1):
+                    name = item_name(task.id, host, None if settings.runs == 1 else index)
+                    yield FamilyItem.from_parent(self, name=name, task=task, host=host, run_index=index)
+
+
+def family_skill(root: Path) -> SkillCard | None:
+    """The skill a family's `.claude/skills/` offers; None when it has none. One skill for now: a family of several
+    is refused by name rather than run with one of them."""
+    folder = root / ".claude" / "skills"
+    found = sorted(entry for entry in folder.iterdir() if (entry / "SKILL.md").is_file()) if folder.is_dir() else []
+    if len(found) > 1:
+        raise FamilyError(f"{folder}: holds {len(found)} skills ({', '.join(p.name for p in found)}); a family "
+                          "offers one skill to its hosts for now")
+    try:
+        return load_card(found[0]) if found else None
+    except (SkillNotFound, OSError, UnicodeDecodeError) as error:
+        raise FamilyError(f"{found[0] / 'SKILL.md'}: {error}") from None
+
+
+class FamilyItem(CaseItem):
+    """One run of one task on one host."""
+
+    def __init__(self, *, task: Task, **kwargs: Any) -> None:
+        super().__init__(case=task_case(task), **kwargs)
+        self.task = task
+        self._graders: Graders | None = None
+        self._grade: grading.Grade | None = None
+        self._secrets = Secrets()
+
+    @property
+    def family_dir(self) -> FamilyDir:
+        parent = self.parent
+        assert isinstance(parent, FamilyDir)
+        return parent
+
+    @property
+    def skill(self) -> SkillCard | None:
+        return self.family_dir.skill
+
+    @property
+    def skill_scripts(self) -> frozenset[str] | None:
+        return None  # a family's skills keep no record of their runs: Palette's protocol is not theirs
+
+    @property
+    def grading_seconds(self) -> float:
+        """The longest its graders may take: each hook, and each hidden check, at its bound."""
+        return 2 * HOOK_SECONDS + hidden_tests.CHECK_SECONDS * len(self.task.checks)
+
+    def cannot_run(self) -> str | None:
+        """A reference agent (the oracle) skips a task that has no script for it, with the reason."""
+        policy = rehearsal_policy(self.palette_session.settings.model) \
+            if self.palette_session.settings.model.provider == "rehearsal" else None
+        return policy.missing(self.task.folder) if isinstance(policy, Reference) else None
+
+    def terms(self) -> Terms:
+        """The host's terms, with the family's skill set as the skill under test."""
+        identity = self.family_dir.identity
+        return msgspec.structs.replace(super().terms(), skill_hash=identity.skill_set_hash
+                                       or identity.skills_hash or NO_SKILL)
+
+    @property
+    def agent_folder(self) -> Path:
+        """Where the agent's commands start (its host says): where the task is laid out and graded."""
+        return self.palette_session.hosts[self.host_name].agent_folder(self.workspace)
+
+    def before_agent(self) -> None:
+        """Lay the agent's folder out, hand it to the agent's user id, and run preflight; NotStarted when either
+        fails (no agent runs, nothing is spent)."""
+        work = self.agent_folder
+        settings = self.palette_session.settings
+        try:
+            environment = staging.stage(self.task, work, os.environ)
+        except FamilyError as error:
+            raise NotStarted(str(error)) from None
+        self._secrets = environment.secrets(os.environ)
+        uid = self._sandbox.uid if self._sandbox is not None else None
+        if uid is not None:
+            staging.hand_over(self.workspace.work, uid)
+        self._graders = Graders(self.task, work, environment.values, mode=settings.host.sandbox)
+        ran = self._graders.hook("preflight.sh")
+        self._graders.release_folder()
+        if ran is not None and ran.failed:
+            raise NotStarted(f"preflight failed: {self._secrets.scrub(ran.fault())} (no agent ran; nothing was "
+                             "spent)")
+
+    def judge(self) -> None:
+        """The graders over what the agent left: its processes ended first; a grader's fault is an ERROR."""
+        if self._sandbox is not None:
+            self._sandbox.stop()
+        graders, self._graders = self._graders, None
+        work = self.agent_folder
+        if graders is None:  # a saved run (--palette-collect): its graders from the start, preflight too
+            environment = staging.environment(self.task, os.environ)
+            self._secrets = environment.secrets(os.environ)
+            grade = grading.grade(self.task, work, mode=self.palette_session.settings.host.sandbox)
+        else:
+            left = hidden_tests.snapshot(work)
+            try:
+                graders.take_folder()
+                grade = grading.after_agent(self.task, graders, self._secrets)
+            finally:
+                graders.close()
+            # The folder is evidence: the graders leave it byte for byte as the agent did, or the run says so.
+            differences = hidden_tests.changed(left, hidden_tests.snapshot(work))
+            if differences:
+                self._grade = grade
+                self._error(f"the graders left the agent's folder changed: {', '.join(differences[:5])}"
+                            + (f" and {len(differences) - 5} more" if len(differences) > 5 else ""))
+        self._grade = grade
+        if grade.preflight_error:
+            self._error(f"preflight failed: {grade.preflight_error}")
+        if grade.errors:
+            self._error("; ".join(grade.errors))
+
+    def teardown(self) -> None:
+        if self._graders is not None:  # the item ended before its grading: what preflight started ends with it
+            self._graders.close()
+            self._graders = None
+        super().teardown()
+
+    def runtest(self) -> None:
+        grade = self._grade
+        assert grade is not None  # setup graded the folder, or ended the item as an ERROR
+        checks = tuple(graded.check for graded in grade.checks)
+        failures = [f"{'gate' if c.role == 'gate' else 'check'} {c.name} failed" + (f": {c.words}" if c.words else "")
+                    for c in checks if c.passed is False and (c.role == "gate" or c.weight > 0)]
+        judged = Judged(slides=None, has_plex=False, deck=False, calls=(), polls=None, max_polls=None,
+                        context_expected=False, context_reached=False, edit_expected=False, edit_called=False,
+                        replanned_after_edit=False, rules=TAG, checks=checks, score=grade.score)
+        self._finish("pass" if grade.verdict == "pass" else "fail", failures, judged)
+        if grade.verdict != "pass":
+            raise FamilyFailure("\n".join([f"task {self.task.id} scored {grade.score:.2f}", *failures]))
+
+    def family_run(self) -> FamilyRun:
+        identity = self.family_dir.identity
+        grade = self._grade
+        return FamilyRun(
+            family=self.task.family.root.name, task=self.task.id, revision=identity.revision,
+            skills_hash=identity.skills_hash, unstaged_packs=identity.unstaged_packs,
+            sources=tuple(g.source for g in grade.checks) if grade else (),
+            malformed=grade.malformed if grade else 0, backed_up=grade.backed_up if grade else (),
+            graders=grade.sandbox if grade else "")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
+        if isinstance(excinfo.value, FamilyFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.task.folder / PROMPT, 0, f"palette family: {self.name}"
+
+
+def collect_directory(path: Path, parent: pytest.Collector) -> FamilyDir | None:
+    """A family root is collected as a family, never as a folder of Python tests (its hidden tests are not ours)."""
+    named = path.resolve() in arguments(parent.config)
+    return FamilyDir.from_parent(parent, path=path) if is_family(path, named) else None
+
+
+__all__ = ["SOLUTIONS", "FamilyDir", "FamilyItem", "collect_directory", "is_family", "task_case"]
