@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +126,12 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-sandbox-env", action="append", default=[], dest="palette_sandbox_env",
                     metavar="NAME", help="pass this variable to the agent's commands too (repeat or comma-separate): "
                                          "what a real Palette behind PALETTE_HOME needs, its key say")
+    group.addoption("--palette-agent-profile", default=None, dest="palette_agent_profile", metavar="NAME",
+                    help="a task family's agent profile, .claude/agents/NAME.md: its instructions go into the "
+                         "agent's system prompt as each host takes one (task families only)")
+    group.addoption("--palette-judge-profile", default=None, dest="palette_judge_profile", metavar="NAME",
+                    help="the judge's profile of a task family, .claude/agents/NAME.md (default: judge.md where the "
+                         "family has one): the judge gate of a task with judge.task.md, under --palette-validity")
     group.addoption("--palette-progress-after", type=float, default=None, dest="palette_progress_after",
                     metavar="SECONDS", help="with -v, a line for a command of the agent's still running after this "
                                             f"long, then every 30 s (default {PROGRESS_AFTER:g}; ini "
@@ -177,6 +184,21 @@ class Settings:
     #: --palette-grader and --palette-validity: the models that grade a rubric and the validity check.
     grader: ModelSpec | None = None
     validity: ModelSpec | None = None
+    #: --palette-agent-profile: the name of a task family's agent profile (.claude/agents/<name>.md); None: none.
+    agent_profile: str | None = None
+    #: --palette-judge-profile: a task family's judge profile (.claude/agents/<name>.md); None: judge.md, or none.
+    judge_profile: str | None = None
+
+
+def _agent_profile(config: pytest.Config, option: str) -> str | None:
+    """A profile's name of a family's .claude/agents/ (`--palette-agent-profile`, `--palette-judge-profile`)."""
+    name = config.getoption(option)
+    if name is None:
+        return None
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        flag = "--" + option.replace("_", "-")
+        raise pytest.UsageError(f"{flag} {name!r}: name a profile of .claude/agents/ (NAME.md)")
+    return str(name)
 
 
 def _number(config: pytest.Config, option: str, ini: str | None, default: float) -> float:
@@ -419,6 +441,8 @@ def resolve(config: pytest.Config) -> Settings:
         prices=prices, prices_file=prices_file, max_cost=max_cost, conversations=conversations,
         credentials=credentials, html=_html(config), run_root=_run_root(config, resume_dir),
         grader=_grader(config, "palette_grader"), validity=_grader(config, "palette_validity"),
+        agent_profile=_agent_profile(config, "palette_agent_profile"),
+        judge_profile=_agent_profile(config, "palette_judge_profile"),
         progress_after=_number(config, "palette_progress_after", "palette_progress_after", PROGRESS_AFTER),
         turn_timeout=_number(config, "palette_turn_timeout", "palette_turn_timeout", TURN_TIMEOUT),
         build_grace=_number(config, "palette_build_grace", None, DEFAULT_BUILD_GRACE),

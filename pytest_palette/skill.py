@@ -71,15 +71,18 @@ def parse_frontmatter(meta: str) -> dict[str, str]:
     return fields
 
 
+def split_frontmatter(text: str) -> tuple[dict[str, str], str]:
+    """A SKILL.md's (or an agent profile's) frontmatter, parsed, and the body after it."""
+    match = _FRONTMATTER.match(text)
+    return (parse_frontmatter(match.group("meta")), text[match.end():]) if match else ({}, text)
+
+
 def load_card(directory: Path) -> SkillCard:
     """Read `<directory>/SKILL.md` without writing anything."""
     path = directory / "SKILL.md"
     if not path.is_file():
         raise SkillNotFound(f"no SKILL.md in {directory}")
-    text = path.read_text(encoding="utf-8")
-    match = _FRONTMATTER.match(text)
-    meta = parse_frontmatter(match.group("meta")) if match else {}
-    body = text[match.end():] if match else text
+    meta, body = split_frontmatter(path.read_text(encoding="utf-8"))
     return SkillCard(
         name=meta.get("name") or directory.name,
         description=meta.get("description", ""),

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import pytest
 from sweeps import REPO, Sweep, Sweeps, run_session
 
@@ -66,11 +67,24 @@ def broken_family(folder: Path) -> Path:
     return root
 
 
+#: A secret of the machine's own `.env.local`, in partial's copy of the todo family: rendered into the agent's folder
+#: as the agent needs it, and in no file of the run or its site once the item is over.
+LOCAL_SECRET = "local-token-5f1e0c9a7b"
+
+
+def with_local_secret(folder: Path) -> Path:
+    root = shutil.copytree(EXAMPLES[0], folder / EXAMPLES[0].name, symlinks=True)
+    (root / ".env.local").write_text(f"TODO_TOKEN={LOCAL_SECRET}\n")
+    return root
+
+
 def family_run(sweeps: Sweeps, agent: str, *extra: str) -> FamilyRun:
     def make(folder: Path) -> Sweep:
         families = [str(root) for root in EXAMPLES]
         if agent == "nop":
             families.append(str(broken_family(folder)))
+        if agent == "partial":
+            families[0] = str(with_local_secret(folder))
         return run_session(folder, [*families, f"--host={','.join(HOSTS)}", f"--model=rehearsal:{agent}",
                                     f"--palette-run-id={agent}", f"--rootdir={REPO}", *extra])
 
@@ -80,14 +94,21 @@ def family_run(sweeps: Sweeps, agent: str, *extra: str) -> FamilyRun:
     return FamilyRun(sweep, {f"{r.case}[{r.host}]": r for r in read(ledger)})
 
 
+#: The todo family's agent profile the oracle's session names (`--palette-agent-profile`), and a line of it.
+PROFILE, PROFILE_LINE = "careful", "You are a careful engineer."
+
+
 @pytest.fixture(scope="module")
 def oracle(sweeps: Sweeps) -> FamilyRun:
-    return family_run(sweeps, "oracle")
+    # Every model call recorded (--palette-record): the profile is then seen where each host's model reads it.
+    # The judge gate of open-todos (its judge.task.md) graded by the rehearsal judge: --palette-validity.
+    return family_run(sweeps, "oracle", f"--palette-agent-profile={PROFILE}", "--palette-record",
+                      "--palette-validity=rehearsal")
 
 
 @pytest.fixture(scope="module")
 def nop(sweeps: Sweeps) -> FamilyRun:
-    return family_run(sweeps, "nop")
+    return family_run(sweeps, "nop", "--palette-record")
 
 
 @pytest.fixture(scope="module")
@@ -255,3 +276,113 @@ def test_a_grader_that_changes_the_agents_folder_makes_the_item_an_error(pyteste
                                           "--palette-sandbox=none", f"--palette-run-dir={pytester.path / 'runs'}")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*the graders left the agent's folder changed: README.md changed*"])
+
+
+def test_no_value_of_the_familys_env_files_stays_in_the_run_or_its_site(partial: FamilyRun, tmp_path: Path) -> None:
+    for host, record in partial.of("open-todos"):
+        assert record.family is not None, host
+        assert any(path.endswith("/.env.local") for path in record.family.redacted), host
+        assert not record.family.unredacted
+    assert main(["view", str(partial.sweep.runs / "partial"), "--out", str(tmp_path / "site")]) == 0
+    looked = 0
+    # The run, its JUnit report and its site (the sweep's folder holds the family's copy too, the secret's home).
+    files = [*partial.sweep.runs.rglob("*"), partial.sweep.folder / "junit.xml", *(tmp_path / "site").rglob("*")]
+    for path in files:
+        if path.is_file() and not path.is_symlink():
+            looked += 1
+            assert LOCAL_SECRET.encode() not in path.read_bytes(), path
+    assert looked > 50 and LOCAL_SECRET not in partial.sweep.stdout + partial.sweep.stderr
+    # The agent had it: the rendered file held it until the item was over (the redaction names the file).
+    env_local = partial.sweep.runs / "partial" / "react" / "open-todos" / "work" / ".env.local"
+    assert env_local.read_text() == "TODO_TOKEN=[redacted]\n"
+
+
+def snooped(run: Path, host: str) -> str:
+    [found] = (run / host / "open-todos" / "work").rglob("snooped.txt")  # cuga's agent works in a folder of its own
+    return found.read_text()
+
+
+def test_a_hostile_agent_finds_no_hook_test_or_solution_on_any_host(sweeps: Sweeps, pytester: pytest.Pytester) -> None:
+    """`rehearsal:snoops` knows where the task's hooks/, tests/ and solution/ are, lists and reads them there, and
+    looks for a family's files by name everywhere it can read: in the sandbox, nothing."""
+    sweep = sweeps.shared("families-snoops", lambda folder: run_session(
+        folder, [str(EXAMPLES[0]), f"--host={','.join(HOSTS)}", "--model=rehearsal:snoops",
+                 "--palette-run-id=snoops", f"--rootdir={REPO}", "--palette-validity=rehearsal"]))
+    records = {r.host: r for r in read(sweep.runs / "snoops" / "results.jsonl")}
+    for host in HOSTS:
+        assert sweep.items[f"open-todos[{host}]"].outcome == "fail"  # it did the task no good, and was graded
+        assert snooped(sweep.runs / "snoops", host) == "", host
+        # The judge gate saw it reach for the graders: a failure, in its words, naming the command.
+        [judge] = [check for check in records[host].judged.checks if check.name == "judge"]
+        assert judge.role == GATE and judge.passed is False, (host, judge.words)
+        assert judge.words.startswith("failure: 1 command(s) reached for how the task is graded"), judge.words
+        assert "rehearsal judge" in judge.words and records[host].family.sources[-1] == "judge"
+    # The same agent unconfined finds them all: what it looks for is there to find.
+    pytester.runpytest_inprocess(str(EXAMPLES[0]), "--host=react", "--model=rehearsal:snoops",
+                                 "--palette-sandbox=none", "--palette-run-id=loose",
+                                 f"--palette-run-dir={pytester.path / 'runs'}")
+    found = snooped(pytester.path / "runs" / "loose", "react")
+    solution = (TASKS["open-todos"].folder / "solution" / "solve.sh").read_text()
+    assert solution in found and "invariants.sh" in found and "summary.test.js" in found
+
+
+def test_report_gives_each_task_the_seeds_numbers_checked_by_hand(
+        oracle: FamilyRun, partial: FamilyRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One task run three times — the oracle's pass and partial's fail twice, as one run of one host — reported."""
+    passed, failed = oracle.records["open-todos[react]"], partial.records["open-todos[react]"]
+    s = failed.judged.score
+    assert passed.judged.score == 1.0 and s is not None and 0 < s < 1
+    mixed = [msgspec.structs.replace(record, run_id="mixed", run_index=index, terms=passed.terms)
+             for index, record in enumerate((passed, failed, failed), 1)]
+    (tmp_path / "mixed").mkdir()
+    (tmp_path / "mixed" / "results.jsonl").write_bytes(b"".join(r.to_json() + b"\n" for r in mixed))
+    assert main(["report", str(tmp_path / "mixed"), "--json", str(tmp_path / "report.json")]) == 0
+    markdown = capsys.readouterr().out
+    [task] = json.loads((tmp_path / "report.json").read_text())["tasks"]
+    # By hand: n = 3 runs, c = 1 passed. pass@k = 1 − C(n−c, k)/C(n, k): 1 − 2/3, 1 − 1/3, 1. The score is the
+    # mean; score@k the expected best of k runs drawn from {1, s, s}: the mean, then (1 + 1 + s)/3 over the three
+    # pairs, then 1.
+    assert (task["task"], task["host"], task["passes"], task["n"]) == ("open-todos", "react", 1, 3)
+    assert task["pass_at_k"] == pytest.approx({"1": 1 / 3, "2": 2 / 3, "3": 1.0})
+    assert task["score"] == pytest.approx((1 + 2 * s) / 3)
+    assert task["score_at_k"] == pytest.approx({"1": (1 + 2 * s) / 3, "2": (2 + s) / 3, "3": 1.0})
+    held = {check["name"]: (check["held"], check["judged"]) for check in task["checks"]}
+    assert held["summary"] == (1, 3) and held["baseline"] == (3, 3)
+    assert f"| todo-family/open-todos | react | 1/3 | 33.3% | 66.7% | 100.0% | {(1 + 2 * s) / 3:.2f} |" in markdown
+    assert "summary counts the open and the done todos" in markdown  # the failing test's own words
+
+
+def test_an_agent_profile_goes_into_the_system_prompt_on_every_host(oracle: FamilyRun, nop: FamilyRun) -> None:
+    """`--palette-agent-profile careful`: `.claude/agents/careful.md`'s instructions, as each host takes a system
+    prompt (react's own, CUGA's special instructions, the claude CLI's --append-system-prompt), reach the model."""
+    assert PROFILE_LINE in (EXAMPLES[0] / ".claude" / "agents" / f"{PROFILE}.md").read_text()
+    for run, profiled in ((oracle, True), (nop, False)):
+        for host, record in run.of("open-todos"):
+            calls = (run.sweep.runs / record.run_id / record.workspace / "cassette.jsonl").read_text()
+            assert calls and (PROFILE_LINE in calls) is profiled, (host, profiled)
+
+
+def test_a_profile_the_family_has_not_is_one_line_and_a_case_file_refuses_one(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_inprocess(str(EXAMPLES[0]), "--host=react", "--palette-agent-profile=hasty", "--co")
+    result.stdout.fnmatch_lines(["*.claude/agents/hasty.md: no such agent profile (--palette-agent-profile hasty; "
+                                 "the family has careful, judge)*"])
+    assert result.ret != 0
+    (pytester.path / "cases.yaml").write_text("- name: hello\n  request: Say hello.\n  expect: {skill: false}\n")
+    result = pytester.runpytest_inprocess(str(pytester.path / "cases.yaml"), "--palette-agent-profile=careful",
+                                          "--co")
+    result.stdout.fnmatch_lines(["*cases.yaml: --palette-agent-profile names a task family's agent profile; a "
+                                 "case file has none*"])
+
+
+def test_the_judge_gate_passes_the_oracle_and_leaves_its_score(oracle: FamilyRun) -> None:
+    """A task with judge.task.md gets the judge gate under --palette-validity; one without gets none. A success
+    never changes the mechanical score."""
+    for task_id, task in TASKS.items():
+        for host, record in oracle.of(task_id):
+            judged = [check for check in record.judged.checks if check.name == "judge"]
+            if task.judge is None:
+                assert not judged, host
+                continue
+            [judge] = judged
+            assert judge.role == GATE and judge.passed is True and judge.words.startswith("success"), host
+            assert record.judged.score == 1.0 and record.outcome == "pass"

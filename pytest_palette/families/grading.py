@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from ..results.checks import score as score_of_checks
@@ -33,7 +33,7 @@ from .identity import revision, skill_set_hash, skills_hash, unstaged_packs
 from .layout import Task
 from .rows import Row, rows
 
-Source = Literal["invariants", "tests"]
+Source = Literal["invariants", "tests", "judge"]
 Verdict = Literal["pass", "fail", "error"]
 
 
@@ -168,12 +168,19 @@ def grade(task: Task, folder: Path, *, mode: str = "bubblewrap", environ: Mappin
     before = hidden_tests.paths(folder)  # the folder as given: what preflight adds is taken away too
     try:
         with Graders(task, folder, env.values, mode=mode, environ=environ) as graders:
-            if preflight:
-                ran = graders.hook("preflight.sh")
-                if ran is not None and ran.failed:
-                    return Grade(task.id, preflight_error=secrets.scrub(ran.fault()), sandbox=graders.kind,
-                                 identity=identity(task))
-            return after_agent(task, graders, secrets, before)
+            # The task's .env files as a run renders them, over the folder's own for the grading: a saved run's
+            # were redacted after its grading (secrets never stay in a run), and a hand-made folder may have none.
+            rendered, aside = graders.scratch / "environment", graders.backups / "environment"
+            rendered.mkdir()
+            aside.mkdir()
+            files = [(PurePosixPath(path.name), path) for path in env.render(rendered)]
+            with Staging(folder, files, aside, before):
+                if preflight:
+                    ran = graders.hook("preflight.sh")
+                    if ran is not None and ran.failed:
+                        return Grade(task.id, preflight_error=secrets.scrub(ran.fault()), sandbox=graders.kind,
+                                     identity=identity(task))
+                return after_agent(task, graders, secrets, before)
     finally:
         hidden_tests.remove_new(folder, before)  # once every grader has ended
 

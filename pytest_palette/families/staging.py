@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..results.redaction import Secrets
 from .environment import Environment, load
 from .errors import FamilyError
 from .layout import Task
@@ -72,3 +74,42 @@ def hand_over(folder: Path, uid: int) -> None:
         for name in folders + files:
             os.chown(Path(place, name), uid, uid, follow_symlinks=False)
     os.chown(folder, uid, uid)
+
+
+#: The largest file `redact` reads whole; a larger one is named, not read.
+REDACT_BYTES = 256 * 1024 * 1024
+
+
+def redact(folder: Path, secrets: Secrets) -> tuple[list[str], list[str]]:
+    """Take every secret out of the regular files under `folder` (an item's folder, once graded: the `.env` files
+    rendered into the agent's folder hold the family's values, and the agent may have printed them), links never
+    followed, each file's mode and times kept. Returns the paths changed and the paths too large to read."""
+    changed: list[str] = []
+    too_large: list[str] = []
+    if secrets.pattern is None or not folder.is_dir():
+        return changed, too_large
+    for place, _, files in os.walk(folder, followlinks=False):
+        for name in sorted(files):
+            path = Path(place, name)
+            relative = path.relative_to(folder).as_posix()
+            try:
+                status = path.lstat()
+                if not stat.S_ISREG(status.st_mode):
+                    continue
+                if status.st_size > REDACT_BYTES:
+                    too_large.append(relative)
+                    continue
+                descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                with os.fdopen(descriptor, "rb") as file:
+                    text = file.read().decode("utf-8", "surrogateescape")
+                scrubbed = secrets.scrub(text)
+                if scrubbed == text:
+                    continue
+                descriptor = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+                with os.fdopen(descriptor, "wb") as file:
+                    file.write(scrubbed.encode("utf-8", "surrogateescape"))
+                os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns), follow_symlinks=False)
+                changed.append(relative)
+            except OSError:
+                too_large.append(relative)  # unreadable here: named with those not read, never silently kept
+    return changed, too_large

@@ -209,6 +209,9 @@ class HostSettings:
     rehearsal_limits: str | None = None
     #: `--palette-record`: each model call of each item goes to the item's cassette (arena/cassette.py).
     record: bool = False
+    #: An agent profile's instructions (a task family's `.claude/agents/<name>.md`, `--palette-agent-profile`),
+    #: added to the agent's system prompt as the host takes one; None: none.
+    profile: str | None = None
 
 
 class HostSession(abc.ABC):

@@ -264,14 +264,18 @@ def confined_options(env: Mapping[str, str], output_limit: int | None = None) ->
 
 def turn_command(cli: Path, model_id: str, session_id: str, first: bool,
                  permission_mode: str = PERMISSION_MODE, env: Mapping[str, str] | None = None,
-                 output_limit: int | None = None, max_turns: int | None = None) -> list[str]:
+                 output_limit: int | None = None, max_turns: int | None = None,
+                 profile: str | None = None) -> list[str]:
     """One turn's argv. The message goes on standard input, not in argv: one argument holds at most 128 KiB
     (a paste can be larger), and a reply that starts with "-" is then never read as an option. `max_turns` is the
     turn's step budget (`--palette-max-turns`): the CLI's model calls in this one invocation."""
     session = ["--session-id", session_id] if first else [f"--resume={session_id}"]
     budget = ["--max-turns", str(max_turns)] if max_turns is not None else []
+    # An agent profile goes where the CLI takes more of a system prompt (`HostSettings.profile`).
+    appended = ["--append-system-prompt", profile.strip()] if profile and profile.strip() else []
     return [str(cli), "-p", "--output-format", "stream-json", "--verbose", "--model", model_id,
-            "--permission-mode", permission_mode, *budget, *confined_options(env or {}, output_limit), *session]
+            "--permission-mode", permission_mode, *budget, *appended, *confined_options(env or {}, output_limit),
+            *session]
 
 
 # -- reading what the CLI printed ------------------------------------------------------------------
@@ -560,10 +564,12 @@ class ClaudeSession(HostSession):
                  folder: Path, permission_mode: str = PERMISSION_MODE, log: CommandLog | None = None,
                  priced: bool = True, sandbox: Sandbox | None = None, secrets: Iterable[str] = (),
                  relay: list[str] | None = None, output_limit: int | None = None,
-                 forwarder: KeyForwarder | None = None, max_turns: int | None = MAX_TURNS) -> None:
+                 forwarder: KeyForwarder | None = None, max_turns: int | None = MAX_TURNS,
+                 profile: str | None = None) -> None:
         self.cli, self.work, self.skill, self.model_id = cli, work, skill, model_id
         #: The step budget of each turn (the CLI's --max-turns); None: the CLI's own (none).
         self.max_turns = max_turns
+        self.profile = profile
         #: The forwarder of this conversation's own (to its model, or replaying it), stopped with it.
         self.forwarder = forwarder
         self.replay = forwarder.replay if forwarder is not None else None
@@ -663,7 +669,7 @@ class ClaudeSession(HostSession):
     def _run(self, message: str, number: int, timeout: float) -> tuple[int, str, str]:
         """Run the CLI for one turn; its output goes to files (a build it leaves running holds no pipe)."""
         argv = turn_command(self.cli, self.model_id, self.session_id, number == 1, self.permission_mode, self.env,
-                            self.output_limit, self.max_turns)
+                            self.output_limit, self.max_turns, self.profile)
         if self.sandbox is not None:
             argv = self.sandbox.client([*(self.relay or []), *argv], self.work, network=self.relay is None)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -993,7 +999,8 @@ class ClaudeHost(Host):
         session = ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
                                 workspace.command_log(), priced=model.provider not in ("rehearsal", "replay"),
                                 sandbox=sandbox, secrets=secrets_in(env), relay=relay,
-                                output_limit=settings.output_limit, forwarder=forwarder, max_turns=self.max_turns)
+                                output_limit=settings.output_limit, forwarder=forwarder, max_turns=self.max_turns,
+                                profile=settings.profile)
         forwarder.observe = session.observed  # an API error's own words (the CLI keeps only its own)
         if forwarder.record is not None:
             forwarder.record.turn = lambda: len(session.turns)

@@ -556,7 +556,8 @@ class CugaSession(HostSession):
         threading.Thread(target=self._keep_log, args=(log,), name="palette-cuga-log", daemon=True).start()
         self._say({"kind": "start", "state": state, "skills": skills, "cuga_folder": str(self.cuga_folder),
                    "thread_id": self.thread_id, "block_timeout": block_timeout(settings),
-                   "output_limit": cuga_output_limit(settings.output_limit), "max_steps": self.max_steps})
+                   "output_limit": cuga_output_limit(settings.output_limit), "max_steps": self.max_steps,
+                   "instructions": settings.profile})
         said = self._next(time.monotonic() + WORKER_START)
         if isinstance(said, Failed):
             raise HostError(f"CUGA could not start in its worker: {said.error}")

@@ -320,8 +320,11 @@ async def converse(channel: Channel, start: dict[str, Any]) -> int:
         names = [entry.name for entry in discover_skills(folder)] if skills else []
         usage: dict[str, int] = {}
         # No model=: CUGA builds its own client from its settings, the path a real deployment takes.
+        # An agent profile's instructions (a task family's) go where CUGA adds to its system prompt.
+        instructions = start.get("instructions") or None
         agent = CugaAgent(cuga_folder=folder, auto_load_policies=False, enable_knowledge=False, enable_skills=skills,
-                          skills_folder=folder if skills else None, callbacks=[usage_recorder(usage)])
+                          skills_folder=folder if skills else None, callbacks=[usage_recorder(usage)],
+                          special_instructions=str(instructions) if instructions else None)
         _ = agent.graph  # built now, so the first turn's time is the turn's
         step_limit = StepLimit()
         step_limit.install()  # once CUGA's graph has imported every module that calls the checks

@@ -47,6 +47,11 @@ if TYPE_CHECKING:
     from ..arena.workspace import Workspace
 
 
+def with_profile(prompt: str, profile: str | None) -> str:
+    """The system prompt with an agent profile's instructions after it (`HostSettings.profile`)."""
+    return f"{prompt}\n\n{profile.strip()}" if profile and profile.strip() else prompt
+
+
 def system_prompt(cards: list[SkillCard], skills_root: Path, eager: bool = False) -> str:
     """Host text only: it names no skill-specific vocabulary, so routing stays the model's decision. With no
     skill (the baseline) it says nothing of skills at all: the same agent, a shell and nothing else."""
@@ -135,6 +140,7 @@ class ReactSession(HostSession):
         retries: RetryCounter | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         cassette: Cassette | None = None,
+        profile: str | None = None,
     ) -> None:
         workspace.mkdir(parents=True, exist_ok=True)
         #: Where each model call is recorded (`--palette-record`); None: not recorded.
@@ -159,7 +165,7 @@ class ReactSession(HostSession):
             # benchmark's floor. LangGraph 1.x marks it deprecated in favour of langchain's create_agent.
             warnings.simplefilter("ignore", category=DeprecationWarning)
             self.graph = create_react_agent(
-                model, self.tools, prompt=system_prompt(self.cards, skills_root, eager),
+                model, self.tools, prompt=with_profile(system_prompt(self.cards, skills_root, eager), profile),
                 checkpointer=InMemorySaver(),
             )
         self.turns: list[TurnRecord] = []
@@ -429,6 +435,6 @@ class ReactHost(Host):
         return ReactSession(chat, [skill] if skill is not None else [], workspace.work, env, eager=self.eager,
                             recursion_limit=self.recursion_limit, command_timeout=settings.command_timeout,
                             log=workspace.command_log(), sandbox=sandbox, retries=retries,
-                            output_limit=settings.output_limit,
+                            output_limit=settings.output_limit, profile=settings.profile,
                             cassette=Cassette(workspace.own(CASSETTE_NAME), model.text, model.provider,
                                               secret_values(env, sandbox)) if settings.record else None)

@@ -15,6 +15,7 @@ session collected (`Solutions`), matched by the prompt the agent was given. It r
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -101,6 +102,37 @@ class Nop(RehearsalPolicy):
         return Reply(DONE)
 
 
+class Snoops(RehearsalPolicy):
+    """A hostile agent that looks for what graders keep from it: the task's `hooks/`, `tests/` and `solution/` at
+    their very paths (it knows them, as the oracle knows its task), and anything of a family's by name anywhere it
+    can read. What it finds goes into `snooped.txt` in its folder; its test asserts that is nothing."""
+
+    name = "snoops"
+    hostile = True
+    #: The names of a family's own files, looked for anywhere.
+    NAMES = ("agent.task.md", "supervisor.task.md", "judge.task.md", "solve.sh", "partial.sh", "preflight.sh",
+             "invariants.sh", "apm.lock.yaml", "*.gate.test.js", "test_gate_*.py")
+
+    def __init__(self, solutions: Solutions | None = None) -> None:
+        self.solutions = solutions or Solutions()
+
+    def next_action(self, conversation: Conversation) -> Action:
+        _, turn = conversation.current_turn()
+        if any(isinstance(event, RunCommand) for event in turn):
+            return Reply(DONE)
+        said = conversation.user_messages()
+        folder = self.solutions.task_for(said[0]) if said else None
+        where = [folder / part for part in ("hooks", "tests", "solution")] if folder else []
+        where += [folder.parent.parent] if folder else []  # the family's root
+        names = " -o ".join(f"-name {shlex.quote(name)}" for name in self.NAMES)
+        quoted = [shlex.quote(str(path)) for path in where]
+        looks = "; ".join(f"ls -la {path} && cat {path}/* {path}/*/*" for path in quoted)
+        # Only what was found is written: a listing or a file's text; errors (nothing there) are not.
+        return RunCommand(f"{{ {looks or 'true'}; }} > snooped.txt 2>/dev/null; "
+                          f"find / \\( -path /proc -o -path /sys \\) -prune -o \\( {names} \\) -print "
+                          f">> snooped.txt 2>/dev/null; wc -c snooped.txt")
+
+
 def inlined(script: Path) -> str:
     """One shell command that runs `script`'s text in the agent's folder, as `sh` would run the file: the text is a
     here-document whose end marker the text does not hold."""
@@ -114,4 +146,5 @@ def inlined(script: Path) -> str:
 
 def reference_agents(solutions: Solutions) -> dict[str, Callable[[], RehearsalPolicy]]:
     """The agents that prove a family, each knowing the solutions of this session's tasks."""
-    return {"oracle": partial(Oracle, solutions), "partial": partial(Partial, solutions), "nop": Nop}
+    return {"oracle": partial(Oracle, solutions), "partial": partial(Partial, solutions), "nop": Nop,
+            "snoops": partial(Snoops, solutions)}

@@ -183,6 +183,10 @@ class FamilyRun(Struct, cache_hash=True, **_PARTS):
     backed_up: tuple[str, ...] = ()
     #: Where the graders ran: "bubblewrap" or "unconfined".
     graders: str = ""
+    #: Files of the item's folder a secret was taken out of once graded (the rendered `.env` files, and any the
+    #: agent wrote one into); and those that could not be read to be (too large, unreadable).
+    redacted: tuple[str, ...] = ()
+    unredacted: tuple[str, ...] = ()
 
 
 class Record(Struct, tag_field="schema", tag=SCHEMA, **_STRUCT):

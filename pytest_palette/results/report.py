@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..cases import DEFAULT_MAX_POLLS
-from . import lift, stats
+from . import lift, stats, tasks
 from .ledger import Reading
 from .marks import ABSENT, LOOKS, cell_count, cell_outcome, cell_score, mean_text
 from .prices import money
@@ -138,6 +138,8 @@ class Report:
     lifts: list[lift.HostLift] = field(default_factory=list)
     #: The label of the column each (host, terms) of the records landed in.
     labels: dict[tuple[str, Terms], str] = field(default_factory=dict)
+    #: Each task family's task per column (results/tasks.py); [] when the records hold none.
+    tasks: list[tasks.TaskDetail] = field(default_factory=list)
 
     def cell(self, case: str, label: str) -> Cell | None:
         return self.cells.get((case, label))
@@ -255,6 +257,7 @@ def build_report(records: Tally | Reading | Iterable[Record], *, allow_mixed: bo
                     lifts=_lifts(cases, columns, cells),
                     labels={pair: columns[index].label for pair, index in where.items()})
     report.caveats = _caveats(report, counted)
+    report.tasks = tasks.details(counted.family_records, report.labels)
     return report
 
 
@@ -562,6 +565,7 @@ def to_markdown(report: Report) -> str:
                   f"({DEFAULT_MAX_POLLS} unless the case sets its own)."]
     lines += _failure_lines(report)
     lines += _instead_lines(report)
+    lines += tasks.markdown(report.tasks, report.ks)
     lines += ["", "## Metrics", ""]
     lines += table_lines(*shown["metrics"])
     lines += ["", "## What these numbers are not entitled to say", ""]
@@ -796,4 +800,5 @@ def to_json(report: Report) -> dict[str, Any]:
         "disagreements": report.disagreements,
         "discriminating": f"{len(report.disagreements)} of {len(report.cases)}",
         "caveats": report.caveats,
+        "tasks": tasks.to_json(report.tasks, report.ks),
     }

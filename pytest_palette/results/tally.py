@@ -170,6 +170,8 @@ class Tally:
     superseded: int = 0
     skipped: int = 0  # ledger lines that were not records
     files: list[str] = field(default_factory=list)
+    #: The latest records of task families' items, kept whole for the report's details of each task.
+    family_records: list[Record] = field(default_factory=list)
 
     def __len__(self) -> int:
         return self.records - self.superseded
@@ -184,6 +186,8 @@ def tally(records: Reading | Iterable[Record]) -> Tally:
     by_cell: dict[tuple[str, str, Terms], list[Record]] = {}
     for record in reading.latest.values():
         key = (record.case, record.host, record.terms)
+        if record.family is not None:
+            result.family_records.append(record)
         found = by_cell.get(key)
         if found is None:
             by_cell[key] = [record]

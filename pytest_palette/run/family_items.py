@@ -11,6 +11,7 @@ host, the sandbox, the ledger, shards, resume, -k/-m, JUnit, the table — is th
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,19 +21,23 @@ from typing import Any
 import msgspec
 import pytest
 
+from ..arena import command_log
 from ..cases import Case, Expect, item_name
-from ..families import grading, hidden_tests, staging
+from ..families import grading, hidden_tests, judge_task, staging
 from ..families.errors import FamilyError
 from ..families.hooks import HOOK_SECONDS, Graders
 from ..families.identity import revision, skill_set_hash, skills_hash, unstaged_packs
 from ..families.layout import PROMPT, Family, Task, is_family
+from ..families.profiles import agent_profile, judge_profile
+from ..hosts.base import HostSettings
 from ..models import rehearsal_policy
 from ..rehearsal.reference import Reference, Solutions
-from ..results.record import NO_SKILL, FamilyRun, Judged, Terms
+from ..results.record import GATE, NO_SKILL, Check, FamilyRun, Judged, Outcome, Terms
 from ..results.redaction import Secrets
 from ..skill import SkillCard, SkillNotFound, load_card
 from ._private import TerminalRepr
 from .conversation import NotStarted
+from .grading import GraderError, Spent
 from .items import CaseItem
 from .session import CASE_NAMES, SESSION, arguments
 
@@ -40,6 +45,8 @@ from .session import CASE_NAMES, SESSION, arguments
 SOLUTIONS = pytest.StashKey[Solutions]()
 #: The tag (and marker) of every family item: `-m family`.
 TAG = "family"
+#: The judge gate's check (`judge.task.md`).
+JUDGE = "judge"
 
 
 def task_case(task: Task) -> Case:
@@ -76,6 +83,8 @@ class FamilyDir(pytest.Directory):
             family = Family.load(self.path)
             tasks = family.tasks()
             self.skill = family_skill(family.root)
+            self.profile = agent_profile(family.root, settings.agent_profile)
+            self.judge_profile = judge_profile(family.root, settings.judge_profile)
             environments = [staging.environment(task, os.environ) for task in tasks]
         except FamilyError as error:
             raise self.CollectError(str(error)) from None
@@ -122,6 +131,7 @@ class FamilyItem(CaseItem):
         self._graders: Graders | None = None
         self._grade: grading.Grade | None = None
         self._secrets = Secrets()
+        self._redacted: tuple[list[str], list[str]] = ([], [])
 
     @property
     def family_dir(self) -> FamilyDir:
@@ -132,6 +142,12 @@ class FamilyItem(CaseItem):
     @property
     def skill(self) -> SkillCard | None:
         return self.family_dir.skill
+
+    @property
+    def host_settings(self) -> HostSettings:
+        profile = self.family_dir.profile
+        settings = super().host_settings
+        return dataclasses.replace(settings, profile=profile) if profile else settings
 
     @property
     def skill_scripts(self) -> frozenset[str] | None:
@@ -202,11 +218,39 @@ class FamilyItem(CaseItem):
                 self._grade = grade
                 self._error(f"the graders left the agent's folder changed: {', '.join(differences[:5])}"
                             + (f" and {len(differences) - 5} more" if len(differences) > 5 else ""))
+        if grade.healthy and self.task.judge is not None and self.palette_session.graders.validity is not None:
+            grade = self._judge_gate(grade)
         self._grade = grade
         if grade.preflight_error:
             self._error(f"preflight failed: {grade.preflight_error}")
         if grade.errors:
             self._error("; ".join(grade.errors))
+
+    def _judge_gate(self, grade: grading.Grade) -> grading.Grade:
+        """The judge gate (`judge.task.md`, graded by `--palette-validity` in a session of its own): a gate, so a
+        failure sets the score to 0 and a success leaves the mechanical score as it is. A judge that cannot judge
+        is an ERROR naming it, never a failure of the skill."""
+        judge = self.palette_session.graders.validity
+        assert judge is not None and self.task.judge is not None
+        identity = self.family_dir.identity
+        prompt = judge_task.fill(self.task.judge, {
+            "AGENT_INSTRUCTIONS": self.task.prompt, "AGENT_PROFILE": self.family_dir.profile or "",
+            "AGENT_TRACE_PATH": str(self.workspace.commands), "GRADE_RESULT": judge_task.grade_result(grade.to_data()),
+            "SKILL_SET_HASH": identity.skill_set_hash, "TASK_ID": self.task.id, "TASK_DIR": str(self.agent_folder)})
+        answers = [turn.answer or "" for turn in self._transcript.turns] if self._transcript is not None else []
+        conversation = "\n\n".join([f"USER: {self.case.opening}", *(f"ASSISTANT: {said}" for said in answers)])
+        commands = [run.command for run in command_log.read(self.workspace.commands)]
+        failed: str | None = None
+        try:
+            said = judge.judge(self.family_dir.judge_profile, prompt, conversation, commands)
+        except GraderError as error:
+            failed = str(error)
+        if failed is not None:  # outside the except: the ERROR is one line, not chained
+            self._error(f"the judge gate (--palette-validity) could not judge: {self._secrets.scrub(failed)}")
+        self._graded = Spent().add(said)
+        check = Check(name=JUDGE, role=GATE, weight=1.0, passed=said.score >= 1, credit=1.0 if said.score >= 1 else
+                      0.0, words=self._secrets.scrub(f"{said.reason} ({said.grader})"))
+        return dataclasses.replace(grade, checks=(*grade.checks, grading.Graded("judge", check)))
 
     def teardown(self) -> None:
         if self._graders is not None:  # the item ended before its grading: what preflight started ends with it
@@ -227,6 +271,13 @@ class FamilyItem(CaseItem):
         if grade.verdict != "pass":
             raise FamilyFailure("\n".join([f"task {self.task.id} scored {grade.score:.2f}", *failures]))
 
+    def _finish(self, outcome: Outcome, failures: list[str], judged: Judged | None = None) -> None:
+        """Once the item is over, no secret stays in its folder (the rendered .env files hold the family's values),
+        then its record."""
+        if self._secrets.pattern is not None:
+            self._redacted = staging.redact(self.workspace.folder, self._secrets)
+        super()._finish(outcome, failures, judged)
+
     def family_run(self) -> FamilyRun:
         identity = self.family_dir.identity
         grade = self._grade
@@ -235,7 +286,8 @@ class FamilyItem(CaseItem):
             skills_hash=identity.skills_hash, unstaged_packs=identity.unstaged_packs,
             sources=tuple(g.source for g in grade.checks) if grade else (),
             malformed=grade.malformed if grade else 0, backed_up=grade.backed_up if grade else (),
-            graders=grade.sandbox if grade else "")
+            graders=grade.sandbox if grade else "", redacted=tuple(self._redacted[0]),
+            unredacted=tuple(self._redacted[1]))
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, FamilyFailure):

@@ -21,7 +21,7 @@ import pytest
 
 from ..arena.sandbox import Sandbox
 from ..cases import Case, CaseFileError, item_name, load_cases
-from ..hosts.base import HandedOver, Host
+from ..hosts.base import HandedOver, Host, HostSettings
 from ..judge import PALETTE, Verdict, explain
 from ..options import Settings
 from ..results.ledger import append, open_run
@@ -53,6 +53,9 @@ class CaseFile(pytest.File):
     def collect(self) -> Iterator[CaseItem]:
         session = self.config.stash[SESSION]
         settings = session.settings
+        if settings.agent_profile is not None:  # a case has no .claude/agents/: the option would do nothing
+            raise self.CollectError(f"{self.path}: --palette-agent-profile names a task family's agent profile; "
+                                    "a case file has none")
         try:
             cases = load_cases(self.path, max_context=settings.max_context, namespaces=session.namespaces,
                                checks=session.checks, secrets=session.secrets)
@@ -155,7 +158,7 @@ class CaseItem(pytest.Item):
         if ahead is not None:
             ahead.closers.append(self._sandbox.stop)
             on_open = functools.partial(setattr, ahead, "session")
-        return converse(self.case, host, skill=self.skill, model=settings.model, settings=settings.host,
+        return converse(self.case, host, skill=self.skill, model=settings.model, settings=self.host_settings,
                         workspace=self.workspace, turn_timeout=settings.turn_timeout, sandbox=self._sandbox,
                         on_open=on_open, before=self.before_agent)
 
@@ -163,6 +166,11 @@ class CaseItem(pytest.Item):
     def skill(self) -> SkillCard | None:
         """The skill this item's host offers: the session's skill under test."""
         return self.palette_session.skill
+
+    @property
+    def host_settings(self) -> HostSettings:
+        """What its host is opened with: the session's (a family's item adds its agent profile)."""
+        return self.palette_session.settings.host
 
     @property
     def skill_scripts(self) -> frozenset[str] | None:
