@@ -387,3 +387,25 @@ def test_the_judge_gate_passes_the_oracle_and_leaves_its_score(oracle: FamilyRun
             [judge] = judged
             assert judge.role == GATE and judge.passed is True and judge.words.startswith("success"), host
             assert record.judged.score == 1.0 and record.outcome == "pass"
+
+
+def test_one_skill_set_hash_over_two_claude_trees_is_named_in_report_and_compare(
+        oracle: FamilyRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The seed's caveat closed: an edited .claude/ under a stale apm.lock.yaml keeps the skill-set hash, and the
+    hash of the staged tree says the skills changed."""
+    record = oracle.records["open-todos[react]"]
+    assert record.family is not None
+    edited = msgspec.structs.replace(record.family, skills_hash="sha256:" + "e" * 64)
+    for run_id, family in (("before", record.family), ("after", edited)):
+        (tmp_path / run_id).mkdir()
+        (tmp_path / run_id / "results.jsonl").write_bytes(
+            msgspec.structs.replace(record, run_id=run_id, family=family).to_json() + b"\n")
+    assert main(["report", str(tmp_path / "before")]) == 0
+    assert "stale lockfile" not in capsys.readouterr().out  # one tree: nothing to say
+    assert main(["report", str(tmp_path / "before"), str(tmp_path / "after")]) == 0
+    said = capsys.readouterr().out
+    assert "**A stale lockfile.** todo-family: the skill-set hash sha256:" in said
+    assert "covers 2 different .claude/ trees" in said and "in after" in said and "in before" in said
+    assert main(["compare", str(tmp_path / "before"), str(tmp_path / "after")]) in (0, 1)
+    said = capsys.readouterr().out
+    assert "a stale lockfile: todo-family" in said and "same skill hash" not in said

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from . import lift, stats
+from . import lift, stats, tasks
 from .ledger import Reading
 from .prices import money
 from .record import Record
 from .report import Column, Report, build_report, table_lines
-from .tally import Cell, Tally
+from .tally import Cell, Tally, tally
 
 SAME_SKILL = ("same skill hash: any difference is noise or a change outside the skill (model, budgets, host "
               "code, plugin version, or luck)")
@@ -158,7 +158,8 @@ Records = Tally | Reading | Iterable[Record]
 
 def compare(records_a: Records, records_b: Records) -> Comparison:
     """Run A (before) against run B (after). Each side must be one measurement (see build_report)."""
-    before, after = build_report(records_a), build_report(records_b)
+    counted_a, counted_b = (r if isinstance(r, Tally) else tally(r) for r in (records_a, records_b))
+    before, after = build_report(counted_a), build_report(counted_b)
     old_hosts, new_hosts = _by_host(before), _by_host(after)
     across = not old_hosts.keys() & new_hosts.keys() and len(old_hosts) == 1 and len(new_hosts) == 1
     sides = {host: (host, host) for host in old_hosts.keys() | new_hosts.keys()}
@@ -195,7 +196,10 @@ def compare(records_a: Records, records_b: Records) -> Comparison:
             pairs = [(c.before, c.after) for c in changes if c.host == compared.host and c.before and c.after]
             comparison.lifts.append(lift.host_lift(compared.host, [(b, a) if none_after else (a, b)
                                                                    for b, a in pairs]))
-    if not comparison.skill_changed and not across:
+    # One skill-set hash over two .claude/ trees: the skills did change, whatever the hash says.
+    stale = tasks.stale_lockfiles([*counted_a.family_records, *counted_b.family_records])
+    comparison.warnings += [f"a stale lockfile: {said}" for said in stale]
+    if not comparison.skill_changed and not across and not stale:
         comparison.warnings.append(SAME_SKILL)
     only = sorted(old_hosts.keys() ^ new_hosts.keys())
     if only:
@@ -228,7 +232,7 @@ def to_markdown(comparison: Comparison) -> str:
                          "the hosts ran different skills, so a difference is host *and* skill.")
     elif comparison.skill_changed:
         lines.append(f"Skill hash: {', '.join(comparison.skill_before)} → {', '.join(comparison.skill_after)}.")
-    else:
+    elif SAME_SKILL in comparison.warnings:  # not when a stale lockfile says the skills changed under one hash
         lines.append(f"> ⚠ **{SAME_SKILL}** (both sides ran skill {', '.join(comparison.skill_before)}).")
     for warning in comparison.warnings:
         if warning != SAME_SKILL:

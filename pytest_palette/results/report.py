@@ -420,6 +420,7 @@ def _caveats(report: Report, counted: Tally) -> list[str]:
     if renamed:
         notes.append(f"**{len(renamed)} case(s) changed between runs** (more than one case hash): "
                      f"{', '.join(renamed)}. Their runs asked different questions.")
+    notes += [f"**A stale lockfile.** {said}." for said in tasks.stale_lockfiles(counted.family_records)]
     if report.duplicates_dropped:
         notes.append(f"{report.duplicates_dropped} duplicate record(s) (same run, case, host and run index) were "
                      "dropped, keeping the last written: a resumed run appends its re-run after the original.")

@@ -176,3 +176,18 @@ def to_json(found: list[TaskDetail], ks: list[int]) -> list[dict[str, Any]]:
              "checks": [{"name": c.name, "source": c.source, "role": c.role, "weight": c.weight, "held": c.held,
                          "judged": c.judged} for c in d.checks],
              "errors": d.errors} for d in found]
+
+
+def stale_lockfiles(records: Iterable[Record]) -> list[str]:
+    """Where one skill-set hash (apm.lock.yaml's) covers runs whose staged `.claude/` trees differ: the lockfile was
+    not updated when `.claude/` changed, so the hash no longer says which skills ran. One line each."""
+    trees: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for record in records:
+        family = record.family
+        if family is not None and record.terms.skill_hash.startswith("sha256:") and family.skills_hash:
+            runs = trees.setdefault((family.family, record.terms.skill_hash), {})
+            runs.setdefault(family.skills_hash, set()).add(record.run_id)
+    return [f"{family}: the skill-set hash {skill_hash[:19]}… covers {len(runs)} different .claude/ trees ("
+            + "; ".join(f"{tree[:19]}… in {', '.join(sorted(ids))}" for tree, ids in sorted(runs.items()))
+            + "): apm.lock.yaml was not updated when .claude/ changed, and these runs did not have the same skills"
+            for (family, skill_hash), runs in sorted(trees.items()) if len(runs) > 1]
