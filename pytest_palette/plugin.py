@@ -143,7 +143,8 @@ def palette_host(request: pytest.FixtureRequest) -> Host:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """What is about to be measured, when this session collects palette cases."""
-    return palette_session.header(config.stash[SESSION]) if palette_session.measuring(config) else []
+    return palette_session.header(config.stash[SESSION], palette_session.arguments(config)) \
+        if palette_session.measuring(config) else []
 
 
 @pytest.hookimpl(trylast=True)

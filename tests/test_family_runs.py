@@ -409,3 +409,17 @@ def test_one_skill_set_hash_over_two_claude_trees_is_named_in_report_and_compare
     assert main(["compare", str(tmp_path / "before"), str(tmp_path / "after")]) in (0, 1)
     said = capsys.readouterr().out
     assert "a stale lockfile: todo-family" in said and "same skill hash" not in said
+
+
+def test_every_skill_of_a_family_is_offered_on_every_host(oracle: FamilyRun) -> None:
+    """The invoice family's two skills, each where its host offers skills: react's system prompt, CUGA's skills
+    folder (its discover_skills found both, or the item would be an ERROR), the CLI's project skills (its init
+    listed both, ditto) — each one's description reaches the model."""
+    from pytest_palette.run.family_items import family_skills
+
+    cards = family_skills(EXAMPLES[1])
+    assert len(cards) == 2
+    for host, record in oracle.of("invoice-total"):
+        calls = (oracle.sweep.runs / record.run_id / record.workspace / "cassette.jsonl").read_text()
+        for card in cards:
+            assert card.description[:60] in calls, (host, card.name)

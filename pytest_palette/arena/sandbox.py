@@ -219,7 +219,8 @@ class Sandbox:
 
     def protect(self, path: Path) -> None:
         """Make `path` (inside work/: the installed skill) read-only to commands."""
-        self._protected.append(path)
+        if path not in self._protected:
+            self._protected.append(path)
 
     def own(self, path: Path) -> None:
         """Make `path` (a folder; the trace, a file) and hand it to the item's user id, so commands can write it

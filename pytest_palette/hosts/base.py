@@ -212,6 +212,9 @@ class HostSettings:
     #: An agent profile's instructions (a task family's `.claude/agents/<name>.md`, `--palette-agent-profile`),
     #: added to the agent's system prompt as the host takes one; None: none.
     profile: str | None = None
+    #: A task family's further skills, beside `open`'s `skill` (its first): each offered as that one is. A host that
+    #: offers one skill only must refuse a session that gives it more (`Host.open`), never drop them silently.
+    skills: tuple[SkillCard, ...] = ()
 
 
 class HostSession(abc.ABC):

@@ -570,6 +570,8 @@ class ClaudeSession(HostSession):
         #: The step budget of each turn (the CLI's --max-turns); None: the CLI's own (none).
         self.max_turns = max_turns
         self.profile = profile
+        #: A task family's further skills, installed beside `skill` (`HostSettings.skills`).
+        self.also: list[SkillCard] = []
         #: The forwarder of this conversation's own (to its model, or replaying it), stopped with it.
         self.forwarder = forwarder
         self.replay = forwarder.replay if forwarder is not None else None
@@ -703,9 +705,10 @@ class ClaudeSession(HostSession):
         return clean
 
     def _check(self, out: CliOutput, returncode: int, stderr: str, message: str = "") -> None:
-        if out.skills is not None and self.skill is not None and self.skill.name not in out.skills:
-            raise HostError(f"the CLI did not discover the skill {self.skill.name!r} installed in "
-                            f"{self.skill.directory} (it lists: {', '.join(out.skills) or 'none'})")
+        for skill in ([self.skill, *self.also] if self.skill is not None else []):
+            if out.skills is not None and skill.name not in out.skills:
+                raise HostError(f"the CLI did not discover the skill {skill.name!r} installed in "
+                                f"{skill.directory} (it lists: {', '.join(out.skills) or 'none'})")
         self._window = context_window(out.result or {}) or self._window
         stop = stopped(out, self.max_turns, message, self._window, self._refusal)
         if stop is not None:
@@ -924,12 +927,18 @@ class ClaudeHost(Host):
         work = workspace.work
         work.mkdir(parents=True, exist_ok=True)
         installed = None
+        also: list[SkillCard] = []
         if skill is not None:  # none (the baseline): nothing in .claude/skills; the CLI offers only its own
-            installed = install_skill(skill, work)
-            changed = drift(skill.directory, installed.directory)
-            if changed:
-                raise HostError("the skill installed for the CLI is not the skill under test: "
-                                + "; ".join(changed[:5]))
+            for card in (skill, *settings.skills):  # a task family's further skills, each where the first goes
+                copy = install_skill(card, work)
+                changed = drift(card.directory, copy.directory)
+                if changed:
+                    raise HostError("the skill installed for the CLI is not the skill under test: "
+                                    + "; ".join(changed[:5]))
+                if installed is None:
+                    installed = copy
+                else:
+                    also.append(copy)
         folder = session_folder(workspace)
         # With no network for commands, the CLI gets none either: it reaches its model through the forwarder's
         # socket, relayed to a port on its own loopback — so its own tools (WebFetch) reach nothing else. Only
@@ -937,7 +946,12 @@ class ClaudeHost(Host):
         relayed = sandbox.confined and not sandbox.network
         forwarder = self._forwarder(workspace, env, model, settings, sandbox, loopback=not relayed)
         try:
-            return self._open(workspace, installed, env, model, settings, sandbox, cli, folder, forwarder, relayed)
+            session = self._open(workspace, installed, env, model, settings, sandbox, cli, folder, forwarder,
+                                 relayed)
+            session.also = also
+            for card in also:
+                sandbox.protect(card.directory)
+            return session
         except BaseException:
             forwarder.stop()
             raise

@@ -487,6 +487,8 @@ class CugaSession(HostSession):
         self._said = threading.Lock()
         try:
             self.skill_dir = self._install(skill) if skill is not None else None
+            # A task family's further skills, in CUGA's skills folder beside the first.
+            self.skill_dirs = [self._install(card) for card in settings.skills] if skill is not None else []
             self._start(workspace, skill is not None, env, cuga, provider, settings)
         except BaseException:
             self.close()
@@ -563,10 +565,12 @@ class CugaSession(HostSession):
             raise HostError(f"CUGA could not start in its worker: {said.error}")
         if not isinstance(said, Ready):
             raise HostError(f"the cuga worker did not start: {self._why(said)}")
-        if self.skill_dir is not None and self.skill_dir.name not in said.skills:
-            raise HostError(f"CUGA's discover_skills does not find {self.skill_dir.name!r} in "
-                            f"{self.cuga_folder / 'skills'} (it found: {', '.join(said.skills) or 'nothing'}); the "
-                            "model would never be offered it. Check SKILL.md's frontmatter (name, description)")
+        for folder in ([self.skill_dir, *self.skill_dirs] if self.skill_dir is not None else []):
+            if folder.name not in said.skills:
+                raise HostError(f"CUGA's discover_skills does not find {folder.name!r} in "
+                                f"{self.cuga_folder / 'skills'} (it found: {', '.join(said.skills) or 'nothing'}); "
+                                "the model would never be offered it. Check SKILL.md's frontmatter (name, "
+                                "description)")
 
     # -- the channel ---------------------------------------------------------------------------------------------
 

@@ -44,7 +44,8 @@ class ManualHost(Host):
              settings: HostSettings, sandbox: Sandbox) -> HostSession:
         """Lay out the folder for a person, add it to the run sheet, and hand the conversation over."""
         if skill is not None:  # where Claude Code discovers project skills; other CLIs can be pointed there
-            install(skill, workspace.work / ".claude")
+            for card in (skill, *settings.skills):  # a task family's further skills beside the first
+                install(card, workspace.work / ".claude")
         python = env.get("PALETTE_PYTHON", sys.executable)
         workspace.own("env.sh").write_text(
             "# source this file in the shell you start the agent from: deck.py writes its trace only when\n"

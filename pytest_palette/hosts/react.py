@@ -432,7 +432,8 @@ class ReactHost(Host):
             chat = build_chat_model(model, env, max_retries=None if model.provider == "rehearsal" else
                                     settings.model_retries, retries=retries, latency=settings.rehearsal_latency,
                                     limits=settings.rehearsal_limits)
-        return ReactSession(chat, [skill] if skill is not None else [], workspace.work, env, eager=self.eager,
+        return ReactSession(chat, [skill, *settings.skills] if skill is not None else [], workspace.work, env,
+                            eager=self.eager,
                             recursion_limit=self.recursion_limit, command_timeout=settings.command_timeout,
                             log=workspace.command_log(), sandbox=sandbox, retries=retries,
                             output_limit=settings.output_limit, profile=settings.profile,

@@ -82,7 +82,7 @@ class FamilyDir(pytest.Directory):
         try:
             family = Family.load(self.path)
             tasks = family.tasks()
-            self.skill = family_skill(family.root)
+            self.skills = family_skills(family.root)
             self.profile = agent_profile(family.root, settings.agent_profile)
             self.judge_profile = judge_profile(family.root, settings.judge_profile)
             environments = [staging.environment(task, os.environ) for task in tasks]
@@ -108,18 +108,21 @@ class FamilyDir(pytest.Directory):
                     yield FamilyItem.from_parent(self, name=name, task=task, host=host, run_index=index)
 
 
-def family_skill(root: Path) -> SkillCard | None:
-    """The skill a family's `.claude/skills/` offers; None when it has none. One skill for now: a family of several
-    is refused by name rather than run with one of them."""
+def family_skills(root: Path) -> tuple[SkillCard, ...]:
+    """The skills a family's `.claude/skills/` offers, by folder name; () when it has none."""
     folder = root / ".claude" / "skills"
     found = sorted(entry for entry in folder.iterdir() if (entry / "SKILL.md").is_file()) if folder.is_dir() else []
-    if len(found) > 1:
-        raise FamilyError(f"{folder}: holds {len(found)} skills ({', '.join(p.name for p in found)}); a family "
-                          "offers one skill to its hosts for now")
-    try:
-        return load_card(found[0]) if found else None
-    except (SkillNotFound, OSError, UnicodeDecodeError) as error:
-        raise FamilyError(f"{found[0] / 'SKILL.md'}: {error}") from None
+    cards = []
+    for entry in found:
+        try:
+            cards.append(load_card(entry))
+        except (SkillNotFound, OSError, UnicodeDecodeError) as error:
+            raise FamilyError(f"{entry / 'SKILL.md'}: {error}") from None
+    names = [card.name for card in cards]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise FamilyError(f"{folder}: two skills are named {', '.join(twice)} (SKILL.md's name)")
+    return tuple(cards)
 
 
 class FamilyItem(CaseItem):
@@ -141,13 +144,15 @@ class FamilyItem(CaseItem):
 
     @property
     def skill(self) -> SkillCard | None:
-        return self.family_dir.skill
+        """The family's first skill (by folder name); the others go to the host in `host_settings.skills`."""
+        skills = self.family_dir.skills
+        return skills[0] if skills else None
 
     @property
     def host_settings(self) -> HostSettings:
-        profile = self.family_dir.profile
-        settings = super().host_settings
-        return dataclasses.replace(settings, profile=profile) if profile else settings
+        """The session's, with the family's agent profile and its further skills."""
+        return dataclasses.replace(super().host_settings, profile=self.family_dir.profile,
+                                   skills=self.family_dir.skills[1:])
 
     @property
     def skill_scripts(self) -> frozenset[str] | None:

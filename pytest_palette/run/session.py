@@ -395,13 +395,19 @@ def check(session: Session, emit: Any) -> int:
     return 0 if ready else 1
 
 
-def header(session: Session) -> list[str]:
-    """What is about to be measured: hosts, model, skill (with its hash), Palette backend, run folder."""
+def header(session: Session, named: Sequence[Path] = ()) -> list[str]:
+    """What is about to be measured: hosts, model, skill (with its hash), Palette backend, run folder. `named`: the
+    paths of the command line (a task family among them offers its own skill)."""
     settings = session.settings
+    families = [path for path in named if is_family(path, named=True)]
+    skill = f"palette: {skill_words(session)}" + (f" · {describe_backend()}" if session.skill is not None else
+                                                  ": no skill is installed on any host; judged by the same rules")
     return [
         f"palette: hosts {', '.join(settings.hosts)} · model {settings.model.label}",
-        f"palette: {skill_words(session)}" + (f" · {describe_backend()}" if session.skill is not None else
-                                              ": no skill is installed on any host; judged by the same rules"),
+        # A task family offers its own skill and is graded by its own hooks and tests, not Palette's.
+        *([f"palette: task famil{'y' if len(families) == 1 else 'ies'} {', '.join(map(str, families))}: each "
+           "offers its own .claude/ skill and is graded by its own hooks and hidden tests"] if families else []),
+        *([skill] if len(families) < len(named) or not families else []),
         f"palette: run folder {session.run_dir} · the agent's commands "
         + " and ".join(sorted({session.hosts[name].sandbox_kind(settings.host) for name in settings.hosts}))
         + (f" (given {', '.join(settings.host.sandbox_env)} too)" if settings.host.sandbox_env else ""),
