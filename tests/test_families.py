@@ -320,3 +320,12 @@ def test_grade_prints_each_check_with_its_source_role_and_words_then_the_verdict
     assert errored.verdict == "error" and errored.score is None
     assert lines(errored)[-2:] == ["preflight error: hooks/preflight.sh exited 1: down",
                                    "t: error · score — · graders unconfined"]
+
+
+def test_a_checks_words_keep_its_own_frames_and_drop_the_runtimes() -> None:
+    said = hidden_tests.words("✖ summary counts (2ms)\n  AssertionError: Expected values\n"
+                 "      at TestContext.<anonymous> (/work/test/summary.test.js:8:10)\n"
+                 "      at process.processTicksAndRejections (node:internal/process/task_queues:95:5)\n"
+                 "      at async Test.run (node:internal/test_runner/test:797:9)\n  }")
+    assert said == ("✖ summary counts (2ms)\n  AssertionError: Expected values\n"
+                    "      at TestContext.<anonymous> (/work/test/summary.test.js:8:10)\n  }")

@@ -192,7 +192,12 @@ def words(output: str) -> str:
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output).strip()
     if NODE_FAILURES in text:
         text = text[text.rindex(NODE_FAILURES) + len(NODE_FAILURES):].strip()
+    # A runtime's own stack frames say nothing of the check (node's `at … (node:internal/…)`): the check's own are kept.
+    text = _RUNTIME_FRAME.sub("", text)
     return text if len(text) <= WORDS_CHARS else "…" + text[-WORDS_CHARS:]
+
+
+_RUNTIME_FRAME = re.compile(r"^[ \t]*at [^\n]*\(?node:internal/[^\s)]*\)?[ \t]*\n", re.M)
 
 
 class Staging:
