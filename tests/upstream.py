@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 from unprivileged import Unprivileged
@@ -32,7 +32,48 @@ class Seen:
     body: bytes
 
 
-class LoggingUpstream:
+class Loopback:
+    """A quiet HTTP server on 127.0.0.1 serving `handler` in threads of its own, one request a connection, until it
+    is closed: `with` it, or `close()`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """Logs nothing; `reply` sends a whole answer."""
+
+    protocol_version = "HTTP/1.0"  # one request a connection: nothing is held between calls
+
+    def reply(self, status: int, kind: str, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class LoggingUpstream(Loopback):
     """Open from `with LoggingUpstream(behind) as upstream:` to its end; `upstream.seen` holds each request, in the
     order they came. `first`, when given, runs once, as the first request arrives, before it is answered."""
 
@@ -42,26 +83,15 @@ class LoggingUpstream:
         self._lock = threading.Lock()
         log = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"  # one request a connection: nothing is held between calls
-
+        class Handler(QuietHandler):
             def __getattr__(self, name: str) -> Any:
                 if name.startswith("do_"):  # every method is logged, not only those http.server knows
                     return lambda: log._answer(self, behind)
                 raise AttributeError(name)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
+        super().__init__(Handler)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def _answer(self, request: BaseHTTPRequestHandler, behind: str | None) -> None:
+    def _answer(self, request: QuietHandler, behind: str | None) -> None:
         length = int(request.headers.get("Content-Length") or 0)
         body = request.rfile.read(length) if length else b""
         credential = request.headers.get("Authorization") or request.headers.get("x-api-key") or ""
@@ -81,22 +111,7 @@ class LoggingUpstream:
                 status, kind, data = answer.status, answer.getheader("Content-Type") or kind, answer.read()
             finally:
                 connection.close()
-        request.send_response(status)
-        request.send_header("Content-Type", kind)
-        request.send_header("Content-Length", str(len(data)))
-        request.end_headers()
-        request.wfile.write(data)
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def __enter__(self) -> LoggingUpstream:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
-        self.close()
+        request.reply(status, kind, data)
 
 
 #: What another local user runs against a forwarder (argv: a JSON list of socket paths, one of ports): its own
@@ -131,42 +146,19 @@ def another_user_tries(user: Unprivileged, sockets: list[str], ports: list[int])
     return dict(line.split(": ", 1) for line in done.stdout.splitlines())
 
 
-class FailingUpstream:
+class FailingUpstream(Loopback):
     """A model endpoint that answers every POST with a 500 whose body is `answer(request body)` — a gateway's 40 KB
     error quoting the conversation back. Open with `with FailingUpstream(answer) as upstream:`; `upstream.url` is
     its root (an Anthropic client's base URL), `upstream.base_url` its `/v1` (an OpenAI client's)."""
 
     def __init__(self, answer: Callable[[bytes], bytes]) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.0"
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
-                data = answer(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-                self.send_response(500)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.reply(500, "application/json", answer(body))
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        super().__init__(Handler)
 
     @property
     def base_url(self) -> str:
         return f"{self.url}/v1"
-
-    def __enter__(self) -> FailingUpstream:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
-        self._server.shutdown()
-        self._server.server_close()
