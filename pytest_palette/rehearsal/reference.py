@@ -49,14 +49,32 @@ def _words(text: str) -> str:
     return " ".join(text.split())
 
 
-class Reference(RehearsalPolicy):
+class KnowsTheTask(RehearsalPolicy):
+    """An agent that knows which task it was given (`Solutions`) and runs one command for it, then says it is done.
+    Its subclasses say which command (`command`)."""
+
+    def __init__(self, solutions: Solutions | None = None) -> None:
+        self.solutions = solutions or Solutions()
+
+    def next_action(self, conversation: Conversation) -> Action:
+        _, turn = conversation.current_turn()
+        if any(isinstance(event, RunCommand) for event in turn):
+            return Reply(DONE)
+        said = conversation.user_messages()
+        folder = self.solutions.task_for(said[0]) if said else None
+        command = self.command(folder)
+        return RunCommand(command) if command is not None else Reply("I know no solution of this task.")
+
+    def command(self, task_folder: Path | None) -> str | None:
+        """The one command it runs for the task in `task_folder` (None: a task it does not know); None: none."""
+        raise NotImplementedError
+
+
+class Reference(KnowsTheTask):
     """Runs one of the task's harness-only scripts as one shell command, then says it is done."""
 
     #: The script under the task's folder that this agent runs.
     script: ClassVar[str] = "solution/solve.sh"
-
-    def __init__(self, solutions: Solutions | None = None) -> None:
-        self.solutions = solutions or Solutions()
 
     def missing(self, task_folder: Path) -> str | None:
         """Why this agent cannot play the task in `task_folder` (it has no such script); None when it can."""
@@ -67,15 +85,10 @@ class Reference(RehearsalPolicy):
             return f"{self.name}: {path} is larger than {SCRIPT_BYTES // 1024} KiB"
         return None
 
-    def next_action(self, conversation: Conversation) -> Action:
-        _, turn = conversation.current_turn()
-        if any(isinstance(event, RunCommand) for event in turn):
-            return Reply(DONE)
-        said = conversation.user_messages()
-        folder = self.solutions.task_for(said[0]) if said else None
-        if folder is None or self.missing(folder):
-            return Reply("I know no solution of this task.")
-        return RunCommand(inlined(folder / self.script))
+    def command(self, task_folder: Path | None) -> str | None:
+        if task_folder is None or self.missing(task_folder):
+            return None
+        return inlined(task_folder / self.script)
 
 
 class Oracle(Reference):
@@ -102,7 +115,7 @@ class Nop(RehearsalPolicy):
         return Reply(DONE)
 
 
-class Snoops(RehearsalPolicy):
+class Snoops(KnowsTheTask):
     """A hostile agent that looks for what graders keep from it: the task's `hooks/`, `tests/` and `solution/` at
     their very paths (it knows them, as the oracle knows its task), and anything of a family's by name anywhere it
     can read. What it finds goes into `snooped.txt` in its folder; its test asserts that is nothing."""
@@ -113,24 +126,17 @@ class Snoops(RehearsalPolicy):
     NAMES = ("agent.task.md", "supervisor.task.md", "judge.task.md", "solve.sh", "partial.sh", "preflight.sh",
              "invariants.sh", "apm.lock.yaml", "*.gate.test.js", "test_gate_*.py")
 
-    def __init__(self, solutions: Solutions | None = None) -> None:
-        self.solutions = solutions or Solutions()
-
-    def next_action(self, conversation: Conversation) -> Action:
-        _, turn = conversation.current_turn()
-        if any(isinstance(event, RunCommand) for event in turn):
-            return Reply(DONE)
-        said = conversation.user_messages()
-        folder = self.solutions.task_for(said[0]) if said else None
-        where = [folder / part for part in ("hooks", "tests", "solution")] if folder else []
-        where += [folder.parent.parent] if folder else []  # the family's root
+    def command(self, task_folder: Path | None) -> str | None:
+        # The task's graders at their very paths, and the family's root.
+        where = [task_folder / part for part in ("hooks", "tests", "solution")] + [task_folder.parent.parent] \
+            if task_folder is not None else []
         names = " -o ".join(f"-name {shlex.quote(name)}" for name in self.NAMES)
         quoted = [shlex.quote(str(path)) for path in where]
         looks = "; ".join(f"ls -la {path} && cat {path}/* {path}/*/*" for path in quoted)
         # Only what was found is written: a listing or a file's text; errors (nothing there) are not.
-        return RunCommand(f"{{ {looks or 'true'}; }} > snooped.txt 2>/dev/null; "
-                          f"find / \\( -path /proc -o -path /sys \\) -prune -o \\( {names} \\) -print "
-                          f">> snooped.txt 2>/dev/null; wc -c snooped.txt")
+        return (f"{{ {looks or 'true'}; }} > snooped.txt 2>/dev/null; "
+                f"find / \\( -path /proc -o -path /sys \\) -prune -o \\( {names} \\) -print "
+                f">> snooped.txt 2>/dev/null; wc -c snooped.txt")
 
 
 def inlined(script: Path) -> str:

@@ -4,6 +4,7 @@ the terminal table, the step summary, the Markdown report and the site all print
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -87,3 +88,12 @@ def cell_text(cell: Cell | None, scored: bool = True) -> str:
     errors = f" +{cell.errors}E" if cell.errors and cell.n else ""
     score = cell_score(cell) if scored else ""
     return cell_count(cell) + (f" {score}" if score else "") + errors
+
+
+def table_lines(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+    """A Markdown table: the header, its rule, a line per row; a `|` in a cell escaped."""
+    return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)]
+
+
+def _row(cells: Iterable[str]) -> str:
+    return "| " + " | ".join(text.replace("|", "\\|") for text in cells) + " |"

@@ -85,6 +85,10 @@ class Secrets:
             for form in (value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1],
                          html.escape(value)):
                 named.setdefault(form, name)
+        return cls._compiled(named)
+
+    @classmethod
+    def _compiled(cls, named: Mapping[str, str]) -> Secrets:
         # The longest form first: a secret that holds another is taken out whole.
         alternatives = "|".join(map(re.escape, sorted(named, key=len, reverse=True)))
         return cls(named, re.compile(alternatives) if named else None)
@@ -94,9 +98,7 @@ class Secrets:
         added = Secrets.of({}, pairs)
         if not set(added.named) - set(self.named):
             return self
-        named = {**added.named, **self.named}
-        alternatives = "|".join(map(re.escape, sorted(named, key=len, reverse=True)))
-        return Secrets(named, re.compile(alternatives))
+        return Secrets._compiled({**added.named, **self.named})
 
     @property
     def variables(self) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 from ..cases import DEFAULT_MAX_POLLS
 from . import lift, stats, tasks
 from .ledger import Reading
-from .marks import ABSENT, LOOKS, cell_count, cell_outcome, cell_score, mean_text
+from .marks import ABSENT, LOOKS, cell_count, cell_outcome, cell_score, mean_text, table_lines
 from .prices import money
 from .record import NO_SKILL, Record, Terms
 from .tally import SUMMED, Cell, Group, Tally, Triggers, case_mean_score, ceiling, judged_polls, tally, triggers
@@ -468,14 +468,6 @@ def _cell_text(cell: Cell | None) -> str:
     polls = max(cell.polls) if cell.polls else None
     parts = [head, f"{_num(slides)} sl" if slides is not None else "? sl", f"{polls}p" if polls is not None else "?p"]
     return " · ".join(parts) + (f" (+{extra})" if extra != "—" else "")
-
-
-def _row(cells: Iterable[str]) -> str:
-    return "| " + " | ".join(text.replace("|", "\\|") for text in cells) + " |"
-
-
-def table_lines(header: list[str], rows: Iterable[list[str]]) -> list[str]:
-    return [_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)]
 
 
 Table = tuple[list[str], list[list[str]]]

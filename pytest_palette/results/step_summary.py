@@ -11,10 +11,9 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 
 from ..cases import item_name
-from .marks import MARK, cell_text
+from .marks import MARK, cell_text, table_lines
 from .record import Record
 from .redaction import Secrets
-from .report import table_lines
 from .table import footer, session_matrix
 from .tally import tally
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import stats
+from .marks import table_lines
 from .record import GATE, Record, Terms
 
 
@@ -134,19 +135,19 @@ def markdown(found: list[TaskDetail], ks: list[int]) -> list[str]:
     rows = [[f"{d.family}/{d.task}", d.label, f"{d.passes}/{len(d.judged)}",
              *[_number(d.pass_at(k), percent=True) for k in ks], _number(d.mean_score),
              *[_number(d.score_at(k)) for k in ks]] for d in found]
-    lines += _table(header, rows)
+    lines += table_lines(header, rows)
     for detail in found:
         lines += ["", f"### {detail.family}/{detail.task} on {detail.label}", ""]
         judged = any(run.judge for run in detail.runs)
         header = ["Run", "Outcome", "Score", "Seconds", "Turns", "What failed", *(["The judge"] if judged else [])]
-        lines += _table(header,
+        lines += table_lines(header,
                         [[f"{run.run_id} #{run.index}", run.outcome.upper() if run.outcome == "fail" else run.outcome,
                           _number(run.score), _number(run.seconds), "—" if run.turns is None else str(run.turns),
                           " · ".join(_short(said) for said in run.said) or "—",
                           *([_short(run.judge) or "—"] if judged else [])] for run in detail.runs])
         if detail.checks:
             lines += [""]
-            lines += _table(["Check", "From", "Role", "Weight", "Held"],
+            lines += table_lines(["Check", "From", "Role", "Weight", "Held"],
                             [[row.name, row.source or "?", row.role, "—" if row.role == GATE else f"{row.weight:g}",
                               f"{row.held}/{row.judged}"] for row in detail.checks])
         if detail.errors:
@@ -157,13 +158,6 @@ def markdown(found: list[TaskDetail], ks: list[int]) -> list[str]:
 def _short(text: str, limit: int = 200) -> str:
     said = " ".join(text.split())
     return said if len(said) <= limit else said[:limit - 1] + "…"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    def row(cells: Iterable[str]) -> str:
-        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
-
-    return [row(header), row("---" for _ in header), *map(row, rows)]
 
 
 def to_json(found: list[TaskDetail], ks: list[int]) -> list[dict[str, Any]]:

@@ -37,7 +37,7 @@ from ..results.redaction import Secrets
 from ..skill import SkillCard, SkillNotFound, load_card
 from ._private import TerminalRepr
 from .conversation import NotStarted
-from .grading import GraderError, Spent
+from .grading import GraderError, Spent, conversation_text
 from .items import CaseItem
 from .session import CASE_NAMES, SESSION, arguments
 
@@ -243,7 +243,7 @@ class FamilyItem(CaseItem):
             "AGENT_TRACE_PATH": str(self.workspace.commands), "GRADE_RESULT": judge_task.grade_result(grade.to_data()),
             "SKILL_SET_HASH": identity.skill_set_hash, "TASK_ID": self.task.id, "TASK_DIR": str(self.agent_folder)})
         answers = [turn.answer or "" for turn in self._transcript.turns] if self._transcript is not None else []
-        conversation = "\n\n".join([f"USER: {self.case.opening}", *(f"ASSISTANT: {said}" for said in answers)])
+        conversation = conversation_text(self.case, answers)
         commands = [run.command for run in command_log.read(self.workspace.commands)]
         failed: str | None = None
         try:

@@ -290,14 +290,14 @@ class Spent:
                      None if cost is None else round(cost, 6))
 
 
-def conversation_text(case: Case, evidence: Evidence) -> str:
+def conversation_text(case: Case, answers: Sequence[str]) -> str:
     """The conversation as the harness recorded it: each user message (the case's) and the agent's answer."""
     said = [case.opening, *case.replies]
     lines = []
     for index, message in enumerate(said):
         lines.append(f"USER: {message}")
-        if index < len(evidence.answers):
-            lines.append(f"ASSISTANT: {evidence.answers[index]}")
+        if index < len(answers):
+            lines.append(f"ASSISTANT: {answers[index]}")
     return "\n\n".join(lines)
 
 
@@ -324,7 +324,7 @@ def grade(case: Case, evidence: Evidence, verdict: Verdict, graders: Graders) ->
     if graders.validity is not None:
         commands = [run.command for run in evidence.commands_run]
         outcome = _graded(graders.validity, "--palette-validity MODEL",
-                          lambda grader: grader.validity(conversation_text(case, evidence), commands))
+                          lambda grader: grader.validity(conversation_text(case, evidence.answers), commands))
         if isinstance(outcome, Grade):
             spent = spent.add(outcome)
             findings.append(Passed(VALIDITY, 1.0, None, f"{outcome.reason} ({outcome.grader})") if outcome.score >= 1
