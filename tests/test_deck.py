@@ -737,7 +737,7 @@ def test_liveness_when_ps_cannot_run_is_unknown(monkeypatch: pytest.MonkeyPatch)
     def no_ps(*a: Any, **k: Any) -> None:
         raise OSError("ps: not permitted")
 
-    monkeypatch.setattr(mod.subprocess, "run", no_ps)
+    monkeypatch.setattr(subprocess, "run", no_ps)
     assert mod.alive(os.getpid()) is None
     assert mod.alive(None) is None
 
@@ -753,7 +753,7 @@ def test_liveness_reads_state_and_command_line(monkeypatch: pytest.MonkeyPatch, 
                                                expected: bool | None) -> None:
     mod = load_deck_module()
     monkeypatch.setattr(mod.os, "kill", lambda pid, sig: None)
-    monkeypatch.setattr(mod.subprocess, "run",
+    monkeypatch.setattr(subprocess, "run",
                         lambda *a, **k: SimpleNamespace(returncode=0, stdout=ps_line + "\n"))
     assert mod.alive(4242) is expected
 

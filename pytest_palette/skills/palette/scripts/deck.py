@@ -13,18 +13,20 @@ run by $PALETTE_PYTHON or this interpreter). Standard library only.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shlex
-import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
+
+# Every command an agent runs starts this script afresh: modules only some commands need are imported where they
+# are used (subprocess, shutil, importlib.util), and typing only for the type checker.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple
 
 MIN_PPTX_BYTES = 20_000
 LOG_TAIL_LINES = 15
@@ -55,7 +57,7 @@ LIVENESS_EVERY = 2.0
 # Directories `find` never descends into: large, and never hold our state.
 SKIP_DIRS = {".git", "node_modules", ".venv", "venv", "__pycache__", "site-packages", ".tox"}
 
-Json = Dict[str, Any]
+Json = dict  # Dict[str, Any]: a JSON object
 
 
 class DeckError(Exception):
@@ -189,6 +191,8 @@ def alive(pid: Any) -> Optional[bool]:
         return False
     except OSError:  # PermissionError and anything else: unknown
         return None
+    import subprocess
+
     try:
         # -ww and no COLUMNS: ps otherwise cuts args at the terminal width,
         # which can hide "palette" behind a long interpreter path.
@@ -357,11 +361,15 @@ def resolve_backend() -> Backend:
     )
     py_raw = env_set("PALETTE_PYTHON")
     if py_raw:
+        import shutil
+
         found = shutil.which(os.path.expanduser(py_raw))
         if found is None:
             raise DeckError(f"PALETTE_PYTHON={py_raw} is not an executable interpreter", fix=both_fixes)
         py = found
     else:
+        import importlib.util
+
         if importlib.util.find_spec("pytest_palette") is None:
             raise DeckError(
                 "no Palette backend: PALETTE_HOME is unset and this interpreter "
@@ -388,6 +396,8 @@ def detach(argv: List[str], backend: Backend, log: Path, exit_file: Path) -> int
     script = "{cmd}; echo $? > {tmp} && mv -f {tmp} {final}".format(
         cmd=shlex.join(argv), tmp=shlex.quote(str(tmp_exit)), final=shlex.quote(str(exit_file))
     )
+    import subprocess
+
     with open(log, "wb") as logf, open(os.devnull, "rb") as devnull:
         proc = subprocess.Popen(
             ["/bin/sh", "-c", script],
