@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BROWSER_PACKAGES := chromium chromium-driver libreoffice-impress-nogui poppler-utils
 
-.PHONY: setup sandbox browser bun bench converse test quick lint clean
+.PHONY: setup sandbox browser bun codex bench converse test quick lint clean
 
 # The claude and cuga hosts' clients come too, so their columns run offline against the rehearsal model.
 # cuga goes in without its own dependency list (torch, docling, browsers: several GB); requirements-cuga.txt
@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml requirements-cuga.txt
 	@$(MAKE) --no-print-directory sandbox
 	@$(MAKE) --no-print-directory browser
 	@$(MAKE) --no-print-directory bun
+	@$(MAKE) --no-print-directory codex
 	touch $(STAMP)
 
 # The agent's commands run in bubblewrap (docs/sandbox.md): installed here where this user may (root with
@@ -46,6 +47,15 @@ bun:
 		ln -sf ../node/node_modules/bun/bin/bun.exe $(BIN)/bun; } || \
 		echo "note: bun could not be installed (npm install bun): a family's checks written for bun:test are an error until it is"
 
+# The Codex CLI, pinned, from the npm registry (its platform package carries the binary, about 420 MB): the
+# rehearsal server's Responses wire is tested against it (tests/test_responses_wire.py).
+CODEX_VERSION := 0.171.0
+codex:
+	@[ -x $(BIN)/codex ] || { command -v npm >/dev/null 2>&1 && \
+		npm install -s --no-audit --no-fund --save-exact --prefix $(VENV)/node @openai/codex@$(CODEX_VERSION) >/dev/null 2>&1 && \
+		ln -sf ../node/node_modules/@openai/codex/bin/codex.js $(BIN)/codex; } || \
+		echo "note: the Codex CLI could not be installed (npm install @openai/codex@$(CODEX_VERSION)): its tests are skipped"
+
 setup: $(STAMP)
 
 bench: $(STAMP)
@@ -64,7 +74,7 @@ converse: $(STAMP)
 # rewrites the asserts of every module of every installed plugin's package (ours, langsmith, hypothesis, anyio: 400
 # modules), and without a cache it does so again in every session (measured on a fresh clone: 4.1 → 2.0 CPU-s to
 # start a session). The package is compiled first for the sandboxed Pythons (the engine), which cannot write it.
-test: $(STAMP) bun
+test: $(STAMP) bun codex
 	$(BIN)/python -m compileall -q pytest_palette >/dev/null
 	PYTHONDONTWRITEBYTECODE= PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests -n 3 --dist worksteal --timeout 600
 

@@ -1,6 +1,7 @@
 """Any pasted text survives every wire: the plan command the rehearsal model writes for it reaches the client
-exactly as written — in-process (LangChain), OpenAI tool calls, OpenAI codeact (CUGA's ```python blocks) and
-Anthropic tool use — and the material comes out of the shell's word splitting unchanged."""
+exactly as written — in-process (LangChain), OpenAI tool calls, OpenAI codeact (CUGA's ```python blocks),
+Anthropic tool use and OpenAI Responses function calls (Codex) — and the material comes out of the shell's word
+splitting unchanged."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage
 from sweeps import inner_cache
 
-from pytest_palette.rehearsal import anthropic_wire, langchain_model, openai_wire
+from pytest_palette.rehearsal import anthropic_wire, langchain_model, openai_wire, responses_wire
 from pytest_palette.rehearsal.conversation import Reply, RunCommand, ToolResult, UserSaid
 from pytest_palette.rehearsal.policy import PLAN_FILE, RehearsalPolicy, split_opening
 
@@ -68,6 +69,8 @@ def test_a_command_survives_the_tool_call_wires(text: str) -> None:
     assert json.loads(message["tool_calls"][0]["function"]["arguments"])["command"] == command.command
     [block] = anthropic_wire.content_blocks(command, {"run": "Bash", "load": "Skill"}, "toolu_1")
     assert json.loads(json.dumps(block))["input"]["command"] == command.command
+    item = responses_wire.output_item(command, {"run": "exec_command", "run_param": "cmd"}, {}, "call_1")
+    assert json.loads(item["arguments"])["cmd"] == command.command
     in_process = langchain_model.to_message(command, roles, 1)
     assert isinstance(in_process, AIMessage) and in_process.tool_calls[0]["args"]["command"] == command.command
 

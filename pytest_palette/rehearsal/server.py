@@ -1,7 +1,8 @@
 """The rehearsal model over HTTP on 127.0.0.1, for clients that only speak to a model server.
 
-CUGA reaches it as an OpenAI-compatible endpoint (`OPENAI_BASE_URL=<base_url>/v1`) and the Claude
-Code CLI as an Anthropic one (`ANTHROPIC_BASE_URL=<base_url>`). Each request is answered by one
+CUGA reaches it as an OpenAI-compatible endpoint (`OPENAI_BASE_URL=<base_url>/v1`), the Claude
+Code CLI as an Anthropic one (`ANTHROPIC_BASE_URL=<base_url>`), and the Codex CLI through the OpenAI
+Responses API (`<base_url>/v1/responses`). Each request is answered by one
 policy, chosen when the server is made, from the messages that request carries and nothing else. Given a
 fault schedule (rehearsal/injection.py), it fails some model calls the way providers do (429, 5xx, a reset).
 Given a key (`--require-key`), it answers only requests that carry it, as a provider does (`x-api-key`, or
@@ -31,7 +32,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import anthropic_wire, openai_wire
+from . import anthropic_wire, openai_wire, responses_wire
 from .injection import MAX_IN_A_ROW, RETRY_AFTER_MS, STATUS_KINDS, FaultSchedule
 from .latency import ModelLatency
 from .limits import CONTEXT_CODE, ModelLimits
@@ -158,6 +159,22 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self.send_json(200, message)
 
+    def openai_responses(self, request: Json) -> None:
+        # Not `responses`: BaseHTTPRequestHandler keeps its status phrases under that name.
+        limits = self.server.limits
+        refusal = limits.openai_refusal(responses_wire.prompt_tokens(request))
+        if refusal is not None:  # as the Responses API answers it, before any work
+            self.send_json(400, {"error": {"message": refusal, "type": "invalid_request_error", "param": "input",
+                                           "code": CONTEXT_CODE}})
+            return
+        response = responses_wire.respond(self.server.policy, request, limits)
+        calls = [item for item in response["output"] if item["type"] == "function_call"]
+        self.server.record("/v1/responses", {"tool_calls": calls})
+        if request.get("stream"):
+            self.send_body(200, "text/event-stream", responses_wire.to_sse(response))
+        else:
+            self.send_json(200, response)
+
     def count_tokens(self, request: Json) -> None:
         self.send_json(200, anthropic_wire.count_tokens(request))
 
@@ -202,9 +219,10 @@ POST_ROUTES: dict[str, Callable[[_Handler, Json], None]] = {
     "/v1/chat/completions": _Handler.chat_completions,
     "/v1/messages": _Handler.messages,
     "/v1/messages/count_tokens": _Handler.count_tokens,
+    "/v1/responses": _Handler.openai_responses,
 }
 #: The routes that are model calls: the ones a fault schedule fails.
-MODEL_ROUTES = ("/v1/chat/completions", "/v1/messages")
+MODEL_ROUTES = ("/v1/chat/completions", "/v1/messages", "/v1/responses")
 
 
 class _Server(ThreadingHTTPServer):
