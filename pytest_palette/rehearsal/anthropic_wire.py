@@ -32,7 +32,7 @@ from .conversation import (
     UserSaid,
 )
 from .limits import ModelLimits
-from .openai_wire import estimate_tokens
+from .openai_wire import estimate_tokens, pieces
 from .policy import RehearsalPolicy
 
 Json = dict[str, Any]
@@ -220,10 +220,10 @@ def events(message: Json) -> Iterator[tuple[str, Json]]:
     for index, block in enumerate(message["content"]):
         if block["type"] == "tool_use":
             opening = block | {"input": {}}
-            deltas = [{"type": "input_json_delta", "partial_json": p} for p in _pieces(json.dumps(block["input"]))]
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in pieces(json.dumps(block["input"]))]
         else:
             opening = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"])]
+            deltas = [{"type": "text_delta", "text": p} for p in pieces(block["text"]) or [""]]
         yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": opening}
         for delta in deltas:
             yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
@@ -232,11 +232,6 @@ def events(message: Json) -> Iterator[tuple[str, Json]]:
                             "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
                             "usage": {"output_tokens": usage["output_tokens"]}}
     yield "message_stop", {"type": "message_stop"}
-
-
-def _pieces(text: str, size: int = 48) -> list[str]:
-    """Split text as a real stream would, so a client must reassemble it."""
-    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
 
 
 def to_sse(message: Json) -> bytes:

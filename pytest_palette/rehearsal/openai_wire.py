@@ -279,20 +279,20 @@ def chunks(completion: Json, include_usage: bool = False) -> Iterator[Json]:
         return base | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
     yield chunk({"role": "assistant", "content": ""})
-    for piece in _pieces(message.get("content") or ""):
+    for piece in pieces(message.get("content") or ""):
         yield chunk({"content": piece})
     for index, call in enumerate(message.get("tool_calls") or []):
         function = call["function"]
         yield chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
                                      "function": {"name": function["name"], "arguments": ""}}]})
-        for piece in _pieces(function["arguments"]):
+        for piece in pieces(function["arguments"]):
             yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
     yield chunk({}, choice["finish_reason"])
     if include_usage:
         yield base | {"choices": [], "usage": completion["usage"]}
 
 
-def _pieces(text: str, size: int = 48) -> list[str]:
+def pieces(text: str, size: int = 48) -> list[str]:
     """Split text as a real stream would, so a client must reassemble it."""
     return [text[i:i + size] for i in range(0, len(text), size)]
 

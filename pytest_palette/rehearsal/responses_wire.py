@@ -32,7 +32,7 @@ from typing import Any
 from .anthropic_wire import BASE_DIRECTORY
 from .conversation import Action, AgentSaid, Conversation, LoadSkill, Reply, RunCommand, ToolResult, UserSaid
 from .limits import ModelLimits
-from .openai_wire import estimate_tokens
+from .openai_wire import estimate_tokens, pieces, text_of
 from .policy import RehearsalPolicy
 
 Json = dict[str, Any]
@@ -44,16 +44,6 @@ _FRAMED_OUTPUT = re.compile(r"\A(?:Chunk ID:[^\n]*\n)?(?:Wall time:[^\n]*\n)?(?:
                             r"Output:\n", re.S)
 #: What Codex writes into user messages itself: the environment, and a folder's AGENTS.md. Never the user's words.
 CLIENT_CONTEXT = ("<environment_context>", "# AGENTS.md instructions")
-
-
-def text_of(content: Any) -> str:
-    """The text of a message's content: a string, or its `input_text` / `output_text` parts joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content
-                       if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text"))
-    return ""
 
 
 def tool_roles(tools: Sequence[Json]) -> dict[str, str]:
@@ -188,7 +178,7 @@ def events(response: Json) -> Iterator[Json]:
             part = {"type": "output_text", "text": "", "annotations": []}
             yield {"type": "response.content_part.added", "sequence_number": next(sequence), "item_id": item["id"],
                    "output_index": index, "content_index": 0, "part": part}
-            for piece in _pieces(text):
+            for piece in pieces(text):
                 yield {"type": "response.output_text.delta", "sequence_number": next(sequence),
                        "item_id": item["id"], "output_index": index, "content_index": 0, "delta": piece}
             yield {"type": "response.output_text.done", "sequence_number": next(sequence), "item_id": item["id"],
@@ -198,7 +188,7 @@ def events(response: Json) -> Iterator[Json]:
         else:
             yield {"type": "response.output_item.added", "sequence_number": next(sequence), "output_index": index,
                    "item": {**item, "arguments": "", "status": "in_progress"}}
-            for piece in _pieces(item["arguments"]):
+            for piece in pieces(item["arguments"]):
                 yield {"type": "response.function_call_arguments.delta", "sequence_number": next(sequence),
                        "item_id": item["id"], "output_index": index, "delta": piece}
             yield {"type": "response.function_call_arguments.done", "sequence_number": next(sequence),
@@ -207,10 +197,6 @@ def events(response: Json) -> Iterator[Json]:
                "item": item}
     final = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
     yield {"type": final, "sequence_number": next(sequence), "response": response}
-
-
-def _pieces(text: str, size: int = 48) -> list[str]:
-    return [text[i:i + size] for i in range(0, len(text), size)]
 
 
 def to_sse(response: Json) -> bytes:
