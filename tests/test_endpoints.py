@@ -11,7 +11,9 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
 import stat
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from test_benchmark_suite import REPO, run_suite
 from unprivileged import Unprivileged
 from upstream import LoggingUpstream, another_user_tries
 
+from pytest_palette.hosts import relay
 from pytest_palette.hosts.base import HostSettings
 from pytest_palette.hosts.claude import cli_environment, find_cli, parse_stream
 from pytest_palette.hosts.cuga import credentials_needed, cuga_model
@@ -372,6 +375,24 @@ def test_the_forwarders_socket_is_in_a_folder_of_its_own_and_only_a_client_that_
         relayed.stop()
         kept.stop()
     assert not folder.exists()
+
+
+def test_the_relay_passes_a_refusal_on_whole_though_the_forwarder_never_read_the_body() -> None:
+    # The forwarder refuses before it reads a body and closes; the relay's copy of that body then meets a closed
+    # socket. The refusal, already on its way back, must still reach the client — not a connection cut short.
+    forwarder = KeyForwarder("http://127.0.0.1:9", {}).start()
+    listener = socket.create_server(("127.0.0.1", 0))
+    threading.Thread(target=relay._serve, args=(listener, str(forwarder.socket)), daemon=True).start()
+    try:
+        for size in (10, 300_000):  # the second, past every socket buffer: its copy cannot end before the refusal
+            connection = http.client.HTTPConnection("127.0.0.1", listener.getsockname()[1], timeout=30)
+            connection.request("POST", "/v1/messages", body=b"x" * size, headers={"x-api-key": "sk-ant-guessed"})
+            answer = connection.getresponse()
+            assert (answer.status, b"forwarder's token" in answer.read()) == (401, True), size
+            connection.close()
+    finally:
+        listener.close()
+        forwarder.stop()
 
 
 def test_another_user_cannot_use_the_forwarder(unprivileged: Unprivileged, tmp_path: Path) -> None:

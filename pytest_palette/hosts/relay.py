@@ -18,31 +18,45 @@ import threading
 
 
 def _pump(source: socket.socket, target: socket.socket) -> None:
+    """Copy `source` to `target` until `source` ends, then half-close `target`: one direction's end is not the
+    other's. Once `target` takes no more (a refusal answered before its body was read), what `source` still sends is
+    read and dropped — left unread, it would make the close a reset that cuts off the answer still on its way."""
+    taking = True
     try:
         while data := source.recv(65536):
-            target.sendall(data)
+            if taking:
+                try:
+                    target.sendall(data)
+                except OSError:
+                    taking = False
     except OSError:
         pass
-    finally:
-        for end in (source, target):
-            try:
-                end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+    try:
+        target.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
+def _connect(client: socket.socket, path: str) -> None:
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(path)
+    except OSError:
+        client.close()
+        upstream.close()
+        return
+    back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+    back.start()
+    _pump(client, upstream)
+    back.join()
+    client.close()
+    upstream.close()
 
 
 def _serve(listener: socket.socket, path: str) -> None:
     while True:
         client, _ = listener.accept()
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            upstream.connect(path)
-        except OSError:
-            client.close()
-            upstream.close()
-            continue
-        threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
-        threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
+        threading.Thread(target=_connect, args=(client, path), daemon=True).start()
 
 
 def main(argv: list[str]) -> int:
