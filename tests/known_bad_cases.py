@@ -15,6 +15,9 @@ from pytest_palette.rehearsal.policy import RehearsalPolicy
 from pytest_palette.replies import ReplyKind, classify_reply, named_slide, named_topic
 from pytest_palette.run.content import figures, headings
 
+#: What a class of a known-bad agent's diverging cases is alike in (`classes`).
+ClassKey = tuple[tuple[str, ...], tuple[Any, ...]]
+
 
 def expected_failures(cases: Iterable[Case]) -> dict[str, tuple[frozenset[str], str]]:
     """Each known-bad agent's cases to fail, and a phrase each of those cases' failures carries (one of several,
@@ -116,3 +119,46 @@ def first_divergence(folder: Path, policy: RehearsalPolicy) -> int | None:
         if _said(mine) != _said(recorded):
             return exchange.index
     return None
+
+
+def _steps(folder: Path, upto: int) -> tuple[str, ...]:
+    """What the recorded good agent did at each model call of `folder` up to call `upto`: the skill's command
+    (`plan`, `build`, ...) or the tool it called, or `reply` for words to the user."""
+    from langchain_core.messages import messages_from_dict
+
+    steps: list[str] = []
+    for exchange in read_cassette(folder)[:upto + 1]:
+        if exchange.answer is None:  # a call that got no answer: nothing after it to be alike in
+            break
+        [answer] = messages_from_dict([exchange.answer])
+        for call in answer.tool_calls:
+            command = str(call["args"].get("command", ""))
+            steps.append(command.partition("deck.py")[2].split()[0] if "deck.py" in command else call["name"])
+        if not answer.tool_calls:
+            steps.append("reply")
+    return tuple(steps)
+
+
+def _signature(case: Case) -> tuple[Any, ...]:
+    """What of `case` the judge's rules read: its expectations, whether its material has substance to look for, and
+    its replies (how many, and of which kinds)."""
+    expect = case.expect
+    return (expect.skill, expect.deck, expect.edit, bool(expect.context),
+            bool(case.context and (figures(case.context) or headings(case.context))), expect.max_polls,
+            expect.content > 0, expect.rubric is not None,
+            len(case.replies), frozenset(classify_reply(reply).name for reply in case.replies))
+
+
+def classes(items: dict[str, Path], cases: dict[str, Case], policy: RehearsalPolicy) -> list[frozenset[str]]:
+    """The cases where `policy` diverges from the good agent's recording (`items`: case name → recorded react
+    item), in classes of cases alike in what the good agent did up to the divergence and in what the judge reads of
+    the case (`_signature`). The rehearsal agent decides from the conversation alone, so one case of a class stands
+    for the others: the suite runs one and asserts that the cases' documented verdicts agree within each class
+    (benchmarks/known_bad_hosts.py runs every case)."""
+    grouped: dict[ClassKey, set[str]] = {}
+    for name, folder in sorted(items.items()):
+        at = first_divergence(folder, policy)
+        if at is not None:
+            key = (_steps(folder, at), _signature(cases[name]))
+            grouped.setdefault(key, set()).add(name)
+    return sorted((frozenset(names) for names in grouped.values()), key=min)

@@ -2,10 +2,12 @@
 the 15 near misses that need none), and each known-bad agent fails exactly the cases its mistake is documented to
 fail (docs/known-bad-agents.md).
 
-The good agent's run is recorded (`--palette-record`). A known-bad agent is run for real on the cases where, replayed
-against that recording, it would answer otherwise at some call (`first_divergence`); on every other case it would
-have held the good agent's very conversation, so it passes there as the good agent did. Every case it must fail is
-among those it is run on, or the test says which is not.
+The good agent's run is recorded (`--palette-record`). A known-bad agent is run for real where, replayed against
+that recording, it would answer otherwise at some call (`first_divergence`); on every other case it would have held
+the good agent's very conversation, so it passes there as the good agent did. Every case it must fail is among
+those it diverges on, or the test says which is not. The cases it diverges on come in classes alike in what the
+good agent did up to the divergence and in what the judge reads of the case (`classes`): one case of each runs, and
+the documented verdicts must agree within each class. benchmarks/known_bad_hosts.py runs every case.
 
 This is the benchmark's equivalent of running gold and empty patches: a judge that passes a known-bad
 agent where it should fail turns an unnoticed regression into evidence that there is none.
@@ -19,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from known_bad_cases import FAILED_CHECKS, expected_errors, expected_failures, first_divergence
+from known_bad_cases import FAILED_CHECKS, classes, expected_errors, expected_failures
 from sweeps import Sweep, Sweeps, run_session
 
 from pytest_palette.cases import Case, load_cases
@@ -38,6 +40,7 @@ CASES = [case for cases in FILES.values() for case in cases]
 #: Each case's item on react, as a node id a session is given to run only that item.
 NODE = {case.name: f"{path.relative_to(REPO)}::{case.name}[react]" for path, cases in FILES.items() for case in cases}
 ALL = {case.name for case in CASES}
+BY_NAME = {case.name: case for case in CASES}
 
 
 def names(keep: Callable[[Case], bool]) -> set[str]:
@@ -105,26 +108,37 @@ def good(sweeps: Sweeps) -> Sweep:
     return sweeps.run("--model=rehearsal", "--palette-record")
 
 
-def diverging(sweeps: Sweeps) -> dict[str, frozenset[str]]:
+def diverging(sweeps: Sweeps) -> dict[str, list[frozenset[str]]]:
     """Each known-bad agent's cases where it would answer otherwise than the good agent did at some call of the
-    good run's recording (and "" for the good agent itself, which must agree everywhere); once per session."""
-    def replay(folder: Path) -> dict[str, frozenset[str]]:
+    good run's recording, in classes (and "" for the good agent itself, which must agree everywhere); once per
+    session."""
+    def replay(folder: Path) -> dict[str, list[frozenset[str]]]:
         [run] = good(sweeps).runs.iterdir()
         items = {item.name: item for item in (run / "react").iterdir()}
         assert set(items) == ALL, sorted(items)
         policies: dict[str, RehearsalPolicy] = {"": RehearsalPolicy()}
         policies |= {flaw: agent() for flaw, agent in {**KNOWN_BAD, **LOOPING}.items()}
-        return {flaw: frozenset(case for case, item in items.items() if first_divergence(item, policy) is not None)
-                for flaw, policy in policies.items()}
+        return {flaw: classes(items, BY_NAME, policy) for flaw, policy in policies.items()}
 
     return sweeps.shared("diverging", replay)
 
 
+#: The agents run on every case they diverge on, not one of each class: compare's paired tests on their runs
+#: need each discordant case.
+WHOLE = frozenset({"never_edits", "summarises_context"})
+
+
+def chosen(sweeps: Sweeps, flaw: str) -> frozenset[str]:
+    """The cases a known-bad agent runs on: one case of each class it diverges on (the first by name), or with
+    WHOLE every one."""
+    groups = diverging(sweeps)[flaw]
+    assert groups, f"{flaw} agrees with the good agent on every case: it could fail none"
+    return frozenset().union(*groups) if flaw in WHOLE else frozenset(min(group) for group in groups)
+
+
 def flawed(sweeps: Sweeps, flaw: str) -> Sweep:
-    """A known-bad agent on react, on the cases where it diverges from the good agent's recorded run; shared."""
-    chosen = diverging(sweeps)[flaw]
-    assert chosen, f"{flaw} agrees with the good agent on every case: it could fail none"
-    return sweeps.session([*(NODE[case] for case in sorted(chosen)), f"--rootdir={REPO}",
+    """A known-bad agent on react, on its chosen cases (`chosen`); shared."""
+    return sweeps.session([*(NODE[case] for case in sorted(chosen(sweeps, flaw))), f"--rootdir={REPO}",
                            f"--model=rehearsal:{flaw}"])
 
 
@@ -149,7 +163,7 @@ def test_the_good_rehearsal_model_passes_every_case(sweeps: Sweeps) -> None:
         {case.name for case in CASES if case.expect.deck and case.replies}
     assert {case for case, names in checked.items() if "declined" in names} == GATE
     # Its recording replays: the good agent, asked again at every recorded call, answers as it did.
-    assert diverging(sweeps)[""] == frozenset()
+    assert diverging(sweeps)[""] == []
 
 
 @pytest.mark.slow
@@ -254,14 +268,19 @@ def test_the_report_gives_trigger_recall_and_precision_over_near_misses_and_deck
 @pytest.mark.parametrize("flaw", sorted(EXPECTED))
 def test_each_known_bad_agent_fails_exactly_its_documented_cases(sweeps: Sweeps, flaw: str) -> None:
     expected, phrase = EXPECTED[flaw]
-    chosen = diverging(sweeps)[flaw]
-    assert expected <= chosen, f"{flaw} agrees with the good agent's recording on {sorted(expected - chosen)}"
+    groups = diverging(sweeps)[flaw]
+    diverged = frozenset().union(*groups)
+    assert expected <= diverged, f"{flaw} agrees with the good agent's recording on {sorted(expected - diverged)}"
+    # One case stands for its class: the documented verdicts of a class's cases agree.
+    assert [sorted(group) for group in groups if len({case in expected for case in group}) > 1] == [], flaw
+    ran = chosen(sweeps, flaw)
     results = flawed(sweeps, flaw).by_case()
-    assert set(results) == chosen
-    # The cases it agrees on pass by construction: it fails exactly its set among those it diverges on.
-    assert failed(results) == expected, \
-        f"{flaw}: unexpected {sorted(failed(results) - expected)}, missed {sorted(expected - failed(results))}"
-    for case in expected:
+    assert set(results) == ran
+    # The cases it agrees on pass by construction: it fails exactly its set among those it runs.
+    should = expected & ran
+    assert should and failed(results) == should, \
+        f"{flaw}: unexpected {sorted(failed(results) - should)}, missed {sorted(should - failed(results))}"
+    for case in should:
         assert any(said in failure for said in phrase.split("|") for failure in results[case]), \
             (flaw, case, results[case])
     # Its checks: the flaw's own fail, and its score is 0 through a gate, else below 1 and above 0 by what held.
@@ -297,7 +316,7 @@ def test_each_known_bad_agent_fails_exactly_its_documented_cases(sweeps: Sweeps,
                     for c in r.judged.checks if c.name == "rubric"}
 
         bad, fine = rubric(flawed(sweeps, flaw).runs), rubric(good(sweeps).runs)
-        graded = {case.name for case in CASES if case.expect.rubric} & diverging(sweeps)[flaw]
+        graded = {case.name for case in CASES if case.expect.rubric} & chosen(sweeps, flaw)
         assert graded and set(bad) == graded and all(bad[case] < fine[case] == 1.0 for case in graded), (bad, fine)
 
 
@@ -306,10 +325,11 @@ def test_each_known_bad_agent_fails_exactly_its_documented_cases(sweeps: Sweeps,
 def test_a_looping_agent_errs_at_the_step_budget_on_exactly_the_cases_it_builds_in(sweeps: Sweeps, flaw: str) -> None:
     expected, phrase = EXPECTED_ERRORS[flaw]
     # Where it agrees with the good agent's recording at every call, it would have held that conversation: a pass.
-    assert diverging(sweeps)[flaw] == expected
-    sweep = sweeps.session([*(NODE[case] for case in sorted(expected)), f"--rootdir={REPO}",
+    assert frozenset().union(*diverging(sweeps)[flaw]) == expected
+    ran = chosen(sweeps, flaw)  # one case of each class
+    sweep = sweeps.session([*(NODE[case] for case in sorted(ran)), f"--rootdir={REPO}",
                             f"--model=rehearsal:{flaw}", f"--palette-recursion-limit={LOOP_BUDGET}"])
-    assert {name.partition("[")[0] for name in sweep.items} == expected
+    assert {name.partition("[")[0] for name in sweep.items} == ran
     wrong = {name: result for name, result in sweep.items.items()
              if result.outcome != "error" or f"{phrase} ({LOOP_BUDGET} steps)" not in result.said[0]}
     assert wrong == {}, wrong
@@ -374,12 +394,14 @@ def test_known_bad_agents_still_fail_their_sets_when_the_skill_writes_no_trace(s
         trace.write_bytes(b"")
     records = {record.case: record for record in load(run).latest.values()}
     judged, changes, unjudgeable = rejudge(run)
-    assert judged == len(diverging(sweeps)[flaw]) and not unjudgeable
+    ran = chosen(sweeps, flaw)
+    assert judged == len(ran) and not unjudgeable
     after = {case: (record.outcome, record.failures) for case, record in records.items()}
     after |= {change.label.partition("[")[0]: (change.after, change.failures) for change in changes}
-    assert {case for case, (outcome, _) in after.items() if outcome != "pass"} == expected
+    assert {case for case, (outcome, _) in after.items() if outcome != "pass"} == expected & ran
     assert {outcome for outcome, _ in after.values()} <= {"pass", "fail"}
-    assert all(any(said in failure for said in phrase.split("|") for failure in after[case][1]) for case in expected)
+    assert all(any(said in failure for said in phrase.split("|") for failure in after[case][1])
+               for case in expected & ran)
 
 
 @pytest.mark.slow
