@@ -33,6 +33,7 @@ PROVIDER_KEYS: dict[str, tuple[str, ...]] = {
     "mistralai": ("MISTRAL_API_KEY",),
     "groq": ("GROQ_API_KEY",),
     "ollama": (),
+    "rits": ("RITS_API_KEY",),
 }
 #: The providers whose client can be pointed at another server with --palette-base-url.
 BASE_URL_PROVIDERS = ("openai", "anthropic")

@@ -21,6 +21,7 @@ from pytest_palette.commands import main as palette_bench
 from pytest_palette.hosts.base import HandedOver, HostSettings
 from pytest_palette.hosts.manual import RUN_SHEET, ManualHost
 from pytest_palette.hosts.react import ReactHost
+from pytest_palette.layer.route import route_of
 from pytest_palette.models import parse_model
 from pytest_palette.rehearsal import outline
 from pytest_palette.results import stats
@@ -116,7 +117,7 @@ def _workspace(tmp_path: Path) -> tuple[Workspace, Any]:
 
 def test_react_with_no_skill_offers_no_loader_and_no_catalogue_and_writes_its_own_deck(tmp_path: Path) -> None:
     workspace, sandbox = _workspace(tmp_path)
-    session = ReactHost().open(workspace, None, agent_environment(workspace.trace), parse_model("rehearsal"),
+    session = ReactHost().open(workspace, None, agent_environment(workspace.trace), route_of(parse_model("rehearsal")),
                                HostSettings(sandbox=SANDBOX), sandbox)
     try:
         assert [tool.name for tool in session.tools] == ["bash"] and session.cards == []
@@ -135,7 +136,7 @@ def test_react_with_no_skill_offers_no_loader_and_no_catalogue_and_writes_its_ow
 def test_the_manual_host_installs_nothing_and_tells_the_person(tmp_path: Path) -> None:
     workspace, sandbox = _workspace(tmp_path)
     with pytest.raises(HandedOver):
-        ManualHost().open(workspace, None, {}, parse_model("rehearsal"), HostSettings(), sandbox)
+        ManualHost().open(workspace, None, {}, route_of(parse_model("rehearsal")), HostSettings(), sandbox)
     sandbox.close()
     assert not (workspace.work / ".claude").exists()
     assert "no skill (baseline): nothing was installed here" in (workspace.host_folder / RUN_SHEET).read_text()

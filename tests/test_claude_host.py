@@ -34,35 +34,32 @@ from pytest_palette.hosts.base import HostError, HostSettings, OptionRefused
 from pytest_palette.hosts.claude import (
     MAX_TURNS,
     REHEARSAL_CLI_MODEL,
-    REHEARSAL_KEY,
     ClaudeHost,
     ClaudeSession,
-    CliOutput,
     _stop,
     cli_environment,
-    failure,
     find_cli,
     install_skill,
     lock_files,
-    parse_stream,
     redact,
     session_folder,
-    stopped,
     turn_command,
 )
-from pytest_palette.hosts.endpoint import FORWARDER_LOG, PLACEHOLDER_KEY, RELAY_PORT, KeyForwarder, credentials
+from pytest_palette.hosts.claude_stream import CliOutput, failure, parse_stream, stopped
 from pytest_palette.hosts.stops import TurnStopped
-from pytest_palette.models import ModelSpec, parse_model
+from pytest_palette.layer.endpoint import FORWARDER_LOG, PLACEHOLDER_KEY, RELAY_PORT, KeyForwarder, credentials
+from pytest_palette.layer.route import Route, route_of
+from pytest_palette.models import parse_model
 from pytest_palette.rehearsal.conversation import Conversation
 from pytest_palette.rehearsal.policy import catalogue
 from pytest_palette.run.conversation import open_sandbox
 from pytest_palette.run.evidence import deck_by, inspect_deck, newest_deck, read_folder, read_trace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, drift, load_card, load_skill, skill_hash
 
-REHEARSAL = parse_model("rehearsal")
+REHEARSAL = route_of(parse_model("rehearsal"))
 #: The conversations here run in the sandbox a run would give them, where this machine has one.
 SANDBOX = "none" if sandbox_problem("bubblewrap") else "bubblewrap"
-SONNET = parse_model("anthropic:claude-sonnet-4-5")
+SONNET = route_of(parse_model("anthropic:claude-sonnet-4-5"))
 SECRET = "sk-ant-api03-" + "S3CRET" * 8  # shaped like a key; never a real one
 SID = "7f63eb8a-ae6b-4c58-a4b3-52f1c12541af"
 
@@ -218,9 +215,8 @@ def users_environment() -> dict[str, str]:
 
 
 def test_the_rehearsal_environment_routes_only_to_the_server_and_carries_no_secret(tmp_path: Path) -> None:
-    env = cli_environment(users_environment(), REHEARSAL, tmp_path / "config", "http://127.0.0.1:4242", 300.0,
-                          as_root=True)
-    assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:4242" and env["ANTHROPIC_API_KEY"] == REHEARSAL_KEY
+    env = cli_environment(users_environment(), tmp_path / "config", "http://127.0.0.1:4242", 300.0, as_root=True)
+    assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:4242" and env["ANTHROPIC_API_KEY"] == PLACEHOLDER_KEY
     assert SECRET not in json.dumps(env)
     assert "ANTHROPIC_MODEL" not in env and "CLAUDE_CODE_USE_BEDROCK" not in env and "CLAUDECODE" not in env
     assert env["CLAUDE_CONFIG_DIR"] == str(tmp_path / "config")
@@ -233,16 +229,18 @@ def test_the_rehearsal_environment_routes_only_to_the_server_and_carries_no_secr
     assert env["IS_SANDBOX"] == "1"
 
 
-def test_a_real_model_keeps_the_callers_key_and_gateway_and_only_root_gets_is_sandbox(tmp_path: Path) -> None:
-    env = cli_environment(users_environment(), SONNET, tmp_path, None, 120.0, as_root=False)
-    assert env["ANTHROPIC_API_KEY"] == SECRET and env["ANTHROPIC_BASE_URL"] == "https://gateway.example"
+def test_the_cli_holds_neither_the_callers_key_nor_its_gateway_and_only_root_gets_is_sandbox(tmp_path: Path) -> None:
+    # The model layer's forwarder holds them (layer/serving.py): the CLI is given its token and its URL alone.
+    env = cli_environment(users_environment(), tmp_path, "http://127.0.0.1:8787", 120.0, as_root=False, key="token")
+    assert (env["ANTHROPIC_API_KEY"], env["ANTHROPIC_BASE_URL"]) == ("token", "http://127.0.0.1:8787")
+    assert SECRET not in json.dumps(env) and "gateway.example" not in json.dumps(env)
     assert "IS_SANDBOX" not in env and "CLAUDECODE" not in env
     assert env["BASH_MAX_TIMEOUT_MS"] == "120000"
 
 
 def test_the_harness_environment_is_never_changed(tmp_path: Path) -> None:
     before = dict(os.environ)
-    cli_environment(users_environment(), REHEARSAL, tmp_path, "http://127.0.0.1:1", 300.0)
+    cli_environment(users_environment(), tmp_path, "http://127.0.0.1:1", 300.0)
     assert dict(os.environ) == before and "PALETTE_TRACE" not in os.environ
 
 
@@ -415,9 +413,9 @@ def test_no_result_at_all_is_not_a_success() -> None:
 # -- models, credentials, availability -------------------------------------------------------------
 
 
-def usage_problems(host: ClaudeHost, model: str | ModelSpec, env: dict[str, str]) -> list[str]:
+def usage_problems(host: ClaudeHost, model: str | Route, env: dict[str, str]) -> list[str]:
     """What the host says stops it, leaving out a missing CLI (a skip, and not what these tests are about)."""
-    spec = parse_model(model) if isinstance(model, str) else model
+    spec = route_of(parse_model(model)) if isinstance(model, str) else model
     return [str(p) for p in host.check(spec, env) if not p.skip]
 
 
@@ -548,8 +546,8 @@ class Item:
         workspace.work.mkdir(parents=True, exist_ok=True)
         self.sandbox = open_sandbox(workspace, settings, base)
         self.sandbox.prepare()
-        self.session = host.open(workspace, load_skill("palette") if skill else None, self.env, parse_model(model),
-                                 settings, self.sandbox)
+        self.session = host.open(workspace, load_skill("palette") if skill else None, self.env,
+                                 route_of(parse_model(model)), settings, self.sandbox)
         self.timeout = timeout
 
     def say(self, *messages: str) -> list[str]:
@@ -563,7 +561,7 @@ class Item:
 @needs_cli
 def test_with_no_skill_the_cli_offers_only_its_own_and_the_agent_writes_a_deck_of_its_own(
         host: ClaudeHost, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    policy = host.endpoint.server(REHEARSAL).policy
+    policy = host.layer.rehearsal.server(REHEARSAL.model).policy
     seen: list[Conversation] = []
     decide = policy.next_action
     monkeypatch.setattr(policy, "next_action", lambda conversation: seen.append(conversation) or decide(conversation))
@@ -584,7 +582,7 @@ def test_with_no_skill_the_cli_offers_only_its_own_and_the_agent_writes_a_deck_o
 @pytest.mark.end_to_end
 @needs_cli
 def test_a_three_slide_deck_plan_then_yes(host: ClaudeHost, tmp_path: Path) -> None:
-    served_before = len(host.endpoint.server(REHEARSAL).served)
+    served_before = len(host.layer.rehearsal.server(REHEARSAL.model).served)
     item = Item(tmp_path, host)
     plan, done = item.say("Build a 3-slide deck on prompt caching", "yes")
     assert "Reply **yes**" in plan
@@ -603,7 +601,7 @@ def test_a_three_slide_deck_plan_then_yes(host: ClaudeHost, tmp_path: Path) -> N
     assert json.loads(seen[1]["stdout"])["done"] is True  # the plan's answer, as the agent read it
     traced = read_trace(item.trace)
     assert all(abs(mine["at"] - theirs["at"]) < 5 for mine, theirs in zip(seen, traced, strict=True))
-    served = host.endpoint.server(REHEARSAL).served[served_before:]
+    served = host.layer.rehearsal.server(REHEARSAL.model).served[served_before:]
     assert len(served) >= 8 and {route for route, _ in served} == {"/v1/messages"}
     first, second = item.session.turns
     assert first.steps[0] == "→ Skill: palette" and any("deck.py plan" in s for s in first.steps)
@@ -642,7 +640,7 @@ def test_a_decline_builds_no_deck(host: ClaudeHost, tmp_path: Path) -> None:
 @needs_cli
 def test_a_real_models_key_stays_with_the_harness_and_reaches_the_model(host: ClaudeHost, tmp_path: Path) -> None:
     # anthropic:<model> through a gateway: the rehearsal server stands in for it on loopback.
-    gateway = host.endpoint.server(REHEARSAL).base_url
+    gateway = host.layer.rehearsal.server(REHEARSAL.model).base_url
     base = {**os.environ, "ANTHROPIC_API_KEY": SECRET, "ANTHROPIC_BASE_URL": gateway}
     item = Item(tmp_path, host, model="anthropic:claude-sonnet-4-5", base=base)
     [plan] = item.say("Build a 3-slide deck on prompt caching")

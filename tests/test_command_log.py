@@ -19,7 +19,7 @@ from pytest_palette.arena.command_log import (
 )
 from pytest_palette.arena.workspace import Workspace
 from pytest_palette.cases import Case, Expect
-from pytest_palette.hosts.claude import parse_stream
+from pytest_palette.hosts.claude_stream import parse_stream
 from pytest_palette.hosts.shell import run_shell
 from pytest_palette.judge import explain, judge
 from pytest_palette.run.evidence import Evidence, calls_of, choose_calls

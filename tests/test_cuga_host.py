@@ -24,27 +24,31 @@ from pytest_palette.arena.sandbox import problem as sandbox_problem
 from pytest_palette.arena.workspace import Workspace
 from pytest_palette.backend import agent_environment
 from pytest_palette.hosts import cuga as cuga_module
+from pytest_palette.hosts import cuga_setup
 from pytest_palette.hosts.base import HostError, HostSettings
 from pytest_palette.hosts.cuga import (
-    INSTALL_HINT,
     RUN_COMMAND_CEILING,
     CugaHost,
-    CugaModel,
     CugaSession,
-    Probe,
     agent_path,
     answer_text,
     block_timeout,
     code_steps,
-    credentials_needed,
-    cuga_model,
     find_uv,
     import_problem,
     installed_problem,
+)
+from pytest_palette.hosts.cuga_setup import (
+    INSTALL_HINT,
+    CugaModel,
+    Probe,
+    credentials_needed,
+    cuga_model,
     unsupported_reason,
 )
 from pytest_palette.hosts.stops import TurnStopped
-from pytest_palette.models import ModelSpec, parse_model
+from pytest_palette.layer.route import Route, route_of
+from pytest_palette.models import parse_model
 from pytest_palette.rehearsal import openai_wire
 from pytest_palette.rehearsal.conversation import Conversation, ToolResult, UserSaid
 from pytest_palette.rehearsal.policy import RehearsalPolicy, catalogue
@@ -52,7 +56,7 @@ from pytest_palette.run.conversation import open_sandbox
 from pytest_palette.run.evidence import any_deck, deck_by, inspect_deck, newest_deck, read_folder, read_trace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, SkillCard, drift, install, load_card, load_skill
 
-REHEARSAL = parse_model("rehearsal")
+REHEARSAL = route_of(parse_model("rehearsal"))
 #: The conversations here run in the sandbox a run would give them, where this machine has one.
 SANDBOX = "none" if sandbox_problem("bubblewrap") else "bubblewrap"
 SECRET = "sk-" + "S3CRET" * 8  # shaped like a key; never a real one
@@ -66,44 +70,45 @@ URL = "http://127.0.0.1:9/v1"
 @pytest.mark.parametrize("text", ["rehearsal", "rehearsal:builds_early", "openai:gpt-4o", "watsonx:openai/gpt-oss-120b",
                                   "rits:openai/gpt-oss-120b"])
 def test_the_models_cuga_settings_can_express_are_supported(text: str) -> None:
-    assert unsupported_reason(parse_model(text)) is None
+    assert unsupported_reason(route_of(parse_model(text))) is None
 
 
 def test_a_provider_cuga_is_not_mapped_for_is_unsupported_with_the_list() -> None:
-    reason = "\n".join(map(str, CugaHost().check(parse_model("anthropic:claude-sonnet-4-5"), {})))
+    reason = "\n".join(map(str, CugaHost().check(route_of(parse_model("anthropic:claude-sonnet-4-5")), {})))
     assert "'anthropic'" in reason and "openai, rehearsal, rits, watsonx" in reason
 
 
 def test_the_rehearsal_model_is_cugas_openai_client_pointed_at_the_endpoint() -> None:
-    mapped = cuga_model(REHEARSAL, {}, rehearsal_url=URL)
+    mapped = cuga_model(REHEARSAL, {}, url=URL)
     assert mapped == CugaModel("settings.openai.toml",
                                {"OPENAI_BASE_URL": URL, "OPENAI_API_KEY": "dummy", "MODEL_NAME": "rehearsal"})
-    flawed = cuga_model(parse_model("rehearsal:builds_early"), {}, rehearsal_url=URL)
+    flawed = cuga_model(route_of(parse_model("rehearsal:builds_early")), {}, url=URL)
     assert flawed.env["MODEL_NAME"] == "rehearsal:builds_early"
 
 
 def test_real_models_go_through_cugas_own_settings_files() -> None:
-    assert cuga_model(parse_model("watsonx:openai/gpt-oss-120b"), {}) == CugaModel(
+    assert cuga_model(route_of(parse_model("watsonx:openai/gpt-oss-120b")), {}) == CugaModel(
         "settings.watsonx.toml", {"MODEL_NAME": "openai/gpt-oss-120b"})
-    assert cuga_model(parse_model("rits:openai/gpt-oss-120b"), {}) == CugaModel(
+    assert cuga_model(route_of(parse_model("rits:openai/gpt-oss-120b")), {}) == CugaModel(
         "settings.rits.toml", {"MODEL_NAME": "openai/gpt-oss-120b"})
-    plain = cuga_model(parse_model("openai:gpt-4o"), {})
+    plain = cuga_model(route_of(parse_model("openai:gpt-4o")), {})
     assert plain == CugaModel("settings.openai.toml", {"MODEL_NAME": "gpt-4o"})
-    compatible = cuga_model(parse_model("openai:my-model"), {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"})
+    compatible = cuga_model(route_of(parse_model("openai:my-model")), {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"})
     assert compatible.env == {"MODEL_NAME": "my-model", "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}
 
 
 def test_an_unmapped_model_cannot_be_opened() -> None:
     with pytest.raises(HostError, match="anthropic"):
-        cuga_model(parse_model("anthropic:claude-sonnet-4-5"), {})
+        cuga_model(route_of(parse_model("anthropic:claude-sonnet-4-5")), {})
 
 
-def usage_problems(model: str | ModelSpec, env: dict[str, str]) -> list[str]:
+def usage_problems(model: str | Route, env: dict[str, str]) -> list[str]:
     """What the host says stops it, leaving out a client that is not installed (a skip, not a usage error)."""
     with pytest.MonkeyPatch.context() as patch:  # as if installed: these tests are about models and credentials
         patch.setattr(cuga_module, "installed_problem", lambda: None)
-        patch.setattr(cuga_module, "probe", lambda *args, **kwargs: Probe())
-        return [str(p) for p in CugaHost().check(parse_model(model) if isinstance(model, str) else model, env)]
+        patch.setattr(cuga_setup, "probe", lambda *args, **kwargs: Probe())
+        route = route_of(parse_model(model)) if isinstance(model, str) else model
+        return [str(p) for p in CugaHost().check(route, env)]
 
 
 def test_missing_credentials_are_named_before_any_case_and_values_never_shown() -> None:
@@ -115,14 +120,14 @@ def test_missing_credentials_are_named_before_any_case_and_values_never_shown() 
     [watsonx] = usage_problems("watsonx:openai/gpt-oss-120b", {"WATSONX_APIKEY": SECRET})
     assert "WATSONX_URL" in watsonx and "WATSONX_PROJECT_ID or WATSONX_SPACE_ID" in watsonx
     assert SECRET not in watsonx and "WATSONX_APIKEY" not in watsonx
-    assert credentials_needed(parse_model("rits:m"), {"RITS_API_KEY": SECRET, "RITS_BASE_URL": "u"}) == []
+    assert credentials_needed(route_of(parse_model("rits:m")), {"RITS_API_KEY": SECRET, "RITS_BASE_URL": "u"}) == []
 
 
 def test_a_rits_model_other_than_cugas_default_needs_its_own_url(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cuga_module, "rits_default_model", lambda: "google/gemma-4-31B-it")
-    [problem] = credentials_needed(parse_model("rits:openai/gpt-oss-120b"), {"RITS_API_KEY": SECRET})
+    monkeypatch.setattr(cuga_setup, "rits_default_model", lambda: "google/gemma-4-31B-it")
+    [problem] = credentials_needed(route_of(parse_model("rits:openai/gpt-oss-120b")), {"RITS_API_KEY": SECRET})
     assert "RITS_BASE_URL" in problem and "google/gemma-4-31B-it" in problem and SECRET not in problem
-    assert credentials_needed(parse_model("rits:google/gemma-4-31B-it"), {"RITS_API_KEY": SECRET}) == []
+    assert credentials_needed(route_of(parse_model("rits:google/gemma-4-31B-it")), {"RITS_API_KEY": SECRET}) == []
 
 
 # -- availability ----------------------------------------------------------------------------------
@@ -176,8 +181,9 @@ def test_an_sdk_that_fails_to_import_is_unavailable_with_the_error(tmp_path: Pat
 def test_the_host_never_imports_cuga_into_the_harness() -> None:
     """CUGA is asked in a probe of its own (3,000 modules, 3.5 CPU-s): a session describing it imports none."""
     code = ("import sys, pytest_palette.hosts.cuga as m\nfrom pytest_palette.models import parse_model\n"
+            "from pytest_palette.layer.route import route_of\n"
             "from pytest_palette.hosts.base import HostSettings\n"
-            "facts = m.CugaHost().describe(parse_model('rehearsal'), HostSettings())\n"
+            "facts = m.CugaHost().describe(route_of(parse_model('rehearsal')), HostSettings())\n"
             "print(facts.get('cuga_model'), any(n == 'cuga' or n.startswith('cuga.') for n in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     expected = "None False" if _REASON else "openai/rehearsal (settings.openai.toml) False"
@@ -205,14 +211,14 @@ def test_describe_reports_the_budgets_even_without_cuga(monkeypatch: pytest.Monk
     host = CugaHost()
     monkeypatch.setattr(cuga_module, "installed_problem", lambda: "not installed")
     facts = host.describe(REHEARSAL, HostSettings())
-    assert facts["model"] == REHEARSAL.label and facts["sandbox_execution_timeout"] == "120 s"
+    assert facts["model"] == REHEARSAL.model.label and facts["sandbox_execution_timeout"] == "120 s"
     assert facts["skill_loading"].startswith("lazy")
     # The header says where the model's key is: with the harness, or (a client that exchanges it) in the sandbox.
     assert facts["model_key"].startswith("held by the harness")
     assert facts["worker"].startswith("a process of its own per conversation, in the item's sandbox")
     for provider in ("watsonx:openai/gpt-oss-120b", "rits:openai/gpt-oss-120b"):
-        assert host.describe(parse_model(provider), HostSettings())["model_key"].startswith("in the sandbox")
-    assert host.describe(parse_model("openai:gpt-4o"), HostSettings())["model_key"].startswith("held by")
+        assert host.describe(route_of(parse_model(provider)), HostSettings())["model_key"].startswith("in the sandbox")
+    assert host.describe(route_of(parse_model("openai:gpt-4o")), HostSettings())["model_key"].startswith("held by")
 
 
 def test_a_turns_steps_are_the_tool_calls_in_the_models_code() -> None:
@@ -363,7 +369,8 @@ def test_a_provider_whose_client_holds_its_key_gets_it_in_the_worker(
     sandbox.prepare()
     env = {**agent_environment(workspace.trace), "WATSONX_APIKEY": SECRET, "WATSONX_PROJECT_ID": "p",
            "OPENAI_API_KEY": SECRET}
-    session = CugaHost().open(workspace, None, env, parse_model("watsonx:openai/gpt-oss-120b"), settings, sandbox)
+    watsonx = route_of(parse_model("watsonx:openai/gpt-oss-120b"))
+    session = CugaHost().open(workspace, None, env, watsonx, settings, sandbox)
     try:
         seen = json.loads(session.send("hello", 30).answer)
     finally:
@@ -491,7 +498,7 @@ def _open(host: CugaHost, tmp_path: Path, skill: SkillCard | None = None) -> tup
 
 def _recording(host: CugaHost, monkeypatch: pytest.MonkeyPatch) -> list[Conversation]:
     """Every conversation the rehearsal model is asked about from now on, as it read it."""
-    policy = host._endpoint.server(REHEARSAL).policy
+    policy = host.layer.rehearsal.server(REHEARSAL.model).policy
     seen: list[Conversation] = []
     decide = policy.next_action
     monkeypatch.setattr(policy, "next_action", lambda conversation: seen.append(conversation) or decide(conversation))
@@ -536,7 +543,7 @@ def test_a_three_slide_deck_is_planned_approved_and_built_by_cugas_run_command(h
     host.describe(REHEARSAL, HostSettings())
     before_env, before_cwd = dict(os.environ), os.getcwd()
     session, trace = _open(host, tmp_path)
-    served_before = len(host._endpoint.server(REHEARSAL).served)
+    served_before = len(host.layer.rehearsal.server(REHEARSAL.model).served)
     answers = _talk(session, "Make a 3-slide deck about our Q3 results for the leadership team", "yes")
     assert "Reply **yes**" in answers[0] and answers[1].startswith("Your deck is ready:")
     assert session.turns[0].steps[0] == "→ load_skill: palette"
@@ -554,7 +561,7 @@ def test_a_three_slide_deck_is_planned_approved_and_built_by_cugas_run_command(h
     assert commands[0] == "find" and "plan" in commands and commands[-2:] == ["start", "status"]
     assert json.loads(calls[0]["stdout"])["root"] == str(workspace)
     # The harness ran no deck.py itself: each call followed a model request CUGA sent to the endpoint.
-    served = host._endpoint.server(REHEARSAL).served[served_before:]
+    served = host.layer.rehearsal.server(REHEARSAL.model).served[served_before:]
     assert len(served) > len(calls) and {route for route, _ in served} == {"/v1/chat/completions"}
     assert (tmp_path / "cuga.log").is_file()
     # Our own record of what CUGA's run_command ran: the same calls, each with its times, exit code and output.
@@ -619,7 +626,7 @@ def test_a_turn_past_its_timeout_is_a_host_error_and_ends_the_conversation(host:
 def test_preflight_and_describe_read_cugas_own_discovery_and_settings(host: CugaHost) -> None:
     assert host.check(REHEARSAL, {}, load_card(PACKAGED_SKILLS / "palette")) == []
     facts = host.describe(REHEARSAL, HostSettings())
-    assert facts["model"] == REHEARSAL.label
+    assert facts["model"] == REHEARSAL.model.label
     assert facts["cuga_model"] == "openai/rehearsal (settings.openai.toml)"
     assert facts["sandbox_execution_timeout"] == "120 s" and facts["cuga_max_steps"].isdigit()
 
@@ -638,7 +645,7 @@ def test_preflight_reports_a_skill_cuga_would_not_discover(host: CugaHost, tmp_p
 def test_each_models_file_is_read_by_a_probe_of_its_own(host: CugaHost) -> None:
     assert host.describe(REHEARSAL, HostSettings())["cuga_model"] == "openai/rehearsal (settings.openai.toml)"
     # CUGA reads its models file once per process: a second file is a second probe, not a stale answer.
-    watsonx = host.describe(parse_model("watsonx:openai/gpt-oss-120b"), HostSettings())
+    watsonx = host.describe(route_of(parse_model("watsonx:openai/gpt-oss-120b")), HostSettings())
     assert watsonx["cuga_model"] == "watsonx/openai/gpt-oss-120b (settings.watsonx.toml)"
 
 
@@ -661,37 +668,37 @@ class DictCache:
 def test_a_probe_is_kept_per_interpreter_models_file_and_skill_and_a_problem_is_asked_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[tuple[str, str | None]] = []
-    answers = {"settings.openai.toml": cuga_module.Probe(skills=("palette",), model="openai/rehearsal",
+    answers = {"settings.openai.toml": cuga_setup.Probe(skills=("palette",), model="openai/rehearsal",
                                                          max_steps="30"),
-               "settings.broken.toml": cuga_module.Probe("the CUGA SDK cannot be imported (boom)")}
+               "settings.broken.toml": cuga_setup.Probe("the CUGA SDK cannot be imported (boom)")}
 
-    def probe(settings_file: str, variables: Any, skills: Path | None = None) -> cuga_module.Probe:
+    def probe(settings_file: str, variables: Any, skills: Path | None = None) -> cuga_setup.Probe:
         asked.append((settings_file, variables.get("MODEL_NAME")))
         return answers[settings_file]
 
-    monkeypatch.setattr(cuga_module, "probe", probe)
+    monkeypatch.setattr(cuga_setup, "probe", probe)
     cache: Any = DictCache()
     model = {"MODEL_NAME": "rehearsal", "OPENAI_API_KEY": "sk-the-key"}
-    first = cuga_module.cached_probe(cache, "settings.openai.toml", model, Path("x"), "skill-a")
-    again = cuga_module.cached_probe(cache, "settings.openai.toml", {**model, "OPENAI_API_KEY": "another"},
+    first = cuga_setup.cached_probe(cache, "settings.openai.toml", model, Path("x"), "skill-a")
+    again = cuga_setup.cached_probe(cache, "settings.openai.toml", {**model, "OPENAI_API_KEY": "another"},
                                      Path("y"), "skill-a")
     assert first == again == answers["settings.openai.toml"] and len(asked) == 1
     # Another skill, another model or no cache at all is a probe of its own.
-    cuga_module.cached_probe(cache, "settings.openai.toml", model, Path("x"), "skill-b")
-    cuga_module.cached_probe(cache, "settings.openai.toml", {"MODEL_NAME": "gpt"}, Path("x"), "skill-a")
-    cuga_module.cached_probe(None, "settings.openai.toml", model, Path("x"), "skill-a")
+    cuga_setup.cached_probe(cache, "settings.openai.toml", model, Path("x"), "skill-b")
+    cuga_setup.cached_probe(cache, "settings.openai.toml", {"MODEL_NAME": "gpt"}, Path("x"), "skill-a")
+    cuga_setup.cached_probe(None, "settings.openai.toml", model, Path("x"), "skill-a")
     assert asked[1:] == [("settings.openai.toml", "rehearsal"), ("settings.openai.toml", "gpt"),
                          ("settings.openai.toml", "rehearsal")]
     # A problem is never kept: the next session asks again, and sees its fix.
     for _ in range(2):
-        assert cuga_module.cached_probe(cache, "settings.broken.toml", model).problem
+        assert cuga_setup.cached_probe(cache, "settings.broken.toml", model).problem
     assert len(asked) == 6 and len(cache.values) == 3
     # No key is written, and an entry that is not a probe's answer is asked again.
     assert not any("sk-the-key" in key + value for key, value in cache.values.items())
     for torn in ('{"skills": 3}', '{"model": "m"}', "[1]"):
         for key in cache.values:
             cache.values[key] = torn
-        cuga_module.cached_probe(cache, "settings.openai.toml", model, Path("x"), "skill-a")
+        cuga_setup.cached_probe(cache, "settings.openai.toml", model, Path("x"), "skill-a")
     assert len(asked) == 9
 
 

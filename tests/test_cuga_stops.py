@@ -23,6 +23,7 @@ from pytest_palette.hosts.base import HostError, HostSettings, OptionRefused
 from pytest_palette.hosts.cuga import CugaHost, Done, Heard, ended, finish_reason, installed_problem
 from pytest_palette.hosts.cuga_worker import error_words
 from pytest_palette.hosts.stops import TurnStopped
+from pytest_palette.layer.route import route_of
 from pytest_palette.models import parse_model
 from pytest_palette.rehearsal import openai_wire
 from pytest_palette.rehearsal.limits import ModelLimits
@@ -134,7 +135,8 @@ def test_the_step_limit_is_an_option_of_the_hosts_and_a_term_only_when_given(
     host.configure({"cuga-max-steps": 7})
     assert host.terms() == {"cuga_max_steps": 7}
     monkeypatch.setattr(cuga_module, "installed_problem", lambda: "not installed here")
-    assert host.describe(parse_model("rehearsal"), HostSettings())["cuga_max_steps"] == "7 (--palette-cuga-max-steps)"
+    described = host.describe(route_of(parse_model("rehearsal")), HostSettings())
+    assert described["cuga_max_steps"] == "7 (--palette-cuga-max-steps)"
     assert [option.flag() for option in CugaHost.options] == ["--palette-cuga-max-steps"]
 
 

@@ -23,11 +23,14 @@ from test_benchmark_suite import REPO, run_suite
 from unprivileged import Unprivileged
 from upstream import LoggingUpstream, another_user_tries
 
-from pytest_palette.hosts import relay
 from pytest_palette.hosts.base import HostSettings
-from pytest_palette.hosts.claude import cli_environment, find_cli, parse_stream
-from pytest_palette.hosts.cuga import credentials_needed, cuga_model
-from pytest_palette.hosts.endpoint import ANTHROPIC_ROUTES, FORWARDER_LOG, OPENAI_ROUTES, KeyForwarder
+from pytest_palette.hosts.claude import cli_environment, find_cli
+from pytest_palette.hosts.claude_stream import parse_stream
+from pytest_palette.hosts.cuga_setup import credentials_needed, cuga_model
+from pytest_palette.layer import relay
+from pytest_palette.layer.endpoint import ANTHROPIC_ROUTES, FORWARDER_LOG, OPENAI_ROUTES, KeyForwarder
+from pytest_palette.layer.route import route_of
+from pytest_palette.layer.serving import provider
 from pytest_palette.models import ModelUnavailable, RetryCounter, build_chat_model, check_model, parse_model
 from pytest_palette.rehearsal.hostile import FORWARDER_TRIES
 from pytest_palette.rehearsal.injection import MAX_IN_A_ROW, FaultSchedule
@@ -77,7 +80,7 @@ def test_a_local_server_without_a_key_is_told_what_to_set() -> None:
     spec = parse_model("openai:llama3", "http://localhost:8000/v1")
     with pytest.raises(ModelUnavailable, match=r"OPENAI_API_KEY.*OPENAI_API_KEY=none"):
         check_model(spec, {})
-    [problem] = credentials_needed(spec, {})
+    [problem] = credentials_needed(route_of(spec), {})
     assert "OPENAI_API_KEY=none" in problem
     check_model(spec, {"OPENAI_API_KEY": "none"})  # then it is ready
 
@@ -91,12 +94,15 @@ def test_the_key_comes_from_the_environment_and_never_shows(tmp_path: Path) -> N
 
 
 def test_cuga_and_claude_take_the_base_url(tmp_path: Path) -> None:
-    cuga = cuga_model(parse_model("openai:m", "http://127.0.0.1:8000/v1"), {"OPENAI_BASE_URL": "http://other/v1"})
+    cuga = cuga_model(route_of(parse_model("openai:m", "http://127.0.0.1:8000/v1")), {"OPENAI_BASE_URL": "http://other/v1"})
     assert cuga.env == {"MODEL_NAME": "m", "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"}  # the flag wins
-    env = cli_environment({"ANTHROPIC_API_KEY": FAKE_KEY, "ANTHROPIC_BASE_URL": "http://old"},
-                          parse_model("anthropic:claude-sonnet-4-5", "http://127.0.0.1:4000"), tmp_path, None, 300.0,
-                          max_retries=7)
-    assert (env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_API_KEY"]) == ("http://127.0.0.1:4000", FAKE_KEY)
+    # Claude's calls go to the flag's URL through the model layer, which holds the key; the CLI holds neither.
+    users = {"ANTHROPIC_API_KEY": FAKE_KEY, "ANTHROPIC_BASE_URL": "http://old"}
+    sonnet = route_of(parse_model("anthropic:claude-sonnet-4-5", "http://127.0.0.1:4000"))
+    assert provider(sonnet, "anthropic", users) == ("http://127.0.0.1:4000", {"x-api-key": FAKE_KEY})
+    assert provider(route_of(parse_model("anthropic:m")), "anthropic", users)[0] == "http://old"  # the gateway
+    env = cli_environment(users, tmp_path, "http://127.0.0.1:8787", 300.0, max_retries=7, key="token")
+    assert (env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_API_KEY"]) == ("http://127.0.0.1:8787", "token")
     assert env["CLAUDE_CODE_MAX_RETRIES"] == "7"
 
 
@@ -445,10 +451,10 @@ def test_the_retry_bound_reaches_every_host_description() -> None:
     from pytest_palette.hosts.react import ReactHost
 
     settings = HostSettings(model_retries=3)
-    assert "not reach it" in CugaHost().describe(parse_model("rehearsal"), settings)["model_retries"]
-    assert ReactHost().describe(parse_model("openai:m"), settings)["model_retries"] == "3"
-    assert "model_retries" not in ReactHost().describe(parse_model("rehearsal"), settings)  # nothing to retry
-    assert ClaudeHost().describe(parse_model("rehearsal"), settings)["model_retries"] == "3"
+    assert "not reach it" in CugaHost().describe(route_of(parse_model("rehearsal")), settings)["model_retries"]
+    assert ReactHost().describe(route_of(parse_model("openai:m")), settings)["model_retries"] == "3"
+    assert "model_retries" not in ReactHost().describe(route_of(parse_model("rehearsal")), settings)  # nothing to retry
+    assert ClaudeHost().describe(route_of(parse_model("rehearsal")), settings)["model_retries"] == "3"
 
 
 # -- whole runs over HTTP ----------------------------------------------------------------------------

@@ -270,8 +270,7 @@ def pytest_runtest_setup(item):
         return
     session = item.config.stash[SESSION]
     endpoint = session.hosts[item.host_name]
-    endpoint = getattr(endpoint, "endpoint", None) or endpoint._endpoint
-    server = endpoint.server(session.settings.model)
+    server = endpoint.layer.rehearsal.server(session.settings.model)
 
     def die_after_the_first_answer():
         while not server.served:

@@ -26,7 +26,7 @@ from unprivileged import problem as unprivileged_problem
 from upstream import LoggingUpstream, Seen, another_user_tries
 
 from pytest_palette.hosts.cuga import installed_problem
-from pytest_palette.hosts.endpoint import FORWARDER_LOG
+from pytest_palette.layer.endpoint import FORWARDER_LOG
 from pytest_palette.models import parse_model, rehearsal_policy
 from pytest_palette.rehearsal.hostile import FORWARDER_MARKER, FORWARDER_TRIES
 from pytest_palette.rehearsal.server import RehearsalServer

@@ -30,19 +30,13 @@ from pytest_palette.arena import code_log
 from pytest_palette.arena.sandbox import problem as sandbox_problem
 from pytest_palette.cases import MAX_CONTEXT
 from pytest_palette.hosts.base import OUTPUT_LIMIT, HostSettings
-from pytest_palette.hosts.claude import (
-    ClaudeHost,
-    cli_environment,
-    context_window,
-    failure,
-    parse_stream,
-    stopped,
-    turn_command,
-)
+from pytest_palette.hosts.claude import ClaudeHost, cli_environment, turn_command
+from pytest_palette.hosts.claude_stream import context_window, failure, parse_stream, stopped
 from pytest_palette.hosts.cuga import CUGA_OUTPUT_DEFAULT, cuga_output_limit, model_code
 from pytest_palette.hosts.cuga_worker import MESSAGE_WINDOW, configure
 from pytest_palette.hosts.react import ReactHost
 from pytest_palette.hosts.shell import clip
+from pytest_palette.layer.route import route_of
 from pytest_palette.models import parse_model
 from pytest_palette.options import resolve
 from pytest_palette.rehearsal.conversation import (
@@ -193,18 +187,18 @@ def test_the_limit_reaches_the_hosts_and_a_bad_one_is_one_line(pytester: pytest.
 @pytest.mark.end_to_end
 def test_each_host_is_told_the_limit_and_says_so() -> None:
     settings = HostSettings(output_limit=40_000)
-    assert ReactHost().describe(parse_model("rehearsal"), settings)["output_limit"] == "40,000 characters"
-    described = ClaudeHost().describe(parse_model("rehearsal"), settings)["bash_output_limit"]
+    assert ReactHost().describe(route_of(parse_model("rehearsal")), settings)["output_limit"] == "40,000 characters"
+    described = ClaudeHost().describe(route_of(parse_model("rehearsal")), settings)["bash_output_limit"]
     assert described.startswith("40,000 characters inline;")
-    env = cli_environment({}, parse_model("rehearsal"), Path("/c"), None, 300.0, as_root=False, output_limit=40_000)
+    env = cli_environment({}, Path("/c"), None, 300.0, as_root=False, output_limit=40_000)
     assert env["BASH_MAX_OUTPUT_LENGTH"] == "40000"
     argv = turn_command(Path("/bin/claude"), "claude-sonnet-4-5", "s", True, output_limit=40_000)
     # Since 2.1 the CLI hands the model inline what this setting says; BASH_MAX_OUTPUT_LENGTH only sizes a read-back.
     assert argv.count("--settings") == 1  # one settings layer: the locked one carries the limit too
     assert json.loads(argv[argv.index("--settings") + 1])["bashOutputMaxChars"] == 40_000
-    big = cli_environment({}, parse_model("rehearsal"), Path("/c"), None, 300.0, as_root=False, output_limit=10**6)
+    big = cli_environment({}, Path("/c"), None, 300.0, as_root=False, output_limit=10**6)
     assert big["BASH_MAX_OUTPUT_LENGTH"] == "150000"  # the most the CLI takes
-    assert "BASH_MAX_OUTPUT_LENGTH" not in cli_environment({}, parse_model("rehearsal"), Path("/c"), None, 300.0,
+    assert "BASH_MAX_OUTPUT_LENGTH" not in cli_environment({}, Path("/c"), None, 300.0,
                                                            as_root=False)
 
 
@@ -227,12 +221,12 @@ def test_cuga_trims_at_the_limit_but_never_below_its_own_default() -> None:
 
 
 def test_the_claude_cli_never_compacts_and_a_compaction_would_be_its_error() -> None:
-    env = cli_environment({}, parse_model("rehearsal"), Path("/c"), None, 300.0, as_root=False)
+    env = cli_environment({}, Path("/c"), None, 300.0, as_root=False)
     assert env["DISABLE_AUTO_COMPACT"] == "1"
     argv = turn_command(Path("/bin/claude"), "claude-sonnet-4-5", "s", True, env=env)
     # Pinned in the settings layer that ranks above every file the agent could write.
     assert json.loads(argv[argv.index("--settings") + 1])["env"]["DISABLE_AUTO_COMPACT"] == "1"
-    assert ClaudeHost().describe(parse_model("rehearsal"), HostSettings())["auto_compact"].startswith("off")
+    assert ClaudeHost().describe(route_of(parse_model("rehearsal")), HostSettings())["auto_compact"].startswith("off")
     # Should it compact anyway, the turn is the host's error, naming it (the line as CLI 2.1 prints it).
     boundary = {"type": "system", "subtype": "compact_boundary", "compact_metadata": {
         "trigger": "auto", "pre_tokens": 61_247, "post_tokens": 20_899}}

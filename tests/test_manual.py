@@ -80,13 +80,14 @@ def test_the_manual_host_never_pretends_to_drive_an_agent(tmp_path: Path) -> Non
     from pytest_palette.arena.workspace import Workspace
     from pytest_palette.hosts.base import HostError, HostSettings
     from pytest_palette.hosts.manual import ManualHost
+    from pytest_palette.layer.route import route_of
     from pytest_palette.models import parse_model
     from pytest_palette.skill import load_skill
 
     workspace = Workspace.of(tmp_path, "manual", "three_slides", 1, repeated=False)
     workspace.prepare(load_cases_from_text(tmp_path)[0])
     with pytest.raises(HostError, match="driven by a person"):
-        ManualHost().open(workspace, load_skill("palette"), {}, parse_model("rehearsal"), HostSettings(),
+        ManualHost().open(workspace, load_skill("palette"), {}, route_of(parse_model("rehearsal")), HostSettings(),
                           Sandbox(workspace.work, {}, "none"))
     # …and leaves no conversation behind: the folder is prepared, the person holds it.
     assert (workspace.work / ".claude" / "skills" / "palette" / "SKILL.md").is_file()

@@ -264,7 +264,7 @@ def test_the_harness_endpoint_records_a_call_to_a_keyed_provider_and_replays_it_
     import http.client
 
     from pytest_palette.arena.cassette import CASSETTE_NAME, Cassette, WireRecorder, read_cassette
-    from pytest_palette.hosts.endpoint import KeyForwarder
+    from pytest_palette.layer.endpoint import KeyForwarder
     from pytest_palette.rehearsal.server import RehearsalServer
 
     key = "sk-palette-fake-key-93c1d7"

@@ -4,7 +4,7 @@ One JSON line per model call: what the client sent (its messages and the tools i
 which model and provider, and when. A recorded run can then be read again without the model: what the agent was
 told and what it decided at each step. The react host records in-process (its chat model's callbacks); the cuga
 and claude hosts record on the wire, at the endpoint the harness serves their clients (`WireRecorder`,
-hosts/endpoint.py): each request body and each answer's bytes as the client got them.
+layer/endpoint.py): each request body and each answer's bytes as the client got them.
 
 Keys never reach a cassette: the host's client holds them outside the messages, and every value of a credential
 variable the host was given is replaced before a line is written.

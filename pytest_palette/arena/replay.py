@@ -9,7 +9,7 @@ ids and counts, never in its shape. The first request that cannot be matched end
 it: the call, the message, what was recorded and what came.
 
 On react the cassette answers in-process, as its chat model (`replay_model`). On cuga and claude it answers on the
-wire, at the endpoint the harness serves their clients (`WireReplay`, behind hosts/endpoint.py's KeyForwarder): the
+wire, at the endpoint the harness serves their clients (`WireReplay`, behind layer/endpoint.py's KeyForwarder): the
 recorded bytes of each answer, with the recorded item's folder read as this item's.
 """
 

@@ -12,6 +12,7 @@ from ..arena.workspace import Workspace
 from ..backend import describe_backend
 from ..hosts import builtin, builtin_classes
 from ..hosts.base import COMMAND_TIMEOUT, TURN_TIMEOUT, HostError, HostSettings, OptionRefused, TurnRecord
+from ..layer.route import route_of
 from ..models import ModelUnavailable, parse_model
 from ..run.conversation import Transcript, conversation_environment, open_sandbox
 from ..run.evidence import format_call, inspect_deck, newest_deck, read_trace
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     if args.context_file is not None:
         opening = f"{opening}\n\n{args.context_file.read_text(encoding='utf-8')}"
 
-    described = host.describe(spec, settings)
+    route = route_of(spec)
+    described = host.describe(route, settings)
     out(f"host {args.host} · model {described.get('model', spec.label)} · skill {card.directory} "
         f"({skill_hash(card.directory)})")
     out(f"palette: {describe_backend()} · workspace {workspace.folder} · commands "
@@ -108,7 +110,7 @@ def run(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:
     sandbox = open_sandbox(workspace, settings)
     try:
         sandbox.prepare()
-        session = host.open(workspace, card, conversation_environment(workspace), spec, settings, sandbox)
+        session = host.open(workspace, card, conversation_environment(workspace), route, settings, sandbox)
     except (HostError, InstallError) as error:
         out(f"error ! could not start: {error}")
         sandbox.close()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..layer.route import Route
 from ..models import ModelSpec
 from ..results import redaction
 from ..skill import SkillCard
@@ -272,13 +273,13 @@ class Host(abc.ABC):
         measured under different terms."""
         return {}
 
-    def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
-        """What stops this host from running `model` here (a model it cannot run, missing credentials, a client
+    def check(self, route: Route, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
+        """What stops this host from running `route`'s model here (a model it cannot run, missing credentials, a client
         that is not installed), each naming its fix. Given the skill under test (`--palette-check`), also whether
         the host, once the skill is installed, discovers it unchanged."""
         return []
 
-    def fault(self, model: ModelSpec) -> str | None:
+    def fault(self, route: Route) -> str | None:
         """What is wrong with what the host holds for the session (a model endpoint that stopped answering),
         asked when a turn fails, so the item's ERROR names the cause; None when nothing is known wrong."""
         return None
@@ -292,9 +293,9 @@ class Host(abc.ABC):
 
         return MODES.get(settings.sandbox, settings.sandbox)
 
-    def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
-        """What actually ran, for the report: at least `model`."""
-        return {"model": model.label}
+    def describe(self, route: Route, settings: HostSettings) -> dict[str, str]:
+        """What actually ran, for the report: at least the model."""
+        return {"model": route.model.label}
 
     def agent_folder(self, workspace: Workspace) -> Path:
         """Where the agent's commands start, known before the conversation opens: where a task family's folder is
@@ -302,9 +303,10 @@ class Host(abc.ABC):
         return workspace.work
 
     @abc.abstractmethod
-    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], route: Route,
              settings: HostSettings, sandbox: Sandbox) -> HostSession:
         """Start a conversation whose agent works in `workspace.work`, with `skill` installed where the host finds
         skills — or, for None (`--palette-skill none`, the baseline), with no skill installed and none offered.
         `env` is the conversation's whole environment, for the host's own client (a model key is there); every
-        command the agent runs goes through `sandbox` (`sandbox.argv`, `sandbox.env`), which holds no secret."""
+        command the agent runs goes through `sandbox` (`sandbox.argv`, `sandbox.env`), which holds no secret. The
+        model is `route`'s: the host asks the model layer (layer/serving.py) for its client's endpoint."""

@@ -8,7 +8,7 @@ The CLI is found in the `claude-agent-sdk` wheel (a native binary, no Node), els
 `--palette-claude-cli` names one. It gets an isolated config directory per item (beside `work/`, not in
 it), the skill installed fresh in `<work>/.claude/skills/<name>/`, and — for the rehearsal model — the
 rehearsal server as its Anthropic endpoint; for a real model, the model's. Either way it reaches it through a
-forwarder of the conversation's own (hosts/endpoint.py), which holds the key, so the CLI holds none, and passes on
+forwarder of the conversation's own (layer/endpoint.py), which holds the key, so the CLI holds none, and passes on
 only the CLI's own model calls. Secrets never reach anything written.
 
 What the agent could write never changes what the CLI runs or where it connects: the CLI reads only the
@@ -16,7 +16,7 @@ project's settings (`--setting-sources project`, for the skill), and those are t
 its config dir's settings and its home; `--settings` pins its endpoint and shell prefix above any file and turns
 hooks off; `--strict-mcp-config` drops every MCP server (.mcp.json, .claude.json). Its commands see neither its
 config dir nor its home. When commands have no network, neither has the CLI: it reaches its model through the
-forwarder's Unix socket, relayed to its own loopback (hosts/relay.py); when they keep it, on 127.0.0.1, with the
+forwarder's Unix socket, relayed to its own loopback (layer/relay.py); when they keep it, on 127.0.0.1, with the
 forwarder's token in place of a key.
 
 Each turn has a step budget, `--palette-max-turns` model calls (the CLI's `--max-turns`), and ends for the reason the
@@ -35,25 +35,20 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..arena.cassette import CASSETTE_NAME, Cassette, WireRecorder
-from ..arena.command_log import NOT_FOUND, CommandLog, CommandRun, not_found
-from ..arena.replay import WireReplay
-from ..models import ModelSpec
+from ..arena.command_log import CommandLog
+from ..layer.endpoint import PLACEHOLDER_KEY, KeyForwarder
+from ..layer.route import Route
+from ..layer.serving import Endpoint, ModelLayer
 from ..skill import SkillCard, drift, install
 from .base import (
     COMMAND_TIMEOUT,
@@ -66,19 +61,9 @@ from .base import (
     Problem,
     TurnRecord,
     held_to_recording,
-    recorded_exchanges,
-    secret_values,
 )
-from .endpoint import (
-    FORWARDER_LOG,
-    PLACEHOLDER_KEY,
-    RELAY,
-    RELAY_PORT,
-    KeyForwarder,
-    RehearsalEndpoint,
-    credentials,
-)
-from .stops import TurnStopped, context_limit, finished, output_limit, step_budget
+from .claude_stream import TAIL, CliOutput, context_window, failure, parse_stream, stopped, usage_of
+from .stops import TurnStopped
 
 if TYPE_CHECKING:
     from ..arena.sandbox import Sandbox
@@ -124,17 +109,12 @@ INHERITED = ("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT", "CLAUDE_CODE_SSE_PORT", "CL
 ROUTING_PREFIXES = ("ANTHROPIC_", "CLAUDE_CODE_USE_")
 #: Nothing listens here: a discovery probe that unexpectedly calls a model fails fast, on loopback.
 NOWHERE = "http://127.0.0.1:9"
-#: Where a real model is reached when neither `--palette-base-url` nor ANTHROPIC_BASE_URL names a gateway.
-ANTHROPIC_API = "https://api.anthropic.com"
 #: The step budget of a turn (`--palette-max-turns`): the CLI's model calls in one invocation (its `--max-turns`;
 #: without it the CLI has none, and an agent that never answers runs until the turn's timeout).
 MAX_TURNS = 60
 KILL_GRACE = 5.0
 PROBE_TIMEOUT = 60.0
-TAIL = 1500
 REDACTED = "[redacted]"
-#: The model the CLI names on a message it wrote itself (an API error's words, in the model's place).
-SYNTHETIC = "<synthetic>"
 #: How much of an error answer the forwarder passed on the host keeps, for the words of a limit the CLI names
 #: without them (its "Prompt is too long" drops the API's sizes).
 KEPT_ERROR = 64 * 1024
@@ -177,43 +157,28 @@ def cli_version(cli: Path) -> str:
     return done.stdout.strip().splitlines()[0]
 
 
-def cli_model(model: ModelSpec) -> str:
-    """The `--model` the CLI is given for a spec this host supports: a replay's, the one it was recorded with."""
-    if model.provider == "replay" and model.recording is not None:
-        provider, model_id = model.recording.client_model("claude")
-        return REHEARSAL_CLI_MODEL if provider == "rehearsal" else model_id
-    return REHEARSAL_CLI_MODEL if model.provider == "rehearsal" else model.model_id
+def cli_model(route: Route) -> str:
+    """The `--model` the CLI is given: for the rehearsal agent (a replay's too) a catalogue id, so the CLI lays out
+    its requests as it does for a real Claude model."""
+    return REHEARSAL_CLI_MODEL if route.rehearsed("claude") else route.client_model("claude")
 
 
-def cli_environment(base: Mapping[str, str], model: ModelSpec, config_dir: Path, base_url: str | None,
-                    command_timeout: float, as_root: bool | None = None,
-                    max_retries: int | None = None, output_limit: int | None = None,
-                    forwarded: bool = False, key: str | None = None) -> dict[str, str]:
+def cli_environment(base: Mapping[str, str], config_dir: Path, base_url: str | None, command_timeout: float,
+                    as_root: bool | None = None, max_retries: int | None = None, output_limit: int | None = None,
+                    key: str | None = None) -> dict[str, str]:
     """The CLI's environment: `base` (this conversation's, PALETTE_TRACE included) made safe and quiet.
 
-    For the rehearsal model every routing variable is dropped and the server put in their place; for a
-    real model the caller's ANTHROPIC_* (key, gateway) pass through, and `--palette-base-url` (the model's)
-    overrides the gateway — unless `forwarded`: then `base_url` is the harness's key forwarder, the CLI's only
-    endpoint. Either way, through a forwarder, `key` is what the CLI sends it instead of a key: the forwarder's
-    token (a placeholder, or the rehearsal's non-key, where none serves it). `max_retries` bounds the CLI's own
-    retries of a transient API error.
+    Its only endpoint is `base_url`, the model layer's forwarder (nowhere, for a probe that calls no model): every
+    routing variable of the caller's (a key, a gateway, Bedrock) is dropped, and `key` is what the CLI sends in
+    place of a key — the forwarder's token, or a placeholder. `max_retries` bounds the CLI's own retries of a
+    transient API error.
     """
-    env = {k: v for k, v in base.items() if k not in INHERITED}
-    if forwarded:
-        env = {k: v for k, v in env.items() if not k.startswith(ROUTING_PREFIXES)}
-        env["ANTHROPIC_API_KEY"] = key or PLACEHOLDER_KEY
-        env["ANTHROPIC_BASE_URL"] = base_url or NOWHERE
-        env["NO_PROXY"] = ",".join(p for p in ("127.0.0.1", "localhost", env.get("NO_PROXY", "")) if p)
-        env["no_proxy"] = env["NO_PROXY"]
-    elif model.provider == "rehearsal":
-        env = {k: v for k, v in env.items() if not k.startswith(ROUTING_PREFIXES)}
-        env["ANTHROPIC_API_KEY"] = key or REHEARSAL_KEY
-        env["ANTHROPIC_BASE_URL"] = base_url or NOWHERE
-        # A proxy set for the outside world must not carry loopback traffic.
-        env["NO_PROXY"] = ",".join(p for p in ("127.0.0.1", "localhost", env.get("NO_PROXY", "")) if p)
-        env["no_proxy"] = env["NO_PROXY"]
-    elif model.base_url:
-        env["ANTHROPIC_BASE_URL"] = model.base_url
+    env = {k: v for k, v in base.items() if k not in INHERITED and not k.startswith(ROUTING_PREFIXES)}
+    env["ANTHROPIC_API_KEY"] = key or PLACEHOLDER_KEY
+    env["ANTHROPIC_BASE_URL"] = base_url or NOWHERE
+    # A proxy set for the outside world must not carry loopback traffic.
+    env["NO_PROXY"] = ",".join(p for p in ("127.0.0.1", "localhost", env.get("NO_PROXY", "")) if p)
+    env["no_proxy"] = env["NO_PROXY"]
     if max_retries is not None:
         env["CLAUDE_CODE_MAX_RETRIES"] = str(max_retries)
     env.update(QUIET)
@@ -276,221 +241,6 @@ def turn_command(cli: Path, model_id: str, session_id: str, first: bool,
     return [str(cli), "-p", "--output-format", "stream-json", "--verbose", "--model", model_id,
             "--permission-mode", permission_mode, *budget, *appended, *confined_options(env or {}, output_limit),
             *session]
-
-
-# -- reading what the CLI printed ------------------------------------------------------------------
-
-
-@dataclass
-class CliOutput:
-    """One invocation's stream-json output, read."""
-
-    skills: list[str] | None = None  # from system/init; None when the CLI printed no init
-    session_id: str | None = None
-    steps: list[str] = field(default_factory=list)
-    result: Json | None = None
-    #: The Bash commands that ended, with the times the CLI stamped on the call and on its result.
-    commands: list[CommandRun] = field(default_factory=list)
-    #: API calls the CLI retried after a transient error: one `system/api_retry` line each.
-    retries: int = 0
-    #: Each time the CLI compacted the conversation (a `system/compact_boundary` line): its `compact_metadata`.
-    compactions: list[Json] = field(default_factory=list)
-    #: The model's answers the CLI streamed, by message id (one answer may stream as several `assistant` lines, a
-    #: block each), in order: not the CLI's own `<synthetic>` messages (an API error's words), nor a failed call.
-    answers: list[str] = field(default_factory=list)
-
-
-def parse_stream(lines: Iterable[str]) -> CliOutput:
-    """The init, the steps (tool calls and results), the commands run and the final result of a stream-json
-    run."""
-    out = CliOutput()
-    running: dict[str, tuple[str, float]] = {}  # Bash tool_use id → (command, when the CLI made the call)
-    for line in lines:
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # not ours to judge: the CLI may print a warning line
-        if not isinstance(event, dict):
-            continue
-        kind = event.get("type")
-        if kind == "system" and event.get("subtype") == "init":
-            out.skills = [str(s) for s in event.get("skills") or []]
-            out.session_id = event.get("session_id")
-        elif kind == "system" and event.get("subtype") == "api_retry":
-            out.retries += 1
-        elif kind == "system" and event.get("subtype") == "compact_boundary":
-            metadata = event.get("compact_metadata")
-            out.compactions.append(metadata if isinstance(metadata, dict) else {})
-        elif kind in ("assistant", "user"):
-            out.steps += _steps(event)
-            _commands(event, running, out.commands)
-            message = event.get("message") if kind == "assistant" else None
-            if isinstance(message, dict) and message.get("model") != SYNTHETIC and message.get("id") \
-                    and str(message["id"]) not in out.answers:
-                out.answers.append(str(message["id"]))
-        elif kind == "result":
-            out.result = event
-    return out
-
-
-def _steps(event: Json) -> list[str]:
-    """Progress lines in the react host's shape: `→ tool: input`, `← result`."""
-    content = (event.get("message") or {}).get("content")
-    lines: list[str] = []
-    for block in content if isinstance(content, list) else []:
-        if not isinstance(block, dict):
-            continue
-        if block.get("type") == "tool_use":
-            given = block.get("input") or {}
-            shown = given.get("command") or given.get("skill") or json.dumps(given)[:200]
-            lines.append(f"→ {block.get('name')}: {shown}")
-        elif block.get("type") == "tool_result":
-            lines.append(f"← {' '.join(_result_text(block).split())[:160]}")
-    return lines
-
-
-def _result_text(block: Json) -> str:
-    """A tool result's text: the CLI gives a string or a list of text blocks."""
-    body = block.get("content")
-    return body if isinstance(body, str) else " ".join(
-        str(b.get("text", "")) for b in body or [] if isinstance(b, dict))
-
-
-def _commands(event: Json, running: dict[str, tuple[str, float]], ended: list[CommandRun]) -> None:
-    """Pair each Bash call with its result, timed by the stamps the CLI puts on both events."""
-    try:
-        at = datetime.fromisoformat(str(event.get("timestamp"))).timestamp()
-    except ValueError:
-        return  # an event without a time cannot place a command
-    content = (event.get("message") or {}).get("content")
-    for block in content if isinstance(content, list) else []:
-        if not isinstance(block, dict):
-            continue
-        if block.get("type") == "tool_use" and block.get("name") == "Bash":
-            command = (block.get("input") or {}).get("command")
-            if isinstance(command, str):
-                running[str(block.get("id"))] = (command, at)
-        elif block.get("type") == "tool_result" and str(block.get("tool_use_id")) in running:
-            command, started = running.pop(str(block.get("tool_use_id")))
-            result = event.get("tool_use_result")
-            text = _result_text(block)
-            if isinstance(result, dict):
-                stdout, stderr = str(result.get("stdout", "")), str(result.get("stderr", ""))
-            else:  # the text mixes both; a failure's text is also the error (the CLI's word on why)
-                stdout, stderr = text, (text if block.get("is_error") else "")
-            # The CLI marks a failed command as an error and says its exit code in the text; a command its shell
-            # could not find is 127 even where the CLI says only the shell's words.
-            code = re.search(r"\bExit code (\d+)", text) if block.get("is_error") else None
-            exit_code = int(code.group(1)) if code else (
-                (NOT_FOUND if not_found(text) else None) if block.get("is_error") else 0)
-            ended.append(CommandRun(command, started, max(at, started), exit_code, stdout, stderr))
-
-
-def stopped(out: CliOutput, max_turns: int | None = None, message: str = "", window: int | None = None,
-            refusal: tuple[int, bytes] | None = None) -> TurnStopped | None:
-    """Why the CLI ended this turn before the agent answered, when its result names a limit (hosts/stops.py) — read
-    from the fields the CLI sets, never from the model's words; None when it names none. `max_turns` is the budget
-    the turn ran with, `message` the turn's, `window` the model's context window as the CLI reported it on an
-    earlier turn, and `refusal` the last error answer (status, body) the forwarder passed on this turn: the CLI
-    words an API's context refusal without its sizes."""
-    result = out.result
-    if result is None:
-        return None
-    subtype, reason, said = result.get("subtype"), result.get("terminal_reason"), str(result.get("result") or "")
-    if subtype == "error_max_turns" or reason == "max_turns":
-        # CLI 2.1: {"subtype": "error_max_turns", "terminal_reason": "max_turns", "errors": ["Reached maximum
-        # number of turns (N)"]} after N model calls, each asking for a tool.
-        return step_budget(f"max-turns {max_turns}" if max_turns else "the CLI's max-turns")
-    if result.get("api_error") == "max_output_tokens":
-        # CLI 2.1 meets `stop_reason: "max_tokens"` by asking the model to go on (three times), then gives up:
-        # {"is_error": true, "subtype": "success", "api_error": "max_output_tokens", "terminal_reason": "api_error"}.
-        return output_limit('the CLI\'s result: api_error "max_output_tokens", after it asked the model to go on')
-    stop_reason = str(result.get("stop_reason") or "")
-    ended = finished(stop_reason, f'the CLI\'s result: stop_reason "{stop_reason}"')
-    if ended is not None:
-        return ended
-    if reason == "blocking_limit":
-        # Auto-compact is off (WHOLE_CONVERSATION): past its model's window the CLI stops, sending nothing.
-        size = f" of {window:,} tokens" if window else ""  # known once a call of this session has said it
-        return TurnStopped("context_limit", f"ended at the model's context limit: the CLI would not send the "
-                                            f"conversation (terminal_reason \"blocking_limit\", \"{said[:100]}\"): "
-                                            f"with this turn's message of {len(message):,} characters it is past "
-                                            f"the model's context window{size}, a limit of the host (docs/hosts.md, "
-                                            "Limits)")
-    if reason == "prompt_too_long":
-        # The API refused the request (CLI 2.1: "api_error_status": 400, "result": "Prompt is too long"); its own
-        # words, as the forwarder passed them on, name the sizes.
-        status = result.get("api_error_status") or (refusal[0] if refusal else None)
-        words = refusal[1].decode("utf-8", "replace") if refusal else ""
-        reported = f"API status {status}, terminal_reason \"prompt_too_long\""
-        found = context_limit(words)
-        if found is not None:
-            return TurnStopped("context_limit", f"{found} ({reported})")
-        return TurnStopped("context_limit", f"ended at the model's context limit ({reported}: \"{said[:100]}\"; "
-                                            "no sizes named) before the agent answered")
-    return None
-
-
-def failure(out: CliOutput, returncode: int, stderr: str) -> str | None:
-    """Why this turn failed, in the CLI's own words, when no limit ended it (`stopped`); None when it succeeded.
-    The words begin with what the result says (is_error, api_error_status, terminal_reason, subtype), then give
-    its message whole: the harness shows one line of it and keeps the whole in the item's folder."""
-    result = out.result
-    if result is None:
-        return f"the CLI exited {returncode} without a result: {stderr.strip()[-TAIL:] or '(no stderr)'}"
-    if result.get("is_error") or returncode != 0:
-        said = [str(e) for e in result.get("errors") or []] or [str(result.get("result") or "")]
-        detail = "; ".join(s for s in said if s) or stderr.strip()[-TAIL:] or "(no message)"
-        return f"{reported_error(result, returncode)}: {detail}"
-    denials = result.get("permission_denials") or []
-    if denials:
-        shown = "; ".join(f"{d.get('tool_name')}: {json.dumps(d.get('tool_input'))[:200]}" for d in denials)
-        return f"the CLI denied {len(denials)} tool call(s), a setup problem: {shown}"
-    if out.compactions:  # auto-compact is off (WHOLE_CONVERSATION): should the CLI compact anyway, it is named
-        return compacted(out.compactions[0])
-    return None
-
-
-def reported_error(result: Json, returncode: int) -> str:
-    """What a failed result says of itself, in its own fields: "the CLI's result is an error (api_error_status 500,
-    terminal_reason "api_error"), exit 1". Its `subtype` is named only when it is not "success" (the CLI says
-    "success" of a run whose last API call failed: the loop itself completed)."""
-    facts = []
-    if result.get("api_error_status"):
-        kind = result.get("api_error_type")
-        facts.append(f"api_error_status {result['api_error_status']}" + (f" {kind}" if kind else ""))
-    for name in ("api_error", "terminal_reason"):
-        if result.get(name) and result.get(name) != "completed":
-            facts.append(f'{name} "{result[name]}"')
-    if result.get("subtype") not in (None, "success"):
-        facts.append(f'subtype "{result["subtype"]}"')
-    shown = f" ({', '.join(facts)})" if facts else ""
-    if result.get("is_error"):
-        return f"the CLI's result is an error{shown}, exit {returncode}"
-    return f"the CLI exited {returncode} after a result that is not an error{shown}"
-
-
-def compacted(metadata: Json) -> str:
-    """A compaction as the turn's error: the agent no longer saw the conversation whole, the CLI's doing."""
-    before, after = metadata.get("pre_tokens"), metadata.get("post_tokens")
-    sizes = (f", {before:,} tokens to {after:,}" if isinstance(before, int) and isinstance(after, int) else "")
-    return (f"the CLI compacted the conversation ({metadata.get('trigger') or 'unknown trigger'}{sizes}): the agent "
-            "went on from a summary of what it had seen, a limit of the host's context window (docs/hosts.md, "
-            "Limits)")
-
-
-def context_window(result: Json) -> int | None:
-    """The model's context window in tokens, as the CLI reports it in a result's modelUsage; None if it does not."""
-    usage = result.get("modelUsage")
-    windows = [entry.get("contextWindow") for entry in usage.values() if isinstance(entry, dict)] \
-        if isinstance(usage, dict) else []
-    return max((w for w in windows if isinstance(w, int) and not isinstance(w, bool)), default=None)
-
-
-def usage_of(result: Json) -> dict[str, int]:
-    """The integer token counts of the result's `usage` (nested details left out)."""
-    usage = result.get("usage") or {}
-    return {k: int(v) for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
 # -- the skill where the CLI finds it --------------------------------------------------------------
@@ -823,9 +573,9 @@ class ClaudeHost(Host):
         self.explicit_cli = cli
         self.permission_mode = permission_mode
         self.max_turns = max_turns
-        self.endpoint = RehearsalEndpoint()
-        #: Each conversation's forwarder, stopped with it; those still running when the host closes, then.
-        self._forwarders: weakref.WeakSet[KeyForwarder] = weakref.WeakSet()
+        #: The model beneath: each conversation's forwarder, stopped with it (and those still running when the
+        #: host closes), and the rehearsal servers.
+        self.layer = ModelLayer()
         self._version: str | None = None
 
     def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
@@ -852,23 +602,24 @@ class ClaudeHost(Host):
             self._version = cli_version(cli)
         return self._version
 
-    def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
-        if model.provider not in ("rehearsal", "anthropic", "replay"):
+    def check(self, route: Route, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
+        if not route.serves("anthropic"):
             return [Problem("Claude Code speaks only the Anthropic Messages API: use --model anthropic:<model id> "
                             "(for example anthropic:claude-sonnet-4-5) or --model rehearsal")]
         problems = []
-        if model.provider == "anthropic" and not env.get("ANTHROPIC_API_KEY"):
-            problems.append(Problem(f"--model {model.text} on the claude host needs ANTHROPIC_API_KEY in the "
-                                    "environment; it is not set"))
+        missing = route.missing(env)
+        if missing:
+            problems.append(Problem(f"--model {route.model.text} on the claude host needs {', '.join(missing)} in "
+                                    f"the environment; {'it is' if len(missing) == 1 else 'they are'} not set"))
         if self.cli is None:
             reason = (f"--palette-claude-cli {self.explicit_cli}: no executable there" if self.explicit_cli
                       else f"no Claude Code CLI found: {INSTALL_HINT}")
             return [*problems, Problem(reason, skip=True)]
         if skill is not None:
-            problems += self._discovery_problems(skill, model, env)
+            problems += self._discovery_problems(skill, route, env)
         return problems
 
-    def _discovery_problems(self, skill: SkillCard, model: ModelSpec, env: Mapping[str, str]) -> list[Problem]:
+    def _discovery_problems(self, skill: SkillCard, route: Route, env: Mapping[str, str]) -> list[Problem]:
         """Install the skill in a scratch folder exactly as a run would, and ask the CLI whether it sees it."""
         cli = self.cli
         assert cli is not None
@@ -885,10 +636,9 @@ class ClaudeHost(Host):
             problems += [Problem(f"the installed copy drifted: {d}") for d in drift(skill.directory,
                                                                                    installed.directory)]
             # /cost calls no model: the caller's key is not needed, and a placeholder quiets the login check.
-            probe_env = cli_environment(env, model, root / "config", None, COMMAND_TIMEOUT,
-                                        forwarded=model.provider != "rehearsal")
+            probe_env = cli_environment(env, root / "config", None, COMMAND_TIMEOUT)
             try:
-                skills = discovered_skills(cli, work, probe_env, cli_model(model))
+                skills = discovered_skills(cli, work, probe_env, cli_model(route))
             except HostError as error:
                 return [*problems, Problem(str(error))]
             if skill.name not in skills:
@@ -897,12 +647,12 @@ class ClaudeHost(Host):
                                         f"installed in {installed.directory} (it lists: {listed})"))
         return problems
 
-    def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
+    def describe(self, route: Route, settings: HostSettings) -> dict[str, str]:
         try:
             client = f"Claude Code {self.version().split()[0]} ({self.cli})"
         except HostError:
             client = "Claude Code (not installed)"
-        described = {"model": model.label, "client": client, "cli_model": cli_model(model),
+        described = {"model": route.model.label, "client": client, "cli_model": cli_model(route),
                      "permission_mode": self.permission_mode,
                      "bash_timeout": f"{settings.command_timeout:g} s",
                      "bash_output_limit": f"{min(settings.output_limit, CLI_INLINE_CEILING):,} characters inline"
@@ -913,14 +663,14 @@ class ClaudeHost(Host):
                      "auto_compact": "off (DISABLE_AUTO_COMPACT): the model's context window is the limit",
                      "max_turns": f"{self.max_turns} model calls a turn (the CLI's --max-turns)",
                      "model_retries": str(settings.model_retries)}
-        if model.provider == "rehearsal":
+        if route.rehearsed("claude"):
             # The CLI's estimate would price cli_model, which did not run: only a price table prices it.
             described["cost_usd"] = "not kept (the CLI's estimate prices cli_model, which did not run)"
         return described
 
-    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], route: Route,
              settings: HostSettings, sandbox: Sandbox) -> ClaudeSession:
-        problems = self.check(model, env)
+        problems = self.check(route, env)
         cli = self.cli
         if problems or cli is None:
             raise HostError("; ".join(map(str, problems)) or "no Claude Code CLI")
@@ -940,57 +690,20 @@ class ClaudeHost(Host):
                 else:
                     also.append(copy)
         folder = session_folder(workspace)
-        # With no network for commands, the CLI gets none either: it reaches its model through the forwarder's
-        # socket, relayed to a port on its own loopback — so its own tools (WebFetch) reach nothing else. Only
-        # where it keeps the network does the forwarder listen on 127.0.0.1 as well.
-        relayed = sandbox.confined and not sandbox.network
-        forwarder = self._forwarder(workspace, env, model, settings, sandbox, loopback=not relayed)
+        endpoint = self.layer.endpoint(route, "anthropic", workspace, env, settings, sandbox)
         try:
-            session = self._open(workspace, installed, env, model, settings, sandbox, cli, folder, forwarder,
-                                 relayed)
+            session = self._open(workspace, installed, env, route, settings, sandbox, cli, folder, endpoint)
             session.also = also
             for card in also:
                 sandbox.protect(card.directory)
             return session
         except BaseException:
-            forwarder.stop()
+            endpoint.stop()
             raise
 
-    def _forwarder(self, workspace: Workspace, env: Mapping[str, str], model: ModelSpec, settings: HostSettings,
-                   sandbox: Sandbox, loopback: bool) -> KeyForwarder:
-        """The conversation's own forwarder: to the model's endpoint with the caller's key, to the rehearsal server,
-        or to the item's recording (a replay); each refusal in the item's forwarder.log."""
-        upstream: str | None = None
-        held: Mapping[str, str] = {}
-        replay = recorder = None
-        if model.provider == "replay":
-            replay = WireReplay(recorded_exchanges(model, workspace, "anthropic"), workspace.folder.resolve())
-        elif model.provider == "rehearsal":
-            upstream = self.endpoint.server(model, settings).base_url
-        else:
-            upstream, held = model.base_url or env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_API, credentials(env)
-        if settings.record and replay is None:
-            cassette = Cassette(workspace.own(CASSETTE_NAME), model.text, model.provider, secret_values(env, sandbox))
-            recorder = WireRecorder(cassette, "anthropic", workspace.folder.resolve(), lambda: 0)
-        try:
-            forwarder = KeyForwarder(upstream, held, record=recorder, replay=replay, loopback=loopback,
-                                     log=workspace.own(FORWARDER_LOG)).start()
-        except ValueError as error:
-            raise HostError(str(error)) from None
-        self._forwarders.add(forwarder)
-        return forwarder
-
-    def _open(self, workspace: Workspace, installed: SkillCard | None, env: Mapping[str, str],
-              model: ModelSpec, settings: HostSettings, sandbox: Sandbox, cli: Path, folder: Path,
-              forwarder: KeyForwarder, relayed: bool) -> ClaudeSession:
+    def _open(self, workspace: Workspace, installed: SkillCard | None, env: Mapping[str, str], route: Route,
+              settings: HostSettings, sandbox: Sandbox, cli: Path, folder: Path, endpoint: Endpoint) -> ClaudeSession:
         work = workspace.work
-        forwarded = model.provider != "rehearsal"
-        relay = None
-        if relayed:
-            relay = [sys.executable, str(RELAY), str(forwarder.socket), str(RELAY_PORT), "--"]
-            # The socket alone: its folder outside is open to this process's user only.
-            sandbox.readable(forwarder.socket, RELAY)
-        base_url = f"http://127.0.0.1:{RELAY_PORT}" if relay else forwarder.base_url
         # Each command the CLI's Bash tool runs goes through the sandbox's script, which takes the network away
         # and does not show the CLI's config, home or model socket. What the CLI reads that the agent could
         # write is the harness's, and read-only.
@@ -1002,28 +715,25 @@ class ClaudeHost(Host):
             sandbox.protect(path)
         if installed is not None:
             sandbox.protect(installed.directory)
-        wrapper = sandbox.script(folder / "sandbox.sh", hidden=(config, home, forwarder.socket))
+        wrapper = sandbox.script(folder / "sandbox.sh", hidden=(config, home, endpoint.forwarder.socket))
         sandbox.readable(wrapper)
         client_env = {**sandbox.env, **{k: v for k, v in env.items() if k.startswith(ROUTING_PREFIXES)}}
-        cli_env = cli_environment(client_env, model, config, base_url, settings.command_timeout,
+        cli_env = cli_environment(client_env, config, endpoint.base_url, settings.command_timeout,
                                   max_retries=settings.model_retries, output_limit=settings.output_limit,
-                                  forwarded=forwarded, key=forwarder.token)
+                                  key=endpoint.key)
         # HOME is not work/: the CLI reads no project settings (skills) in a project that is its home.
         cli_env.update({"CLAUDE_CODE_SHELL_PREFIX": str(wrapper), "TMPDIR": str(scratch), "HOME": str(home)})
-        session = ClaudeSession(cli, work, installed, cli_env, cli_model(model), folder, self.permission_mode,
-                                workspace.command_log(), priced=model.provider not in ("rehearsal", "replay"),
-                                sandbox=sandbox, secrets=secrets_in(env), relay=relay,
-                                output_limit=settings.output_limit, forwarder=forwarder, max_turns=self.max_turns,
-                                profile=settings.profile)
-        forwarder.observe = session.observed  # an API error's own words (the CLI keeps only its own)
-        if forwarder.record is not None:
-            forwarder.record.turn = lambda: len(session.turns)
+        session = ClaudeSession(cli, work, installed, cli_env, cli_model(route), folder, self.permission_mode,
+                                workspace.command_log(), priced=route.live, sandbox=sandbox, secrets=secrets_in(env),
+                                relay=endpoint.relay or None, output_limit=settings.output_limit,
+                                forwarder=endpoint.forwarder, max_turns=self.max_turns, profile=settings.profile)
+        endpoint.forwarder.observe = session.observed  # an API error's own words (the CLI keeps only its own)
+        if endpoint.forwarder.record is not None:
+            endpoint.forwarder.record.turn = lambda: len(session.turns)
         return session
 
-    def fault(self, model: ModelSpec) -> str | None:
-        return self.endpoint.fault(model)
+    def fault(self, route: Route) -> str | None:
+        return self.layer.fault(route)
 
     def close(self) -> None:
-        self.endpoint.close()
-        for forwarder in list(self._forwarders):
-            forwarder.stop()
+        self.layer.close()

@@ -30,25 +30,24 @@ import queue
 import re
 import shutil
 import signal
-import site
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ..arena.cassette import CASSETTE_NAME, Cassette, WireRecorder
 from ..arena.code_log import CODE_NAME, CodeLog
 from ..arena.replay import WireReplay, wire_answer
 from ..arena.sandbox import Sandbox, allowed_environment
-from ..models import NO_KEY_HINT, ModelSpec, missing_credentials
+from ..layer.route import Route
+from ..layer.serving import Endpoint, ModelLayer
+from ..models import ModelSpec
 from ..skill import SkillCard, drift, install, skill_hash
 from .base import (
     Host,
@@ -60,119 +59,30 @@ from .base import (
     Problem,
     TurnRecord,
     held_to_recording,
-    recorded_exchanges,
-    secret_values,
 )
-from .endpoint import FORWARDER_LOG, OPENAI_ROUTES, RELAY, RELAY_PORT, KeyForwarder, RehearsalEndpoint
+from .cuga_setup import (
+    IMPORT_PROBE_TIMEOUT,
+    INSTALL_HINT,
+    SETTINGS_FILES,
+    CugaModel,
+    Probe,
+    cached_probe,
+    credentials_needed,
+    cuga_model,
+    probe,
+    unsupported_reason,
+)
 from .shell import Shell
 from .stops import TurnStopped, context_limit, finished, one_line, step_budget
 
 if TYPE_CHECKING:
-    import pytest
 
     from ..arena.workspace import Workspace
 
-#: The version the host and its lean dependency set were proven against.
-CUGA_VERSION = "0.4.3"
 #: `execution_output_max_length` in cuga 0.4.3's settings.toml: the characters of a code block's output the model reads.
 CUGA_OUTPUT_DEFAULT = 70_000
 #: `run_command`'s own timeout in cuga 0.4.3 (a default argument, no setting): no block may outlast it.
 RUN_COMMAND_CEILING = 120
-INSTALL_HINT = ("pip install -r requirements-cuga.txt && pip install --no-deps cuga==" + CUGA_VERSION
-                + " (the lean set the SDK path needs; a plain `pip install cuga` pulls several GB)")
-#: The probe (cuga_probe.py, a process of its own: CUGA reads its models file once, at import) may take this long.
-IMPORT_PROBE_TIMEOUT = 180.0
-
-
-# -- models ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CugaModel:
-    """How a `--model` maps onto CUGA's own settings: a models file plus the variables it reads."""
-
-    settings_file: str
-    env: dict[str, str] = field(default_factory=dict)
-
-
-#: provider → CUGA models file. `MODEL_NAME` overrides the file's model for every platform.
-SETTINGS_FILES = {
-    "rehearsal": "settings.openai.toml",
-    "openai": "settings.openai.toml",
-    "replay": "settings.openai.toml",  # its recording's answers, on the OpenAI wire it was recorded on
-    "watsonx": "settings.watsonx.toml",
-    "rits": "settings.rits.toml",
-}
-
-
-def unsupported_reason(model: ModelSpec) -> str | None:
-    if model.provider in SETTINGS_FILES:
-        return None
-    return (f"the cuga host runs models through CUGA's own settings and maps only "
-            f"{', '.join(sorted(set(SETTINGS_FILES) - {'replay'}))} (as provider:model); {model.provider!r} is not "
-            "one of them")
-
-
-def credentials_needed(model: ModelSpec, env: Mapping[str, str]) -> list[str]:
-    """Each missing credential for `model` on CUGA, named with its fix. Names only, never values."""
-    if model.provider == "rehearsal":
-        return []
-    if model.provider == "openai":
-        missing = [] if env.get("OPENAI_API_KEY") else ["OPENAI_API_KEY"]
-        hint = (f" ({NO_KEY_HINT})" if model.base_url
-                else " (any OpenAI-compatible endpoint: also give --palette-base-url URL, or set OPENAI_BASE_URL)")
-    elif model.provider == "watsonx":
-        missing, hint = missing_credentials(model, env), ""
-    elif model.provider == "rits":
-        missing = [] if env.get("RITS_API_KEY") else ["RITS_API_KEY"]
-        default = rits_default_model()
-        if default and model.model_id != default and not env.get("RITS_BASE_URL"):
-            # Each RITS model has its own URL; CUGA's file holds only its default model's.
-            missing.append(f"RITS_BASE_URL (settings.rits.toml only knows the URL of {default})")
-        hint = " (RITS is IBM's internal gateway)"
-    else:
-        return []
-    if not missing:
-        return []
-    return [f"--model {model.text} on cuga needs {', '.join(missing)} in the environment{hint}; "
-            f"{'it is' if len(missing) == 1 else 'they are'} not set"]
-
-
-def rits_default_model() -> str | None:
-    """The model CUGA's installed settings.rits.toml configures for its code agent (read, not imported)."""
-    import importlib.util
-    import re
-
-    spec = importlib.util.find_spec("cuga")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(root) / "configurations" / "models" / "settings.rits.toml"
-        if path.is_file():
-            section = path.read_text(encoding="utf-8").partition("[agent.code.model]")[2].partition("\n[")[0]
-            found = re.search(r'^model_name\s*=\s*"([^"]+)"', section, re.M)
-            return found.group(1) if found else None
-    return None
-
-
-def cuga_model(model: ModelSpec, env: Mapping[str, str], rehearsal_url: str | None = None) -> CugaModel:
-    """The CUGA settings file and variables for `model`; `rehearsal_url` is the endpoint's /v1 URL."""
-    reason = unsupported_reason(model)
-    if reason:
-        raise HostError(reason)
-    settings_file = SETTINGS_FILES[model.provider]
-    if model.provider in ("rehearsal", "replay"):
-        if not rehearsal_url:
-            raise HostError(f"the {model.provider} model needs its endpoint's URL")
-        # CUGA's OpenAI client, pointed at the loopback rehearsal server (or the replay); the key is a placeholder.
-        # A replay names the model it replays, as CUGA was told when it was recorded.
-        name = model.recording.client_model("cuga")[1] if model.recording is not None else model.text
-        return CugaModel(settings_file, {"OPENAI_BASE_URL": rehearsal_url, "OPENAI_API_KEY": "dummy",
-                                         "MODEL_NAME": name})
-    variables = {"MODEL_NAME": model.model_id}
-    # --palette-base-url first, then the caller's OPENAI_BASE_URL: CUGA's OpenAI client reads the variable.
-    base_url = model.base_url or env.get("OPENAI_BASE_URL") if model.provider == "openai" else None
-    if base_url:
-        variables["OPENAI_BASE_URL"] = base_url
-    return CugaModel(settings_file, variables)
 
 
 # -- tools on PATH ---------------------------------------------------------------------------------
@@ -196,107 +106,6 @@ def agent_path(path: str, uv: Path | None) -> str:
     if uv is None or shutil.which("uv", path=path):
         return path
     return os.pathsep.join([entry for entry in path.split(os.pathsep) if entry] + [str(uv.parent)])
-
-
-# -- CUGA asked before a run, in a process of its own (cuga_probe.py) ----------------------------------------
-
-#: The probe the host runs once per model (run by path: the standard library and CUGA only).
-PROBE = Path(__file__).with_name("cuga_probe.py")
-
-
-@dataclass(frozen=True)
-class Probe:
-    """What cuga_probe.py found: why CUGA cannot run here (and then nothing else), or the skills its discovery
-    finds in the folder it was given, the model its settings resolve to, and its step limit."""
-
-    problem: str | None = None
-    skills: tuple[str, ...] | None = None
-    model: str = "?"
-    max_steps: str = "?"
-
-
-#: The environment a probe's answer may depend on beside its models file and variables: CUGA's own settings.
-PROBE_ENVIRONMENT = ("CUGA_", "AGENT_", "PYTHON")
-#: Names of variables that hold a credential: left out of a probe's fingerprint.
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
-
-
-def probe_fingerprint(settings_file: str, variables: Mapping[str, str], skills: str | None) -> str:
-    """What a probe by this interpreter would answer depends on, as one digest: the probe itself, the models file,
-    the model's variables (keys left out: no answer depends on them, and a key is written nowhere), CUGA's settings
-    and PYTHONPATH in the environment, the skill's content (`skill_hash`), and this interpreter's site-packages
-    folders, whose modification time changes when a package is installed, upgraded or removed there."""
-    digest = hashlib.sha256()
-    plain = {name: value for name, value in variables.items() if not SECRET_NAME.search(name)}
-    environment = {name: value for name, value in os.environ.items()
-                   if name.startswith(PROBE_ENVIRONMENT) and not SECRET_NAME.search(name)}
-    folders = {}
-    # Where the probe imports from: the probe runs in a scratch folder, so the caller's folder is not among them.
-    for entry in {sysconfig.get_path("purelib"), sysconfig.get_path("platlib"), site.getusersitepackages()}:
-        with contextlib.suppress(OSError):
-            folders[entry] = os.stat(entry).st_mtime_ns
-    for part in (sys.executable, PROBE.read_text(encoding="utf-8"), settings_file, plain, environment, skills,
-                 folders):
-        digest.update(json.dumps(part, sort_keys=True).encode())
-        digest.update(b"\0")
-    return digest.hexdigest()[:24]
-
-
-def cached_probe(cache: pytest.Cache | None, settings_file: str, variables: Mapping[str, str],
-                 skills: Path | None = None, skill: str | None = None) -> Probe:
-    """`probe`, answered from `cache` when this interpreter probed the same inputs before (a probe costs 5 CPU-s
-    at every session's start). Only an answer that found CUGA working is kept: a problem is asked again, so its fix
-    is seen at once. `skill` is the content hash of the skill in `skills`."""
-    if cache is None:
-        return probe(settings_file, variables, skills)
-    key = f"palette/cuga-probe/{probe_fingerprint(settings_file, variables, skill)}"
-    kept = cache.get(key, None)
-    if isinstance(kept, dict):
-        with contextlib.suppress(KeyError, TypeError, ValueError):
-            named = kept["skills"]
-            return Probe(skills=None if named is None else tuple(map(str, named)), model=str(kept["model"]),
-                         max_steps=str(kept["max_steps"]))
-    found = probe(settings_file, variables, skills)
-    if found.problem is None:
-        cache.set(key, {"skills": None if found.skills is None else list(found.skills), "model": found.model,
-                        "max_steps": found.max_steps})
-    return found
-
-
-def probe(settings_file: str, variables: Mapping[str, str], skills: Path | None = None,
-          python: str = sys.executable) -> Probe:
-    """Run cuga_probe.py with CUGA's models file `settings_file` and the model's `variables`, asking its discovery
-    about `skills` (a folder holding `skills/<name>/`) when given.
-
-    With the OpenAI-compatible models file it builds an agent's graph too, which imports the rest of the lean set.
-    With another provider's, CUGA's agents would make that provider's clients (a key exchange, the network): not
-    before a run."""
-    import importlib.util
-
-    graph = ["--graph"] if settings_file == SETTINGS_FILES["openai"] else []
-    if importlib.util.find_spec("cuga") is None:
-        return Probe(f"the CUGA SDK is not installed: {INSTALL_HINT}")
-    with tempfile.TemporaryDirectory(prefix="palette-cuga-probe-") as scratch:
-        # CUGA prefers a settings.toml in the cwd and loads the first .env above it: the scratch folder has neither.
-        env = {**os.environ, "CUGA_DBS_DIR": f"{scratch}/dbs", "CUGA_LOGGING_DIR": f"{scratch}/logging",
-               "ENV_FILE": os.devnull, "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY") or "dummy",
-               **variables, "AGENT_SETTING_CONFIG": settings_file}
-        try:
-            argv = [python, str(PROBE), *graph, *([str(skills)] if skills is not None else [])]
-            done = subprocess.run(argv, cwd=scratch, env=env, capture_output=True, text=True,
-                                  timeout=IMPORT_PROBE_TIMEOUT, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            return Probe(f"importing the CUGA SDK took longer than {IMPORT_PROBE_TIMEOUT:g} s")
-    answer = done.stdout.strip().rpartition("\n")[2]
-    if done.returncode == 0:
-        with contextlib.suppress(ValueError):
-            found = json.loads(answer)
-            named = found["skills"]
-            return Probe(skills=None if named is None else tuple(map(str, named)), model=str(found["model"]),
-                         max_steps=str(found["max_steps"]))
-    lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith(" ")]
-    last = lines[-1] if lines else f"exit code {done.returncode}" if done.returncode else f"no answer: {answer[:200]!r}"
-    return Probe(f"the CUGA SDK cannot be imported ({last}): {INSTALL_HINT}")
 
 
 def cuga_output_limit(output_limit: int) -> int:
@@ -353,13 +162,6 @@ MAX_MESSAGE = 64 * 2**20
 LOG_LIMIT = 32 * 2**20
 #: Commands one worker may have running at once (CUGA runs a block's commands one by one unless it gathers them).
 MAX_RUNNING = 8
-#: Where an OpenAI model is reached when neither `--palette-base-url` nor OPENAI_BASE_URL names another server.
-OPENAI_API = "https://api.openai.com/v1"
-#: Providers whose client the forwarder can hold the key for (an OpenAI-compatible endpoint, a Bearer key). The
-#: others' clients exchange or send their keys themselves: their worker gets the keys and the network.
-FORWARDED_PROVIDERS = frozenset({"rehearsal", "openai", "replay"})
-#: The variables that carry a provider's credentials, for the providers whose worker holds them.
-KEY_PREFIXES = {"watsonx": ("WATSONX_", "WX_"), "rits": ("RITS_",)}
 #: A model answer with one of these statuses is one the client retries (as the openai SDK does).
 RETRIED_STATUSES = frozenset({408, 409, 429})
 #: What of a refusal's body (a 4xx) the harness reads for its sizes (a context limit's words are near its start).
@@ -458,15 +260,16 @@ class CugaSession(HostSession):
     each command (run by its shell, in the sandbox, on its clock), the retries (failed answers it passed on)."""
 
     def __init__(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], cuga: CugaModel,
-                 provider: str, settings: HostSettings, sandbox: Sandbox, cassette: Cassette | None = None,
-                 replay: WireReplay | None = None, max_steps: int | None = None) -> None:
+                 route: Route, settings: HostSettings, sandbox: Sandbox, layer: ModelLayer,
+                 max_steps: int | None = None) -> None:
         self.work = workspace.work
         #: CUGA's step limit a turn (`--palette-cuga-max-steps`); None: its settings' own.
         self.max_steps = max_steps
         self.cuga_folder = self.work / ".cuga"
         # The item's own, the same when it is replayed: a model's code that names its folder finds it again.
         self.thread_id = thread_id(workspace)
-        self.cassette, self.replay = cassette, replay
+        #: The recording that answers (`--model replay:`), from the model layer's endpoint; else None.
+        self.replay: WireReplay | None = None
         self.sandbox = sandbox
         self.shell = Shell(self.work, env, RUN_COMMAND_CEILING, log=workspace.command_log(), sandbox=sandbox)
         #: The code of each model answer, read on the harness's endpoint, beside the commands it ran.
@@ -482,14 +285,14 @@ class CugaSession(HostSession):
         self._broken: str | None = None
         self._log_tail: collections.deque[str] = collections.deque(maxlen=12)
         self._process: subprocess.Popen[bytes] | None = None
-        self._forwarder: KeyForwarder | None = None
+        self._endpoint: Endpoint | None = None
         self._scratch: Path | None = None
         self._said = threading.Lock()
         try:
             self.skill_dir = self._install(skill) if skill is not None else None
             # A task family's further skills, in CUGA's skills folder beside the first.
             self.skill_dirs = [self._install(card) for card in settings.skills] if skill is not None else []
-            self._start(workspace, skill is not None, env, cuga, provider, settings)
+            self._start(workspace, skill is not None, env, cuga, route, settings, layer)
         except BaseException:
             self.close()
             raise
@@ -502,37 +305,20 @@ class CugaSession(HostSession):
         self.sandbox.protect(self.cuga_folder)
         return installed
 
-    def _start(self, workspace: Workspace, skills: bool, env: Mapping[str, str], cuga: CugaModel, provider: str,
-               settings: HostSettings) -> None:
+    def _start(self, workspace: Workspace, skills: bool, env: Mapping[str, str], cuga: CugaModel, route: Route,
+               settings: HostSettings, layer: ModelLayer) -> None:
         variables = dict(cuga.env)
         network = self.sandbox.network
         relay: list[str] = []
-        if provider in FORWARDED_PROVIDERS:
-            # The model's key stays here: the worker's client holds the forwarder's token, the forwarder adds the
-            # key. With no network, the worker reaches the forwarder's socket, relayed to its own loopback; only
-            # where it keeps the network does the forwarder listen on 127.0.0.1 too.
-            upstream = variables.get("OPENAI_BASE_URL") or OPENAI_API
-            key = env.get("OPENAI_API_KEY", "") if provider == "openai" else ""
-            held = {"Authorization": f"Bearer {key}"} if key else {}
-            record = WireRecorder(self.cassette, "openai", workspace.folder.resolve(), lambda: len(self.turns)) \
-                if self.cassette is not None else None
-            relayed = self.sandbox.confined and not network
-            try:
-                self._forwarder = KeyForwarder(None if self.replay else upstream, held, routes=OPENAI_ROUTES,
-                                               observe=self._observed, record=record, replay=self.replay,
-                                               loopback=not relayed, log=workspace.own(FORWARDER_LOG)).start()
-            except ValueError as error:
-                raise HostError(str(error)) from None
-            if relayed:
-                relay = [sys.executable, str(RELAY), str(self._forwarder.socket), str(RELAY_PORT), "--"]
-                # The socket alone: its folder outside is open to this process's user only.
-                self.sandbox.readable(self._forwarder.socket, RELAY)
-            base_url = f"http://127.0.0.1:{RELAY_PORT}" if relayed else self._forwarder.base_url
-            variables.update({"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": self._forwarder.token})
+        if route.forwarded:
+            # The model's key stays with the model layer: the worker's client holds its forwarder's token.
+            self._endpoint = layer.endpoint(route, "openai", workspace, env, settings, self.sandbox,
+                                            observe=self._observed, turn=lambda: len(self.turns))
+            self.replay, relay = self._endpoint.replay, self._endpoint.relay
+            variables.update({"OPENAI_BASE_URL": self._endpoint.base_url, "OPENAI_API_KEY": self._endpoint.key})
         else:
             # Its client exchanges the key for a token itself: the worker holds the key and needs the network.
-            prefixes = KEY_PREFIXES.get(provider, ())
-            variables.update({k: v for k, v in env.items() if k.startswith(prefixes)})
+            variables.update({k: v for k, v in env.items() if k.startswith(route.client_keys)})
             # The run's header says so (`model_key`, from describe()), and docs/sandbox.md.
             network = True
         if self.sandbox.confined:
@@ -653,7 +439,7 @@ class CugaSession(HostSession):
         if self._broken:
             raise HostError(f"the session cannot continue: {self._broken}")
         turn = TurnRecord(sent=message, retries=0)
-        heard = Heard() if self._forwarder is not None else None
+        heard = Heard() if self._endpoint is not None else None
         with self._lock:
             self.turns.append(turn)
             self._turn, self._heard = turn, heard
@@ -777,9 +563,9 @@ class CugaSession(HostSession):
                     process.wait(CLOSE_GRACE)
             self._stop_worker()
         finally:
-            if self._forwarder is not None:
-                self._forwarder.stop()
-                self._forwarder = None
+            if self._endpoint is not None:
+                self._endpoint.stop()
+                self._endpoint = None
             if self._scratch is not None:  # made by this session, for CUGA's state unconfined
                 shutil.rmtree(self._scratch, ignore_errors=True)
                 self._scratch = None
@@ -832,6 +618,10 @@ def import_problem(python: str = sys.executable) -> str | None:
     return probe(SETTINGS_FILES["openai"], {}, python=python).problem
 
 
+#: The endpoint CUGA's settings name before the model layer's is known (a probe calls no model): nothing listens.
+NO_CALL_URL = "http://127.0.0.1:0/v1"
+
+
 class CugaHost(Host):
     """IBM's CUGA agent through its Python SDK; the rehearsal model is served to it over loopback HTTP."""
 
@@ -845,7 +635,7 @@ class CugaHost(Host):
     )
 
     def __init__(self) -> None:
-        self._endpoint = RehearsalEndpoint()
+        self.layer = ModelLayer()
         #: One probe per model, and per skill asked about: a process importing CUGA costs 5 CPU-s.
         self._probes: dict[tuple[ModelSpec, Path | None], Probe] = {}
         #: `--palette-cuga-max-steps`; None: CUGA's own setting.
@@ -861,19 +651,19 @@ class CugaHost(Host):
         # Only when given: the fingerprints of runs under CUGA's own limit stay as they were.
         return {} if self.max_steps is None else {"cuga_max_steps": self.max_steps}
 
-    def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
-        reason = unsupported_reason(model)
+    def check(self, route: Route, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
+        reason = unsupported_reason(route)
         if reason:
             return [Problem(reason)]
-        problems = [Problem(message) for message in credentials_needed(model, env)]
+        problems = [Problem(message) for message in credentials_needed(route, env)]
         missing = installed_problem()
         if missing:
             return [*problems, Problem(missing, skip=True)]
         drifted: list[str] = []
         if skill is None:
-            found = self._probe(model, env)
+            found = self._probe(route, env)
         else:
-            found, drifted = self._discover(model, env, skill)
+            found, drifted = self._discover(route, env, skill)
         if found.problem:
             return [*problems, Problem(found.problem, skip=True)]
         problems += [Problem(f"the installed copy drifted: {d}") for d in drifted]
@@ -883,31 +673,31 @@ class CugaHost(Host):
                                     "SKILL.md's frontmatter"))
         return problems
 
-    def _probe(self, model: ModelSpec, env: Mapping[str, str], skills: Path | None = None,
+    def _probe(self, route: Route, env: Mapping[str, str], skills: Path | None = None,
                key: Path | None = None) -> Probe:
-        if (model, key) not in self._probes:
-            variables = cuga_model(model, env, rehearsal_url="http://127.0.0.1:0/v1").env
-            self._probes[model, key] = cached_probe(self.cache, SETTINGS_FILES[model.provider], variables, skills,
-                                                    None if key is None else skill_hash(key))
-        return self._probes[model, key]
+        if (route.model, key) not in self._probes:
+            found = cuga_model(route, env, url=NO_CALL_URL)
+            self._probes[route.model, key] = cached_probe(self.cache, found.settings_file, found.env, skills,
+                                                          None if key is None else skill_hash(key))
+        return self._probes[route.model, key]
 
-    def _discover(self, model: ModelSpec, env: Mapping[str, str], card: SkillCard) -> tuple[Probe, list[str]]:
+    def _discover(self, route: Route, env: Mapping[str, str], card: SkillCard) -> tuple[Probe, list[str]]:
         """Install the skill in a scratch folder exactly as a run would, and ask CUGA whether it sees it."""
         with tempfile.TemporaryDirectory(prefix="palette-cuga-check-") as scratch:
             folder = Path(scratch) / ".cuga"
             installed = install(card, folder).directory
-            return self._probe(model, env, folder, key=card.directory), drift(card.directory, installed)
+            return self._probe(route, env, folder, key=card.directory), drift(card.directory, installed)
 
-    def _described(self, model: ModelSpec) -> Probe:
-        """The probe already run for `model` (by the check, with the skill), else one run now."""
-        done = next((found for (probed, _), found in self._probes.items() if probed == model), None)
-        return done if done is not None else self._probe(model, os.environ)
+    def _described(self, route: Route) -> Probe:
+        """The probe already run for `route`'s model (by the check, with the skill), else one run now."""
+        done = next((found for (probed, _), found in self._probes.items() if probed == route.model), None)
+        return done if done is not None else self._probe(route, os.environ)
 
-    def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
-        facts = {"model": model.label, "provider": model.provider,
+    def describe(self, route: Route, settings: HostSettings) -> dict[str, str]:
+        facts = {"model": route.model.label, "provider": route.model.provider,
                  "worker": "a process of its own per conversation, in the item's sandbox (the model's code runs there)",
-                 "model_key": "held by the harness (a forwarder adds it)" if model.provider in FORWARDED_PROVIDERS
-                              else f"in the sandbox: {model.provider}'s client exchanges it itself (docs/sandbox.md)",
+                 "model_key": "held by the harness (a forwarder adds it)" if route.forwarded else
+                              f"in the sandbox: {route.model.provider}'s client exchanges it itself (docs/sandbox.md)",
                  "skill_loading": "lazy (CUGA's load_skill; --palette-eager does not apply)",
                  "sandbox_execution_timeout": f"{block_timeout(settings)} s",
                  "run_command_timeout": f"{RUN_COMMAND_CEILING} s (fixed in cuga)",
@@ -919,15 +709,16 @@ class CugaHost(Host):
                                   "not reach it)"}
         if self.max_steps is not None:
             facts["cuga_max_steps"] = f"{self.max_steps} (--palette-cuga-max-steps)"
-        if unsupported_reason(model) or installed_problem():
+        if unsupported_reason(route) or installed_problem():
             return facts
-        found = self._described(model)
+        found = self._described(route)
         if found.problem:
             return facts
-        facts.update({"cuga_model": f"{found.model} ({SETTINGS_FILES[model.provider]})",
+        mapped = cuga_model(route, os.environ, url=NO_CALL_URL)
+        facts.update({"cuga_model": f"{found.model} ({mapped.settings_file})",
                       "cuga_max_steps": facts.get("cuga_max_steps", found.max_steps),
                       "scaffold": f"cuga {_cuga_version()} CugaAgent, codeact, skills + shell tool"})
-        expected = cuga_model(model, os.environ, rehearsal_url="http://127.0.0.1:0/v1").env.get("MODEL_NAME")
+        expected = mapped.env.get("MODEL_NAME")
         if expected and not found.model.endswith("/" + expected):
             facts["model"] = found.model  # the truth, when CUGA would not run what was asked for
         return facts
@@ -935,22 +726,17 @@ class CugaHost(Host):
     def agent_folder(self, workspace: Workspace) -> Path:
         return thread_folder(workspace)
 
-    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], route: Route,
              settings: HostSettings, sandbox: Sandbox) -> CugaSession:
-        replay = WireReplay(recorded_exchanges(model, workspace, "openai"), workspace.folder.resolve()) \
-            if model.provider == "replay" else None
-        url = (self._endpoint.server(model, settings).openai_base_url if model.provider == "rehearsal"
-               else "http://127.0.0.1:0/v1" if replay else None)
-        cassette = Cassette(workspace.own(CASSETTE_NAME), model.text, model.provider, secret_values(env, sandbox)) \
-            if settings.record else None
-        return CugaSession(workspace, skill, env, cuga_model(model, env, rehearsal_url=url), model.provider, settings,
-                           sandbox, cassette=cassette, replay=replay, max_steps=self.max_steps)
+        # The URL is the model layer's, set when the session starts its endpoint: only a live one is CUGA's own.
+        return CugaSession(workspace, skill, env, cuga_model(route, env, url=NO_CALL_URL), route, settings, sandbox,
+                           self.layer, max_steps=self.max_steps)
 
-    def fault(self, model: ModelSpec) -> str | None:
-        return self._endpoint.fault(model)
+    def fault(self, route: Route) -> str | None:
+        return self.layer.fault(route)
 
     def close(self) -> None:
-        self._endpoint.close()
+        self.layer.close()
 
 
 def block_timeout(settings: HostSettings) -> int:

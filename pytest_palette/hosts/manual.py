@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..arena.sandbox import UNCONFINED
-from ..models import ModelSpec
 from ..skill import SkillCard, install
 from .base import HandedOver, Host, HostSession, HostSettings
 
 if TYPE_CHECKING:
     from ..arena.sandbox import Sandbox
     from ..arena.workspace import Workspace
+    from ..layer.route import Route
 
 RUN_SHEET = "RUN_SHEET.md"
 PASTE_PREVIEW = 400
@@ -34,13 +34,13 @@ class ManualHost(Host):
     name = "manual"
     hands_over = True
 
-    def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
+    def describe(self, route: Route, settings: HostSettings) -> dict[str, str]:
         return {"model": "whatever the person's agent ran (not recorded)", "scaffold": "run sheet, by hand"}
 
     def sandbox_kind(self, settings: HostSettings) -> str:
         return UNCONFINED  # a person's own agent runs where the person runs it
 
-    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], route: Route,
              settings: HostSettings, sandbox: Sandbox) -> HostSession:
         """Lay out the folder for a person, add it to the run sheet, and hand the conversation over."""
         if skill is not None:  # where Claude Code discovers project skills; other CLIs can be pointed there

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..arena.cassette import CASSETTE_NAME, Cassette, Exchange
 from ..arena.command_log import CommandLog
-from ..arena.replay import replay_model
-from ..models import ModelSpec, ModelUnavailable, RetryCounter, build_chat_model, check_model
+from ..layer.route import Route
+from ..layer.serving import ModelLayer
+from ..models import ModelUnavailable, RetryCounter, check_model
 from ..skill import SkillCard, install
 from .base import (
     COMMAND_TIMEOUT,
@@ -31,7 +32,6 @@ from .base import (
     OptionRefused,
     Problem,
     TurnRecord,
-    recorded_exchanges,
     secret_values,
 )
 from .shell import DEFAULT_OUTPUT_LIMIT, Shell
@@ -387,6 +387,7 @@ class ReactHost(Host):
     def __init__(self) -> None:
         self.recursion_limit = RECURSION_LIMIT
         self.eager = False
+        self.layer = ModelLayer()
 
     def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
         recursion, eager = given.get("recursion-limit"), bool(given.get("eager"))
@@ -400,9 +401,9 @@ class ReactHost(Host):
     def terms(self) -> dict[str, object]:
         return {"recursion_limit": self.recursion_limit, "eager": self.eager}
 
-    def check(self, model: ModelSpec, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
+    def check(self, route: Route, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
         try:
-            check_model(model, env)
+            check_model(route.model, env)
             problems = []
         except ModelUnavailable as error:
             problems = [Problem(str(error))]
@@ -412,30 +413,23 @@ class ReactHost(Host):
                                     "lazy loading offers the skill by its description"))
         return problems
 
-    def describe(self, model: ModelSpec, settings: HostSettings) -> dict[str, str]:
-        described = {"model": model.label, "provider": model.provider,
+    def describe(self, route: Route, settings: HostSettings) -> dict[str, str]:
+        described = {"model": route.model.label, "provider": route.model.provider,
                      "skill_loading": "eager" if self.eager else "lazy",
                      "recursion_limit": str(self.recursion_limit),
                      "output_limit": f"{settings.output_limit:,} characters"}
-        if model.provider != "rehearsal":  # the in-process rehearsal model makes no call that could fail
+        if route.live:  # the in-process rehearsal model and a replay make no call that could fail
             described["model_retries"] = str(settings.model_retries)
         return described
 
-    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
+    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], route: Route,
              settings: HostSettings, sandbox: Sandbox) -> ReactSession:
         # Counted where the client stamps its retries (the openai SDK); other clients retry uncounted.
-        retries = RetryCounter() if model.provider == "openai" else None
-        if model.provider == "replay":
-            chat = replay_model(recorded_exchanges(model, workspace, "langchain"), model.label)
-        else:
-            # The model's client gets `env` (its key); the agent's shell gets only the sandbox's.
-            chat = build_chat_model(model, env, max_retries=None if model.provider == "rehearsal" else
-                                    settings.model_retries, retries=retries, latency=settings.rehearsal_latency,
-                                    limits=settings.rehearsal_limits)
+        chat, retries = self.layer.chat_model(route, workspace, env, settings)
         return ReactSession(chat, [skill, *settings.skills] if skill is not None else [], workspace.work, env,
                             eager=self.eager,
                             recursion_limit=self.recursion_limit, command_timeout=settings.command_timeout,
                             log=workspace.command_log(), sandbox=sandbox, retries=retries,
                             output_limit=settings.output_limit, profile=settings.profile,
-                            cassette=Cassette(workspace.own(CASSETTE_NAME), model.text, model.provider,
+                            cassette=Cassette(workspace.own(CASSETTE_NAME), route.model.text, route.model.provider,
                                               secret_values(env, sandbox)) if settings.record else None)

@@ -16,6 +16,7 @@ from ..backend import agent_environment
 from ..cases import Case
 from ..hosts import stops
 from ..hosts.base import HandedOver, Host, HostError, HostSession, HostSettings, TurnRecord
+from ..layer.route import Route, route_of
 from ..models import ModelSpec
 from ..results.redaction import Secrets
 from ..skill import SkillCard
@@ -89,6 +90,7 @@ def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpe
     when the host fails (HandedOver when a person is to have it). A failed turn stops the conversation: later
     replies would land in the wrong state. `before` runs in the new folder before the sandbox is made ready (it
     may raise NotStarted)."""
+    route = route_of(model)  # once per item, before the host opens: where its model calls go
     workspace.prepare(case)
     if before is not None:
         before()
@@ -101,7 +103,7 @@ def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpe
     started = time.monotonic()
     handed_over = False
     try:
-        session = _open(host, workspace=workspace, skill=skill, env=env, model=model, settings=settings,
+        session = _open(host, workspace=workspace, skill=skill, env=env, route=route, settings=settings,
                         sandbox=sandbox)
         if on_open is not None:  # so a session that ends early can close this conversation from outside
             on_open(session)
@@ -126,7 +128,7 @@ def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpe
                         turn.error_file = _keep_words(workspace, number, turn.error, env)
                         turn.error = stops.one_line(turn.error)
                         problem += f" (the whole error: {turn.error_file})"
-                    cause = host.fault(model) if turn.stop in ("turn_timeout", "error") else None
+                    cause = host.fault(route) if turn.stop in ("turn_timeout", "error") else None
                     # A dead endpoint explains a timeout better than the timeout does.
                     raise HostFailure(f"turn {number} {f'failed: {cause} ({problem})' if cause else problem}")
             ended = True
@@ -187,10 +189,10 @@ def _keep_words(workspace: Workspace, number: int, words: str, env: Mapping[str,
     return name
 
 
-def _open(host: Host, *, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], model: ModelSpec,
+def _open(host: Host, *, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], route: Route,
           settings: HostSettings, sandbox: Sandbox) -> HostSession:
     try:
-        return host.open(workspace, skill, env, model, settings, sandbox)
+        return host.open(workspace, skill, env, route, settings, sandbox)
     except (HandedOver, HostFailure):
         raise
     except HostError as error:

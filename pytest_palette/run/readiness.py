@@ -11,6 +11,7 @@ from pathlib import Path
 from ..arena import sandbox
 from ..backend import run_folder_problem, setting_problems
 from ..hosts.base import Host, HostSettings, Problem
+from ..layer.route import route_of
 from ..models import ModelSpec
 from ..skill import SkillCard
 
@@ -48,5 +49,5 @@ def readiness(hosts: Mapping[str, Host], model: ModelSpec, settings: HostSetting
         settings=tuple(setting_problems()),
         confinement=sandbox.problem(settings.sandbox) if confines else None,
         run_folder=run_folder_problem(run_root) if run_root is not None else None,
-        hosts={name: host.check(model, os.environ, skill) for name, host in hosts.items()},
+        hosts={name: host.check(route_of(model), os.environ, skill) for name, host in hosts.items()},
     )

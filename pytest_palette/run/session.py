@@ -26,6 +26,7 @@ from ..cases import EXPECT_KEYS, ExpectCheck, known_checks
 from ..families.layout import is_family
 from ..hosts.base import OUTPUT_LIMIT, Host
 from ..judge import PALETTE, PALETTE_RULES
+from ..layer.route import route_of
 from ..options import Settings, configure_hosts, resolve
 from ..results.ledger import find, ledger_name, load, read
 from ..results.prices import Price, money, price_of
@@ -180,7 +181,7 @@ class Session:
         """What every result of `host` in this session depends on, asked of the host once."""
         if host not in self._terms:
             settings = self.settings
-            described = self.hosts[host].describe(settings.model, settings.host)
+            described = self.hosts[host].describe(route_of(settings.model), settings.host)
             if self.skill is None:  # whatever the host would do with a skill, it was given none
                 described["skill_loading"] = f"none (--palette-skill {NO_SKILL}: no skill installed)"
             self._terms[host] = Terms(

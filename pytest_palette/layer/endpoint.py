@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from ..arena.cassette import WireRecorder
@@ -34,7 +34,9 @@ from ..rehearsal.injection import FaultSchedule
 from ..rehearsal.latency import ModelLatency
 from ..rehearsal.limits import ModelLimits
 from ..rehearsal.server import RehearsalServer
-from .base import HostSettings
+
+if TYPE_CHECKING:
+    from ..hosts.base import HostSettings
 
 
 class RehearsalEndpoint:
@@ -86,7 +88,7 @@ PLACEHOLDER_KEY = "sk-ant-placeholder-the-harness-adds-the-key"
 
 
 @dataclass(frozen=True)
-class Route:
+class Call:
     """One request a host's client makes of its model: a method, a path below the forwarder's root, and the query
     strings it sends there (None: no query at all)."""
 
@@ -98,11 +100,13 @@ class Route:
 #: What the Claude Code CLI calls (2.1.332 in print mode, captured at its forwarder with a catalogue model and with
 #: another, the rehearsal model and a gateway's): each model call is `POST /v1/messages?beta=true`. Nothing else —
 #: not `/v1/messages/batches`, not the model list, not token counts: no call of the CLI's asked for them.
-ANTHROPIC_ROUTES = (Route("POST", "/v1/messages", ("beta=true", None)),)
+ANTHROPIC_ROUTES = (Call("POST", "/v1/messages", ("beta=true", None)),)
 #: What CUGA's client (langchain-openai, the openai SDK; cuga 0.4.3) calls, captured the same way: `POST
 #: /chat/completions` below its base URL, which is the forwarder's root; the upstream's own path (`/v1`) goes
 #: before it. No model list: CUGA never asks for one.
-OPENAI_ROUTES = (Route("POST", "/chat/completions"),)
+OPENAI_ROUTES = (Call("POST", "/chat/completions"),)
+#: What the Codex CLI (0.171) calls below its provider's base URL: `POST /responses`, the OpenAI Responses API.
+RESPONSES_ROUTES = (Call("POST", "/responses"),)
 #: What the forwarder keeps of one answer for its observer: a turn's answer is far smaller.
 OBSERVED_BODY = 16 * 1024 * 1024
 #: A request body larger than this is refused (a conversation's whole history is a few MB at most).
@@ -112,7 +116,7 @@ _OWN_HEADERS = frozenset({"host", "x-api-key", "authorization", "content-length"
                           "transfer-encoding", "proxy-authorization", "proxy-connection", "te", "upgrade"})
 UPSTREAM_TIMEOUT = 600.0
 #: A client with no network of its own reaches the forwarder's socket on this loopback port of its namespace, through
-#: the relay (hosts/relay.py): its own namespace's, so any port will do.
+#: the relay (layer/relay.py): its own namespace's, so any port will do.
 RELAY_PORT = 8787
 RELAY = Path(__file__).with_name("relay.py")
 #: The forwarder's log keeps this many refusals; past them it counts (an agent's code may send a request a second).
@@ -126,7 +130,7 @@ def plain_path(path: str) -> str:
     return posixpath.normpath("/" + unquote(path, errors="replace").lstrip("/"))
 
 
-def refusal(method: str, target: str, routes: Iterable[Route]) -> str | None:
+def refusal(method: str, target: str, routes: Iterable[Call]) -> str | None:
     """Why the request `method target` is none of `routes`, or None when it is one. The path is compared after
     decoding it and resolving its dot segments, and is forwarded only as plainly written: an encoded, dotted or
     doubled spelling of a route is refused too, so the upstream receives exactly the paths listed."""
@@ -158,7 +162,7 @@ class KeyForwarder:
     process of the agent's — nor a settings file, a hook, /proc — holds a key.
 
     Only the client reaches it. It listens on a Unix socket (`socket`) in a folder of its own that only this process's
-    user can open: a sandbox binds the socket alone into the client's view (`hosts/relay.py` serves it on the client's
+    user can open: a sandbox binds the socket alone into the client's view (`layer/relay.py` serves it on the client's
     own loopback). With `loopback`, for a client that keeps the network, it also listens on 127.0.0.1 — where any
     local user could connect. So every request must carry `token`, a secret of this forwarder's that the client
     holds in place of a key (`x-api-key` or `Authorization: Bearer`) and the agent's commands never see. Whatever
@@ -172,7 +176,7 @@ class KeyForwarder:
     replay:RUN`) there is no upstream: the item's recording answers, and no request leaves this process."""
 
     def __init__(self, upstream: str | None, credentials: Mapping[str, str],
-                 routes: tuple[Route, ...] = ANTHROPIC_ROUTES, observe: Callable[[int, bytes], None] | None = None,
+                 routes: tuple[Call, ...] = ANTHROPIC_ROUTES, observe: Callable[[int, bytes], None] | None = None,
                  record: WireRecorder | None = None, replay: WireReplay | None = None, loopback: bool = False,
                  log: Path | None = None) -> None:
         parts = urlsplit((upstream or "http://replay.invalid").rstrip("/"))
