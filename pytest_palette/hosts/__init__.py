@@ -12,11 +12,12 @@ def builtin_classes() -> list[type[Host]]:
     """The hosts that ship with the plugin. Imported here, when asked for: each imports its own client only when
     it starts a conversation, so their options can be read at every pytest start."""
     from .claude import ClaudeHost
+    from .codex import CodexHost
     from .cuga import CugaHost
     from .manual import ManualHost
     from .react import ReactHost
 
-    return [ReactHost, ManualHost, ClaudeHost, CugaHost]
+    return [ReactHost, ManualHost, ClaudeHost, CugaHost, CodexHost]
 
 
 def builtin() -> dict[str, Host]:

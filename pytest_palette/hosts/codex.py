@@ -1,0 +1,437 @@
+"""The codex host: the Codex CLI (`codex exec --json`) driving the skill, one process per turn, one thread per item.
+
+Turn 1 runs `codex exec --json … -`, later turns `codex exec resume <thread id> -`, the message on stdin; each
+prints the thread's events as JSON lines (`thread.started`, `item.completed` for each command and message,
+`turn.completed` with the usage), read back into the turn's record.
+
+Nothing of the user's own Codex reaches it: `--ignore-user-config`, a CODEX_HOME of the item's own (beside `work/`,
+never in it), `--skip-git-repo-check`. The skill is installed in `work/.agents/skills/<name>/`, where Codex finds a
+project's skills. The model is a provider named by `-c model_providers.palette.*` on the Responses wire, pointed at
+the model layer's endpoint (layer/serving.py), which holds the key: the CLI holds its forwarder's token, in a
+variable its commands are not given.
+
+Codex runs its commands itself, with no wrapper the harness could give it, so the whole CLI runs confined as a
+command is (`sandbox.program`: the item's user id, its limits, no network but its model's socket on its loopback);
+Codex's own sandbox is off (`danger-full-access`): inside ours it could not start its own (docs/sandbox.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..arena.command_log import CommandLog
+from ..layer.route import Route
+from ..layer.serving import Endpoint, ModelLayer
+from ..skill import SkillCard, drift, install
+from .base import Host, HostError, HostOption, HostSession, HostSettings, Problem, TurnRecord, held_to_recording
+from .stops import TurnStopped, context_limit
+
+if TYPE_CHECKING:
+    from ..arena.sandbox import Sandbox
+    from ..arena.workspace import Workspace
+
+#: The version the host was proven against (`make codex` installs it).
+CODEX_VERSION = "0.171.0"
+INSTALL_HINT = (f"make codex (npm install @openai/codex@{CODEX_VERSION} into .venv/node), put `codex` on PATH, "
+                "or pass --palette-codex-cli PATH")
+#: The provider's name in Codex's config: the model layer's endpoint.
+PROVIDER = "palette"
+#: The variable the CLI reads its provider's key from: the forwarder's token. Codex leaves a variable whose name
+#: holds KEY out of its commands' environment.
+KEY_VARIABLE = "PALETTE_MODEL_KEY"
+#: How the model is named when the rehearsal agent answers (Codex warns it has no metadata for it; it runs).
+REHEARSAL_MODEL = "rehearsal"
+KILL_GRACE = 5.0
+#: What of the CLI's stderr a failure names.
+TAIL = 1500
+VERSION_TIMEOUT = 30.0
+
+
+def find_codex(explicit: str | None = None) -> Path | None:
+    """The Codex CLI: `explicit` (`--palette-codex-cli`), else `make codex`'s beside this interpreter, else on PATH."""
+    if explicit:
+        path = Path(explicit)
+        return path if path.is_file() and os.access(path, os.X_OK) else None
+    beside = Path(sys.executable).parent / "codex"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("codex")
+    return Path(found) if found else None
+
+
+def native(cli: Path) -> Path:
+    """The CLI's own binary: npm's `codex` is a Node script that starts it (a Node start per turn saved)."""
+    real = cli.resolve()
+    if real.suffix != ".js":
+        return real
+    vendor = real.parent.parent.parent / "codex-linux-x64" / "vendor"
+    found = sorted(vendor.glob("*/bin/codex")) if vendor.is_dir() else []
+    return found[0] if found else real
+
+
+def codex_config(base_url: str, retries: int) -> list[str]:
+    """The `-c` overrides every turn runs with: the model layer as the only provider, Codex's own sandbox and
+    approvals off (ours confines it), and nothing that reaches out on its own."""
+    values: dict[str, Any] = {
+        "model_provider": PROVIDER,
+        f"model_providers.{PROVIDER}.name": PROVIDER,
+        f"model_providers.{PROVIDER}.base_url": base_url,
+        f"model_providers.{PROVIDER}.wire_api": "responses",
+        f"model_providers.{PROVIDER}.env_key": KEY_VARIABLE,
+        f"model_providers.{PROVIDER}.request_max_retries": retries,
+        "sandbox_mode": "danger-full-access",
+        "approval_policy": "never",
+        # A login shell would read the profile files and reset PATH: the agent's commands get the sandbox's.
+        "allow_login_shell": False,
+        "web_search": "disabled",
+        "check_for_update_on_startup": False,
+        "features.memories": False,
+        "features.multi_agent": False,
+        "features.apps": False,
+        "features.hooks": False,
+        "features.plugins": False,
+    }
+    return [option for name, value in values.items() for option in ("-c", f"{name}={json.dumps(value)}")]
+
+
+# -- reading what the CLI printed ------------------------------------------------------------------
+
+#: `/bin/bash -c '<command>'` as Codex reports a command: the command is what the agent ran.
+_SHELL = re.compile(r"^(?:/usr)?/bin/(?:ba)?sh -l?c (.*)$", re.S)
+
+
+def command_of(reported: str) -> str:
+    """The agent's command in Codex's report of it (`/bin/bash -c '…'`, quoted for the shell)."""
+    import shlex
+
+    match = _SHELL.match(reported)
+    if match is None:
+        return reported
+    try:
+        words = shlex.split(match.group(1))
+    except ValueError:
+        return reported
+    return words[0] if len(words) == 1 else reported
+
+
+@dataclass
+class CodexOutput:
+    """One `codex exec --json` run's events, read."""
+
+    thread_id: str | None = None
+    messages: list[str] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    completed: bool = False
+    failed: str | None = None
+
+
+def parse_events(lines: Iterable[str]) -> CodexOutput:
+    out = CodexOutput()
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        kind = event.get("type")
+        item: dict[str, Any] = event["item"] if isinstance(event.get("item"), dict) else {}
+        if kind == "thread.started":
+            out.thread_id = str(event.get("thread_id") or "") or None
+        elif kind == "item.completed" and item.get("type") == "agent_message":
+            text = str(item.get("text") or "")
+            out.messages.append(text)
+            out.steps.append(f"said: {text[:200]}")
+        elif kind == "item.completed" and item.get("type") == "command_execution":
+            out.steps.append(f"ran: {command_of(str(item.get('command') or ''))} (exit {item.get('exit_code')})")
+        elif kind == "turn.completed":
+            out.completed = True
+            usage: dict[str, Any] = event["usage"] if isinstance(event.get("usage"), dict) else {}
+            out.usage = {k: int(v) for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+        elif kind == "turn.failed":
+            error: dict[str, Any] = event["error"] if isinstance(event.get("error"), dict) else {}
+            out.failed = str(error.get("message") or "the turn failed")
+        elif kind == "error":
+            out.failed = out.failed or str(event.get("message") or "an error")
+    return out
+
+
+class LiveCommands:
+    """The commands of a turn as the CLI prints them: the item's record of commands gets each when it ends (with
+    its output), and a watcher (-v) each as it starts. The events carry no time, so each is timed by the reads
+    around it: a command began after the last read that did not show it, and ended before the read that showed
+    its end — a span that holds the run (the judge places the skill's runs within their commands)."""
+
+    EVERY = 0.25
+
+    def __init__(self, stream: Path, log: CommandLog | None) -> None:
+        self.stream, self.log = stream, log
+        self._read, self._rest = 0, b""
+        self._last = time.time()  # when the last read began: what it did not show came after
+        self._started: dict[str, float] = {}
+        self._ended: dict[str, Any] = {}
+
+    def wait(self, process: subprocess.Popen[bytes], timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return process.wait(timeout=max(0.0, min(self.EVERY, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    raise
+                self.poll()
+
+    def poll(self) -> None:
+        reading = time.time()
+        try:
+            with self.stream.open("rb") as stream:
+                stream.seek(self._read)
+                added = stream.read()
+        except OSError:
+            return
+        self._read += len(added)
+        *lines, self._rest = (self._rest + added).split(b"\n")
+        before, now = self._last, time.time()
+        self._last = reading
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            item: dict[str, Any] = event["item"] if isinstance(event, dict) and isinstance(event.get("item"), dict) \
+                else {}
+            if item.get("type") != "command_execution":
+                continue
+            ident, command = str(item.get("id")), command_of(str(item.get("command") or ""))
+            if event.get("type") == "item.started":
+                self._started[ident] = before
+                if self.log is not None and self.log.watch is not None:
+                    self._ended[ident] = self.log.watch(command, before)
+            elif event.get("type") == "item.completed" and self.log is not None:
+                code = item.get("exit_code")
+                self.log.add(command, self._started.pop(ident, before), now, code if isinstance(code, int) else None,
+                             str(item.get("aggregated_output") or ""))
+                self._ended.pop(ident, lambda: None)()
+
+    def close(self) -> None:
+        self.poll()
+        for ended in self._ended.values():
+            ended()
+        self._ended.clear()
+
+
+# -- a conversation --------------------------------------------------------------------------------
+
+
+class CodexSession(HostSession):
+    """One thread: a `codex exec` process per turn, each resuming the thread the first started."""
+
+    def __init__(self, cli: Path, work: Path, folder: Path, env: Mapping[str, str], model: str, endpoint: Endpoint,
+                 sandbox: Sandbox, log: CommandLog | None, retries: int) -> None:
+        self.cli, self.work, self.folder, self.env, self.model = cli, work, folder, dict(env), model
+        self.endpoint, self.sandbox, self.log, self.retries = endpoint, sandbox, log, retries
+        self.thread_id: str | None = None
+        self.turns: list[TurnRecord] = []
+
+    def send(self, message: str, timeout: float) -> TurnRecord:
+        return held_to_recording(self.endpoint.replay, lambda: self._send(message, timeout))
+
+    def _send(self, message: str, timeout: float) -> TurnRecord:
+        number = len(self.turns) + 1
+        turn = TurnRecord(sent=message)
+        started = time.monotonic()
+        try:
+            returncode, stdout, stderr = self._run(message, number, timeout)
+            out = parse_events(stdout.splitlines())
+            turn.steps, turn.usage = out.steps, out.usage
+            if self.thread_id is None:
+                self.thread_id = out.thread_id
+            elif out.thread_id not in (None, self.thread_id):
+                raise HostError(f"codex ran thread {out.thread_id}, not {self.thread_id}: the history is lost")
+            if out.failed is not None:
+                stopped = context_limit(out.failed)
+                if stopped is not None:
+                    raise stopped
+                raise HostError(f"codex: {out.failed}")
+            if not out.completed or returncode != 0:
+                raise HostError(f"codex exited {returncode} without completing the turn: "
+                                f"{stderr.strip()[-TAIL:] or '(no stderr)'}")
+            if self.thread_id is None:
+                raise HostError("codex printed no thread.started: the next turn could not resume it")
+            turn.answer = out.messages[-1] if out.messages else ""
+            turn.stop = "answered"
+        except HostError as error:
+            turn.error = str(error)
+            error.turn = turn
+            raise
+        finally:
+            turn.seconds = round(time.monotonic() - started, 3)
+            self.turns.append(turn)
+        return turn
+
+    def _argv(self) -> list[str]:
+        resume = ["resume"] if self.thread_id else []
+        argv = [str(self.cli), "exec", *resume, "--json", "--skip-git-repo-check", "--ignore-user-config",
+                *codex_config(self.endpoint.base_url, self.retries), "-m", self.model,
+                *([self.thread_id] if self.thread_id else []), "-"]
+        return self.sandbox.program([*self.endpoint.relay, *argv], self.work, network=not self.endpoint.relay)
+
+    def _run(self, message: str, number: int, timeout: float) -> tuple[int, str, str]:
+        """One turn's process; its output goes to files (a command it leaves running holds no pipe)."""
+        turn = self.folder / f"turn-{number:02d}"
+        prompt = turn.with_suffix(".prompt")
+        prompt.write_text(message, encoding="utf-8")
+        with prompt.open("rb") as said, turn.with_suffix(".jsonl").open("wb") as out, \
+                turn.with_suffix(".stderr").open("wb") as err:
+            live = LiveCommands(turn.with_suffix(".jsonl"), self.log)
+            try:
+                process = subprocess.Popen(self._argv(), cwd=self.work, env=self.env, stdin=said, stdout=out,
+                                           stderr=err, start_new_session=True)
+            except OSError as error:
+                raise HostError(f"could not run {self.cli}: {error}") from None
+            try:
+                returncode = live.wait(process, timeout)
+            except subprocess.TimeoutExpired:
+                _stop(process)
+                raise TurnStopped("turn_timeout", f"turn {number} timed out after {timeout:g} s (codex was "
+                                                  "stopped)") from None
+            finally:
+                live.close()
+        read = {name: turn.with_suffix(name).read_text(encoding="utf-8", errors="replace")
+                for name in (".jsonl", ".stderr")}
+        return returncode, read[".jsonl"], read[".stderr"]
+
+    def close(self) -> None:
+        self.endpoint.stop()
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """TERM the turn's process group, a grace, then KILL it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            process.wait(timeout=KILL_GRACE)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# -- the host --------------------------------------------------------------------------------------
+
+
+class CodexHost(Host):
+    """OpenAI's Codex CLI (`codex exec`), the rehearsal agent or a model on the Responses wire."""
+
+    name = "codex"
+    serves_rehearsal = True
+    options = (HostOption("codex-cli", "the Codex CLI the codex host runs (default: `make codex`'s in the venv, "
+                                       "else `codex` on PATH)", metavar="PATH"),)
+
+    def __init__(self) -> None:
+        self.explicit_cli: str | None = None
+        self.layer = ModelLayer()
+        self._version: str | None = None
+
+    def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
+        self.explicit_cli = given.get("codex-cli") or self.explicit_cli
+
+    @property
+    def cli(self) -> Path | None:
+        return find_codex(self.explicit_cli)
+
+    def version(self) -> str:
+        if self._version is None:
+            cli = self.cli
+            if cli is None:
+                raise HostError(f"no Codex CLI found: {INSTALL_HINT}")
+            try:
+                done = subprocess.run([str(native(cli)), "--version"], capture_output=True, text=True,
+                                      timeout=VERSION_TIMEOUT, stdin=subprocess.DEVNULL, check=False)
+            except (OSError, subprocess.TimeoutExpired) as error:
+                raise HostError(f"{cli} --version did not run: {error}") from None
+            if done.returncode != 0 or not done.stdout.strip():
+                raise HostError(f"{cli} --version exited {done.returncode}: {done.stderr.strip()[:300]}")
+            self._version = done.stdout.strip().splitlines()[0]
+        return self._version
+
+    def check(self, route: Route, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:
+        if not route.serves("responses"):
+            return [Problem("the Codex CLI speaks the OpenAI Responses API: use --model openai:<model> (any "
+                            "Responses server with --palette-base-url) or --model rehearsal")]
+        missing = route.missing(env)
+        problems = [Problem(f"--model {route.model.text} on the codex host needs {', '.join(missing)} in the "
+                            f"environment; {'it is' if len(missing) == 1 else 'they are'} not set")] if missing else []
+        if self.cli is None:
+            reason = (f"--palette-codex-cli {self.explicit_cli}: no executable there" if self.explicit_cli
+                      else f"no Codex CLI found: {INSTALL_HINT}")
+            return [*problems, Problem(reason, skip=True)]
+        try:
+            self.version()
+        except HostError as error:
+            problems.append(Problem(str(error)))
+        return problems
+
+    def describe(self, route: Route, settings: HostSettings) -> dict[str, str]:
+        try:
+            client = f"Codex CLI {self.version().split()[-1]} ({self.cli})"
+        except HostError:
+            client = "Codex CLI (not installed)"
+        return {"model": route.model.label, "client": client, "codex_model": codex_model(route),
+                "wire": "OpenAI Responses, through the model layer's forwarder",
+                "codex_sandbox": "off (danger-full-access): the harness's sandbox confines the whole CLI",
+                "model_retries": str(settings.model_retries)}
+
+    def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], route: Route,
+             settings: HostSettings, sandbox: Sandbox) -> CodexSession:
+        problems = [problem for problem in self.check(route, env) if not problem.skip]
+        cli = self.cli
+        if problems or cli is None:
+            raise HostError("; ".join(map(str, problems)) or f"no Codex CLI found: {INSTALL_HINT}")
+        work = workspace.work
+        work.mkdir(parents=True, exist_ok=True)
+        if skill is not None:  # none (the baseline): nothing in .agents/skills
+            skills = work / ".agents"
+            for card in (skill, *settings.skills):
+                installed = install(card, skills)
+                changed = drift(card.directory, installed.directory)
+                if changed:
+                    raise HostError("the skill installed for Codex is not the skill under test: "
+                                    + "; ".join(changed[:5]))
+            sandbox.protect(skills)
+        folder = workspace.own("codex")  # the turns' files, the harness's; home and tmp are the CLI's to write
+        home, scratch = folder / "home", folder / "tmp"
+        folder.mkdir(parents=True, exist_ok=True)
+        sandbox.writable(home, scratch)
+        sandbox.readable(native(cli).parent)
+        endpoint = self.layer.endpoint(route, "responses", workspace, env, settings, sandbox)
+        client_env = {**sandbox.env, "CODEX_HOME": str(home), "HOME": str(home), "TMPDIR": str(scratch),
+                      KEY_VARIABLE: endpoint.key,
+                      "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+        return CodexSession(native(cli), work, folder, client_env, codex_model(route), endpoint, sandbox,
+                            workspace.command_log(), settings.model_retries)
+
+    def fault(self, route: Route) -> str | None:
+        return self.layer.fault(route)
+
+    def close(self) -> None:
+        self.layer.close()
+
+
+def codex_model(route: Route) -> str:
+    """The model Codex names in its calls: the rehearsal agent's own name, or the provider's model."""
+    return REHEARSAL_MODEL if route.rehearsed("codex") else route.client_model("codex")
