@@ -717,8 +717,8 @@ class ClaudeHost(Host):
             sandbox.protect(installed.directory)
         wrapper = sandbox.script(folder / "sandbox.sh", hidden=(config, home, endpoint.forwarder.socket))
         sandbox.readable(wrapper)
-        client_env = {**sandbox.env, **{k: v for k, v in env.items() if k.startswith(ROUTING_PREFIXES)}}
-        cli_env = cli_environment(client_env, config, endpoint.base_url, settings.command_timeout,
+        # The sandbox's environment: the model's key and gateway are the model layer's, never the CLI's.
+        cli_env = cli_environment(sandbox.env, config, endpoint.base_url, settings.command_timeout,
                                   max_retries=settings.model_retries, output_limit=settings.output_limit,
                                   key=endpoint.key)
         # HOME is not work/: the CLI reads no project settings (skills) in a project that is its home.
