@@ -26,6 +26,7 @@ from pytest_palette.arena.sandbox import (
     userns_policy,
 )
 from pytest_palette.backend import agent_environment
+from pytest_palette.hosts.codex import find_codex
 from pytest_palette.hosts.shell import Shell
 from pytest_palette.rehearsal.hostile import HOSTILE_FINALE, HOSTILE_PROBES
 
@@ -295,10 +296,12 @@ def probe_port() -> Iterator[tuple[int, list[str]]]:
 
 @pytest.mark.end_to_end
 @needs_bubblewrap
-@pytest.mark.parametrize("host", ["react", "cuga", "claude"])
+@pytest.mark.parametrize("host", ["react", "cuga", "claude", "codex"])
 def test_a_hostile_agent_is_contained_on_every_host_and_still_judged(
         pytester: pytest.Pytester, host: str, probe_port: tuple[int, list[str]],
         monkeypatch: pytest.MonkeyPatch) -> None:
+    if host == "codex" and find_codex() is None:
+        (pytest.fail if os.environ.get("REQUIRE_CODEX") else pytest.skip)("the Codex CLI is not installed: make codex")
     port, knocked = probe_port
     for name, value in {**FAKE_KEYS, "PALETTE_PROBE_PORT": str(port)}.items():
         monkeypatch.setenv(name, value)
