@@ -33,7 +33,8 @@ from known_bad_cases import expected_errors, expected_failures  # noqa: E402
 from pytest_palette.cases import load_cases  # noqa: E402
 
 #: Each host's step budget option, lowered for the looping agent.
-BUDGETS = {"react": "--palette-recursion-limit", "claude": "--palette-max-turns", "cuga": "--palette-cuga-max-steps"}
+BUDGETS = {"react": "--palette-recursion-limit", "claude": "--palette-max-turns", "cuga": "--palette-cuga-max-steps",
+           "codex": "--palette-codex-max-steps"}
 
 
 def run(host: str, flaw: str, folder: Path, skill: str | None,

@@ -122,3 +122,14 @@ def test_a_known_bad_agent_fails_on_codex_as_on_every_host(sweeps: Sweeps) -> No
     results = flawed.by_case("codex")
     assert results["slide_fonts_question"] == []  # a near miss: it answers in words, as the good agent does
     assert any("the confirmation gate was skipped" in said for said in results["plain_request"]), results
+
+
+@pytest.mark.end_to_end
+def test_a_turn_that_never_answers_ends_at_the_step_budget_as_an_error(sweeps: Sweeps) -> None:
+    needs_codex()
+    looped = sweeps.session([str(REPO / "cases"), f"--rootdir={REPO}", "--host=codex", "--model=rehearsal:loops",
+                             "--palette-codex-max-steps=8", "-k", "plain_request"])
+    [result] = looped.items.values()
+    assert result.outcome == "error" and "ended at the step budget (8 model calls a turn" in result.said[0], result
+    [record] = load(looped.runs).latest.values()
+    assert record.judged is None and record.usage.stops[-1] == "step_budget", record.usage

@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,8 +34,18 @@ from ..arena.command_log import CommandLog
 from ..layer.route import Route
 from ..layer.serving import Endpoint, ModelLayer
 from ..skill import SkillCard, drift, install
-from .base import Host, HostError, HostOption, HostSession, HostSettings, Problem, TurnRecord, held_to_recording
-from .stops import TurnStopped, context_limit
+from .base import (
+    Host,
+    HostError,
+    HostOption,
+    HostSession,
+    HostSettings,
+    OptionRefused,
+    Problem,
+    TurnRecord,
+    held_to_recording,
+)
+from .stops import TurnStopped, context_limit, step_budget
 
 if TYPE_CHECKING:
     from ..arena.sandbox import Sandbox
@@ -52,6 +62,9 @@ PROVIDER = "palette"
 KEY_VARIABLE = "PALETTE_MODEL_KEY"
 #: How the model is named when the rehearsal agent answers (Codex warns it has no metadata for it; it runs).
 REHEARSAL_MODEL = "rehearsal"
+#: The step budget of a turn (`--palette-codex-max-steps`): its model calls, as the model layer's forwarder hears
+#: them. Codex has no limit of its own: an agent that never answers would run until the turn's timeout.
+MAX_STEPS = 60
 KILL_GRACE = 5.0
 #: What of the CLI's stderr a failure names.
 TAIL = 1500
@@ -183,7 +196,8 @@ class LiveCommands:
         self._started: dict[str, float] = {}
         self._ended: dict[str, Any] = {}
 
-    def wait(self, process: subprocess.Popen[bytes], timeout: float) -> int:
+    def wait(self, process: subprocess.Popen[bytes], timeout: float, over: Callable[[], bool]) -> int | None:
+        """The process's exit code, or None once `over()` says its budget ran out; TimeoutExpired past `timeout`."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -192,6 +206,8 @@ class LiveCommands:
                 if time.monotonic() >= deadline:
                     raise
                 self.poll()
+                if over():
+                    return None
 
     def poll(self) -> None:
         reading = time.time()
@@ -239,11 +255,18 @@ class CodexSession(HostSession):
     """One thread: a `codex exec` process per turn, each resuming the thread the first started."""
 
     def __init__(self, cli: Path, work: Path, folder: Path, env: Mapping[str, str], model: str, endpoint: Endpoint,
-                 sandbox: Sandbox, log: CommandLog | None, retries: int) -> None:
+                 sandbox: Sandbox, log: CommandLog | None, retries: int, max_steps: int = MAX_STEPS) -> None:
         self.cli, self.work, self.folder, self.env, self.model = cli, work, folder, dict(env), model
         self.endpoint, self.sandbox, self.log, self.retries = endpoint, sandbox, log, retries
+        self.max_steps = max_steps
         self.thread_id: str | None = None
         self.turns: list[TurnRecord] = []
+        #: The model calls of the turn under way, as the forwarder hears them answered (its threads count).
+        self.calls = 0
+        endpoint.forwarder.observe = self._observed
+
+    def _observed(self, status: int, body: bytes) -> None:
+        self.calls += 1
 
     def send(self, message: str, timeout: float) -> TurnRecord:
         return held_to_recording(self.endpoint.replay, lambda: self._send(message, timeout))
@@ -252,10 +275,14 @@ class CodexSession(HostSession):
         number = len(self.turns) + 1
         turn = TurnRecord(sent=message)
         started = time.monotonic()
+        self.calls = 0
         try:
             returncode, stdout, stderr = self._run(message, number, timeout)
             out = parse_events(stdout.splitlines())
             turn.steps, turn.usage = out.steps, out.usage
+            turn.model_calls = self.calls
+            if returncode is None:
+                raise step_budget(f"{self.max_steps} model calls a turn, --palette-codex-max-steps")
             if self.thread_id is None:
                 self.thread_id = out.thread_id
             elif out.thread_id not in (None, self.thread_id):
@@ -288,8 +315,9 @@ class CodexSession(HostSession):
                 *([self.thread_id] if self.thread_id else []), "-"]
         return self.sandbox.program([*self.endpoint.relay, *argv], self.work, network=not self.endpoint.relay)
 
-    def _run(self, message: str, number: int, timeout: float) -> tuple[int, str, str]:
-        """One turn's process; its output goes to files (a command it leaves running holds no pipe)."""
+    def _run(self, message: str, number: int, timeout: float) -> tuple[int | None, str, str]:
+        """One turn's process; its output goes to files (a command it leaves running holds no pipe). The exit code
+        is None when the turn ran past its step budget and was stopped."""
         turn = self.folder / f"turn-{number:02d}"
         prompt = turn.with_suffix(".prompt")
         prompt.write_text(message, encoding="utf-8")
@@ -302,7 +330,9 @@ class CodexSession(HostSession):
             except OSError as error:
                 raise HostError(f"could not run {self.cli}: {error}") from None
             try:
-                returncode = live.wait(process, timeout)
+                returncode = live.wait(process, timeout, lambda: self.calls > self.max_steps)
+                if returncode is None:
+                    _stop(process)
             except subprocess.TimeoutExpired:
                 _stop(process)
                 raise TurnStopped("turn_timeout", f"turn {number} timed out after {timeout:g} s (codex was "
@@ -340,15 +370,25 @@ class CodexHost(Host):
     name = "codex"
     serves_rehearsal = True
     options = (HostOption("codex-cli", "the Codex CLI the codex host runs (default: `make codex`'s in the venv, "
-                                       "else `codex` on PATH)", metavar="PATH"),)
+                                       "else `codex` on PATH)", metavar="PATH"),
+               HostOption("codex-max-steps", f"step budget of the codex host: the model calls of one turn (default "
+                                             f"{MAX_STEPS})", type=int, metavar="N"))
 
     def __init__(self) -> None:
         self.explicit_cli: str | None = None
+        self.max_steps = MAX_STEPS
         self.layer = ModelLayer()
         self._version: str | None = None
 
     def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
         self.explicit_cli = given.get("codex-cli") or self.explicit_cli
+        steps = given.get("codex-max-steps")
+        if steps is not None and steps < 1:
+            raise OptionRefused("codex-max-steps", f"must be at least 1 (got {steps})")
+        self.max_steps = MAX_STEPS if steps is None else steps
+
+    def terms(self) -> dict[str, object]:
+        return {} if self.max_steps == MAX_STEPS else {"codex_max_steps": self.max_steps}
 
     @property
     def cli(self) -> Path | None:
@@ -394,6 +434,7 @@ class CodexHost(Host):
         return {"model": route.model.label, "client": client, "codex_model": codex_model(route),
                 "wire": "OpenAI Responses, through the model layer's forwarder",
                 "codex_sandbox": "off (danger-full-access): the harness's sandbox confines the whole CLI",
+                "max_steps": f"{self.max_steps} model calls a turn (--palette-codex-max-steps)",
                 "model_retries": str(settings.model_retries)}
 
     def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], route: Route,
@@ -423,7 +464,7 @@ class CodexHost(Host):
                       KEY_VARIABLE: endpoint.key,
                       "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
         return CodexSession(native(cli), work, folder, client_env, codex_model(route), endpoint, sandbox,
-                            workspace.command_log(), settings.model_retries)
+                            workspace.command_log(), settings.model_retries, self.max_steps)
 
     def fault(self, route: Route) -> str | None:
         return self.layer.fault(route)
