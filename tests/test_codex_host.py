@@ -16,6 +16,7 @@ from pytest_palette.hosts.codex import (
     codex_config,
     command_of,
     find_codex,
+    offered_skills,
     parse_events,
 )
 from pytest_palette.layer.route import route_of
@@ -133,3 +134,23 @@ def test_a_turn_that_never_answers_ends_at_the_step_budget_as_an_error(sweeps: S
     assert result.outcome == "error" and "ended at the step budget (8 model calls a turn" in result.said[0], result
     [record] = load(looped.runs).latest.values()
     assert record.judged is None and record.usage.stops[-1] == "step_budget", record.usage
+
+
+def test_the_skills_codex_offered_are_read_from_its_log_of_the_thread_as_the_agents_files(tmp_path: Path) -> None:
+    listing = ("<skills_instructions>\n### Skill roots\n- `r0` = `/h/skills/.system`\n- `r1` = `/w/.agents/skills`\n"
+               "### Available skills\n- imagegen: images (file: r0/imagegen/SKILL.md)\n"
+               "- palette: decks (file: r1/palette/SKILL.md)\n</skills_instructions>")
+    line = json.dumps({"type": "response_item", "payload": {"type": "message", "role": "developer",
+                                                            "content": [{"type": "input_text", "text": listing}]}})
+    folder = tmp_path / "sessions" / "2026" / "12" / "06"
+    folder.mkdir(parents=True)
+    log = folder / "rollout-2026-12-06T18-20-54-t1.jsonl"
+    log.write_text('{"type": "session_meta"}\n' + line + "\n", encoding="utf-8")
+    assert offered_skills(tmp_path, "t1") == {"imagegen": "/h/skills/.system/imagegen/SKILL.md",
+                                              "palette": "/w/.agents/skills/palette/SKILL.md"}
+    assert offered_skills(tmp_path, "another") is None
+    # The log is in a folder the agent's commands may write: a link there is not followed.
+    outside = tmp_path / "outside.jsonl"
+    log.rename(outside)
+    log.symlink_to(outside)
+    assert offered_skills(tmp_path, "t1") is None

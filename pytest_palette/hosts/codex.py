@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from ..arena.command_log import CommandLog
@@ -251,14 +251,52 @@ class LiveCommands:
 # -- a conversation --------------------------------------------------------------------------------
 
 
+#: The most of a session log read for the skills Codex listed (they come in its first lines).
+SESSION_LOG_READ = 4 * 2**20
+
+
+def offered_skills(home: Path, thread_id: str) -> dict[str, str] | None:
+    """The skills Codex listed to its model, each with its SKILL.md, as its own log of the thread says
+    (`sessions/…/rollout-…-<thread id>.jsonl` under CODEX_HOME); None when the log or its listing is not there.
+    The log is in a folder the agent's commands may write: read as the agent's files are (regular, no link
+    followed, bounded)."""
+    from ..arena import untrusted
+    from ..rehearsal.responses_wire import skill_files
+
+    found = untrusted.listing(home, PurePath("sessions"), lambda name: name.endswith(f"-{thread_id}.jsonl"),
+                              deep=True)
+    for entry in found.files:
+        try:
+            head, _ = untrusted.read_head(home, entry.path.relative_to(home), SESSION_LOG_READ)
+        except (OSError, untrusted.Refused):
+            continue
+        for line in head.decode("utf-8", "replace").splitlines():
+            if "<skills_instructions>" not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            payload = event.get("payload") if isinstance(event, dict) else None
+            content = payload.get("content") if isinstance(payload, dict) else None
+            for part in content if isinstance(content, list) else []:
+                text = part.get("text") if isinstance(part, dict) else None
+                if isinstance(text, str) and "<skills_instructions>" in text:
+                    return skill_files(text)
+    return None
+
+
 class CodexSession(HostSession):
     """One thread: a `codex exec` process per turn, each resuming the thread the first started."""
 
     def __init__(self, cli: Path, work: Path, folder: Path, env: Mapping[str, str], model: str, endpoint: Endpoint,
-                 sandbox: Sandbox, log: CommandLog | None, retries: int, max_steps: int = MAX_STEPS) -> None:
+                 sandbox: Sandbox, log: CommandLog | None, retries: int, max_steps: int = MAX_STEPS,
+                 skills: tuple[SkillCard, ...] = ()) -> None:
         self.cli, self.work, self.folder, self.env, self.model = cli, work, folder, dict(env), model
         self.endpoint, self.sandbox, self.log, self.retries = endpoint, sandbox, log, retries
         self.max_steps = max_steps
+        #: The skills installed for it, each checked against what Codex offered in the first turn.
+        self.skills = skills
         self.thread_id: str | None = None
         self.turns: list[TurnRecord] = []
         #: The model calls of the turn under way, as the forwarder hears them answered (its threads count).
@@ -297,6 +335,8 @@ class CodexSession(HostSession):
                                 f"{stderr.strip()[-TAIL:] or '(no stderr)'}")
             if self.thread_id is None:
                 raise HostError("codex printed no thread.started: the next turn could not resume it")
+            if number == 1:
+                self._check_skills()
             turn.answer = out.messages[-1] if out.messages else ""
             turn.stop = "answered"
         except HostError as error:
@@ -307,6 +347,20 @@ class CodexSession(HostSession):
             turn.seconds = round(time.monotonic() - started, 3)
             self.turns.append(turn)
         return turn
+
+    def _check_skills(self) -> None:
+        """Codex offered each skill under test from where it was installed, as its log of the thread says."""
+        if not self.skills:
+            return
+        assert self.thread_id is not None
+        listed = offered_skills(Path(self.env["CODEX_HOME"]), self.thread_id)
+        if listed is None:
+            raise HostError("codex's log of the thread lists no skills: cannot tell whether it offered the skill")
+        for skill in self.skills:
+            where = os.path.realpath(skill.directory / "SKILL.md")
+            if os.path.realpath(listed.get(skill.name) or "/nowhere") != where:
+                raise HostError(f"codex did not offer the skill {skill.name!r} installed in {skill.directory} (it "
+                                f"lists: {', '.join(sorted(listed)) or 'none'})")
 
     def _argv(self) -> list[str]:
         resume = ["resume"] if self.thread_id else []
@@ -445,11 +499,12 @@ class CodexHost(Host):
             raise HostError("; ".join(map(str, problems)) or f"no Codex CLI found: {INSTALL_HINT}")
         work = workspace.work
         work.mkdir(parents=True, exist_ok=True)
+        installed: list[SkillCard] = []
         if skill is not None:  # none (the baseline): nothing in .agents/skills
             skills = work / ".agents"
             for card in (skill, *settings.skills):
-                installed = install(card, skills)
-                changed = drift(card.directory, installed.directory)
+                installed.append(install(card, skills))
+                changed = drift(card.directory, installed[-1].directory)
                 if changed:
                     raise HostError("the skill installed for Codex is not the skill under test: "
                                     + "; ".join(changed[:5]))
@@ -464,7 +519,7 @@ class CodexHost(Host):
                       KEY_VARIABLE: endpoint.key,
                       "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
         return CodexSession(native(cli), work, folder, client_env, codex_model(route), endpoint, sandbox,
-                            workspace.command_log(), settings.model_retries, self.max_steps)
+                            workspace.command_log(), settings.model_retries, self.max_steps, tuple(installed))
 
     def fault(self, route: Route) -> str | None:
         return self.layer.fault(route)
