@@ -82,6 +82,29 @@ class OptionRefused(ValueError):
         self.option = option
 
 
+def step_budget_option(given: Mapping[str, Any], name: str, default: int | None) -> int | None:
+    """A step budget among a host's options as given (`default` when not given); OptionRefused below 1."""
+    steps = given.get(name)
+    if steps is not None and steps < 1:
+        raise OptionRefused(name, f"must be at least 1 (got {steps})")
+    return default if steps is None else int(steps)
+
+
+def client_version(cli: Path, timeout: float) -> str:
+    """The first line a client prints for `--version` ("2.1.332 (Claude Code)", "codex-cli 0.171.0"); HostError
+    when it does not run."""
+    import subprocess
+
+    try:
+        done = subprocess.run([str(cli), "--version"], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise HostError(f"{cli} --version did not run: {error}") from None
+    if done.returncode != 0 or not done.stdout.strip():
+        raise HostError(f"{cli} --version exited {done.returncode}: {(done.stderr or done.stdout).strip()[:300]}")
+    return done.stdout.strip().splitlines()[0]
+
+
 @dataclass(frozen=True)
 class Problem:
     """Something that stops a host from running here, in words that name the fix."""

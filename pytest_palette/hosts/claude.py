@@ -57,10 +57,11 @@ from .base import (
     HostOption,
     HostSession,
     HostSettings,
-    OptionRefused,
     Problem,
     TurnRecord,
+    client_version,
     held_to_recording,
+    step_budget_option,
 )
 from .claude_stream import TAIL, CliOutput, context_window, failure, parse_stream, stopped, usage_of
 from .stops import TurnStopped
@@ -143,18 +144,6 @@ def find_cli(explicit: str | None = None) -> Path | None:
         return Path(found) if found and os.access(found, os.X_OK) else None
     on_path = shutil.which("claude")
     return bundled_cli() or (Path(on_path) if on_path else None)
-
-
-def cli_version(cli: Path) -> str:
-    """`claude --version`, e.g. "2.1.332 (Claude Code)"; HostError when the binary does not run."""
-    try:
-        done = subprocess.run([str(cli), "--version"], capture_output=True, text=True, timeout=PROBE_TIMEOUT,
-                              stdin=subprocess.DEVNULL, check=False)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise HostError(f"{cli} --version did not run: {error}") from None
-    if done.returncode != 0 or not done.stdout.strip():
-        raise HostError(f"{cli} --version exited {done.returncode}: {(done.stderr or done.stdout).strip()[:300]}")
-    return done.stdout.strip().splitlines()[0]
 
 
 def cli_model(route: Route) -> str:
@@ -580,10 +569,7 @@ class ClaudeHost(Host):
 
     def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
         self.explicit_cli = given.get("claude-cli") or self.explicit_cli
-        turns = given.get("max-turns")
-        if turns is not None and turns < 1:
-            raise OptionRefused("max-turns", f"must be at least 1 (got {turns})")
-        self.max_turns = MAX_TURNS if turns is None else turns
+        self.max_turns = step_budget_option(given, "max-turns", MAX_TURNS) or MAX_TURNS
 
     def terms(self) -> dict[str, object]:
         # Only when given (the fingerprint holds every known host's terms, selected or not): earlier runs, react's
@@ -599,7 +585,7 @@ class ClaudeHost(Host):
             cli = self.cli
             if cli is None:
                 raise HostError(f"no Claude Code CLI found: {INSTALL_HINT}")
-            self._version = cli_version(cli)
+            self._version = client_version(cli, PROBE_TIMEOUT)
         return self._version
 
     def check(self, route: Route, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:

@@ -40,10 +40,11 @@ from .base import (
     HostOption,
     HostSession,
     HostSettings,
-    OptionRefused,
     Problem,
     TurnRecord,
+    client_version,
     held_to_recording,
+    step_budget_option,
 )
 from .stops import TurnStopped, context_limit, step_budget
 
@@ -436,10 +437,7 @@ class CodexHost(Host):
 
     def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
         self.explicit_cli = given.get("codex-cli") or self.explicit_cli
-        steps = given.get("codex-max-steps")
-        if steps is not None and steps < 1:
-            raise OptionRefused("codex-max-steps", f"must be at least 1 (got {steps})")
-        self.max_steps = MAX_STEPS if steps is None else steps
+        self.max_steps = step_budget_option(given, "codex-max-steps", MAX_STEPS) or MAX_STEPS
 
     def terms(self) -> dict[str, object]:
         return {} if self.max_steps == MAX_STEPS else {"codex_max_steps": self.max_steps}
@@ -453,14 +451,7 @@ class CodexHost(Host):
             cli = self.cli
             if cli is None:
                 raise HostError(f"no Codex CLI found: {INSTALL_HINT}")
-            try:
-                done = subprocess.run([str(native(cli)), "--version"], capture_output=True, text=True,
-                                      timeout=VERSION_TIMEOUT, stdin=subprocess.DEVNULL, check=False)
-            except (OSError, subprocess.TimeoutExpired) as error:
-                raise HostError(f"{cli} --version did not run: {error}") from None
-            if done.returncode != 0 or not done.stdout.strip():
-                raise HostError(f"{cli} --version exited {done.returncode}: {done.stderr.strip()[:300]}")
-            self._version = done.stdout.strip().splitlines()[0]
+            self._version = client_version(native(cli), VERSION_TIMEOUT)
         return self._version
 
     def check(self, route: Route, env: Mapping[str, str], skill: SkillCard | None = None) -> list[Problem]:

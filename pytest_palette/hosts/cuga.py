@@ -55,10 +55,10 @@ from .base import (
     HostOption,
     HostSession,
     HostSettings,
-    OptionRefused,
     Problem,
     TurnRecord,
     held_to_recording,
+    step_budget_option,
 )
 from .cuga_setup import (
     IMPORT_PROBE_TIMEOUT,
@@ -642,10 +642,7 @@ class CugaHost(Host):
         self.max_steps: int | None = None
 
     def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
-        steps = given.get("cuga-max-steps")
-        if steps is not None and steps < 1:
-            raise OptionRefused("cuga-max-steps", f"must be at least 1 (got {steps})")
-        self.max_steps = steps
+        self.max_steps = step_budget_option(given, "cuga-max-steps", None)
 
     def terms(self) -> dict[str, object]:
         # Only when given: the fingerprints of runs under CUGA's own limit stay as they were.
