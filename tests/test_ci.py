@@ -33,7 +33,7 @@ class Crashes(HostSession):
 
 class CrashingHost(Host):
     name = "crashing"
-    def open(self, workspace, skill, env, model, settings, sandbox):
+    def open(self, workspace, skill, env, route, settings, sandbox):
         return Crashes()
 
 def pytest_palette_add_hosts(hosts, config):

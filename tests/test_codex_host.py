@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from pytest_palette.hosts.codex import (
     CodexHost,
     codex_config,
     command_of,
+    exec_spans,
     find_codex,
     offered_skills,
     parse_events,
@@ -102,6 +104,8 @@ def test_the_core_cases_pass_on_codex_through_its_real_cli(core: Sweep) -> None:
         plans = [r for r in ran if "deck.py plan" in r["command"]]
         assert plans and all(r["exit_code"] == 0 and r["started_at"] <= r["ended_at"] for r in plans), ran
         assert not any(r["command"].startswith(("/bin/bash", "/usr/bin/bash")) for r in ran)
+        # Each run of the skill within the command the host saw run it: none outside, none unaccounted for.
+        assert record.judged is not None and not any("outside every command" in n for n in record.judged.notes)
     assert "codex: 5 passed, 0 failed, 0 errored" in core.stdout
 
 
@@ -154,3 +158,21 @@ def test_the_skills_codex_offered_are_read_from_its_log_of_the_thread_as_the_age
     log.rename(outside)
     log.symlink_to(outside)
     assert offered_skills(tmp_path, "t1") is None
+
+
+def test_each_command_is_timed_by_codexs_own_log_from_the_end_of_the_one_before(tmp_path: Path) -> None:
+    def entry(at: str, kind: str, call: str) -> str:
+        payload = {"type": kind, "call_id": call, **({"name": "exec_command"} if kind == "function_call" else {})}
+        return json.dumps({"timestamp": f"2026-12-06T18:20:{at}Z", "type": "response_item", "payload": payload})
+
+    folder = tmp_path / "sessions" / "2026"
+    folder.mkdir(parents=True)
+    (folder / "rollout-x-t1.jsonl").write_text("\n".join([
+        entry("50.000", "function_call", "old"), entry("50.100", "function_call_output", "old"),  # an earlier turn
+        entry("54.270", "function_call", "a"), entry("54.332", "function_call_output", "a"),
+        entry("54.365", "function_call", "b"), "not json", entry("54.579", "function_call_output", "b")]) + "\n",
+        encoding="utf-8")
+    since = datetime(2026, 12, 6, 18, 20, 54, tzinfo=timezone.utc).timestamp()
+    spans = exec_spans(tmp_path, "t1", since)
+    assert [(round(a - since, 3), round(b - since, 3)) for a, b in spans] == [(0.0, 0.332), (0.332, 0.579)]
+    assert exec_spans(tmp_path, "t2", since) == []

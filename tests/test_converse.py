@@ -97,7 +97,7 @@ def test_each_hosts_own_options_reach_converse_spelled_without_palette(tmp_path:
     assert run(parser.parse_args([REQUEST, "--recursion-limit", "0"]), said.append) == 2
     assert said == ["error: --recursion-limit must be at least 1 (got 0)"]
     assert run(parser.parse_args([REQUEST, "--host", "manual"]), said.append) == 2
-    assert said[-1].endswith("known: claude, cuga, react")
+    assert said[-1].endswith("known: claude, codex, cuga, react")
     assert "the agent host: react, claude, cuga" in " ".join(parser.format_help().split())
 
 

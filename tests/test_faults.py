@@ -242,7 +242,7 @@ class Leaves(HostSession):
 
 class LeavingHost(Host):
     name = "leaving"
-    def open(self, workspace, skill, env, model, settings, sandbox):
+    def open(self, workspace, skill, env, route, settings, sandbox):
         return Leaves(workspace.work, env)
 
 def pytest_palette_add_hosts(hosts, config):

@@ -50,12 +50,12 @@ class Crashes(HostSession):
 
 class CrashingHost(Host):
     name = "crashing"
-    def open(self, workspace, skill, env, model, settings, sandbox):
+    def open(self, workspace, skill, env, route, settings, sandbox):
         return Crashes()
 
 class CannotStart(Host):
     name = "nostart"
-    def open(self, workspace, skill, env, model, settings, sandbox):
+    def open(self, workspace, skill, env, route, settings, sandbox):
         raise RuntimeError("no binary named claude-ish on PATH")
 
 def pytest_palette_add_hosts(hosts, config):
@@ -308,8 +308,8 @@ def test_a_project_replaces_a_host_of_the_same_name(pytester: pytest.Pytester, c
     pytester.makeconftest("""
         from pytest_palette.hosts.react import ReactHost
         class Mine(ReactHost):
-            def describe(self, model, settings):
-                return {"model": model.label, "scaffold": "my own react"}
+            def describe(self, route, settings):
+                return {"model": route.label, "scaffold": "my own react"}
         def pytest_palette_add_hosts(hosts, config):
             hosts["react"] = Mine()
     """)
@@ -333,8 +333,8 @@ class Mine(ReactHost):
         if steps is not None and steps < 1:
             raise OptionRefused("mine-steps", f"must be at least 1 (got {steps})")
         self.steps = 40 if steps is None else steps
-    def describe(self, model, settings):
-        return {"model": model.label, "steps": str(self.steps), "eager": str(self.eager)}
+    def describe(self, route, settings):
+        return {"model": route.label, "steps": str(self.steps), "eager": str(self.eager)}
 
 def pytest_addoption(parser):
     Mine.add_options(parser)

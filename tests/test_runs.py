@@ -302,7 +302,7 @@ class FifteenPolls(Spins):
 class Poller(ReactHost):
     name = "poller"
 
-    def open(self, workspace, skill, env, model, settings, sandbox):
+    def open(self, workspace, skill, env, route, settings, sandbox):
         return ReactSession(RehearsalChatModel(policy=FifteenPolls(), model_name="rehearsal"), [skill],
                             workspace.work, env)
 

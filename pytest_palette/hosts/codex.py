@@ -149,6 +149,8 @@ class CodexOutput:
     usage: dict[str, int] = field(default_factory=dict)
     completed: bool = False
     failed: str | None = None
+    #: Each command it ran, in order: (the command, its output, its exit code).
+    commands: list[tuple[str, str, int | None]] = field(default_factory=list)
 
 
 def parse_events(lines: Iterable[str]) -> CodexOutput:
@@ -169,7 +171,10 @@ def parse_events(lines: Iterable[str]) -> CodexOutput:
             out.messages.append(text)
             out.steps.append(f"said: {text[:200]}")
         elif kind == "item.completed" and item.get("type") == "command_execution":
-            out.steps.append(f"ran: {command_of(str(item.get('command') or ''))} (exit {item.get('exit_code')})")
+            code = item.get("exit_code")
+            out.commands.append((command_of(str(item.get("command") or "")), str(item.get("aggregated_output") or ""),
+                                 code if isinstance(code, int) and not isinstance(code, bool) else None))
+            out.steps.append(f"ran: {out.commands[-1][0]} (exit {code})")
         elif kind == "turn.completed":
             out.completed = True
             usage: dict[str, Any] = event["usage"] if isinstance(event.get("usage"), dict) else {}
@@ -183,19 +188,16 @@ def parse_events(lines: Iterable[str]) -> CodexOutput:
 
 
 class LiveCommands:
-    """The commands of a turn as the CLI prints them: the item's record of commands gets each when it ends (with
-    its output), and a watcher (-v) each as it starts. The events carry no time, so each is timed by the reads
-    around it: a command began after the last read that did not show it, and ended before the read that showed
-    its end — a span that holds the run (the judge places the skill's runs within their commands)."""
+    """The commands of a turn as the CLI prints them, for a command log's watch (the progress lines of -v): the
+    log's own record is written once the turn has ended, timed by Codex's own log of the thread (`exec_spans`)."""
 
     EVERY = 0.25
 
     def __init__(self, stream: Path, log: CommandLog | None) -> None:
-        self.stream, self.log = stream, log
+        self.stream = stream
+        self.watch = log.watch if log is not None else None
         self._read, self._rest = 0, b""
-        self._last = time.time()  # when the last read began: what it did not show came after
-        self._started: dict[str, float] = {}
-        self._ended: dict[str, Any] = {}
+        self._ended: dict[str, Callable[[], None]] = {}
 
     def wait(self, process: subprocess.Popen[bytes], timeout: float, over: Callable[[], bool]) -> int | None:
         """The process's exit code, or None once `over()` says its budget ran out; TimeoutExpired past `timeout`."""
@@ -211,7 +213,8 @@ class LiveCommands:
                     return None
 
     def poll(self) -> None:
-        reading = time.time()
+        if self.watch is None:
+            return
         try:
             with self.stream.open("rb") as stream:
                 stream.seek(self._read)
@@ -220,8 +223,6 @@ class LiveCommands:
             return
         self._read += len(added)
         *lines, self._rest = (self._rest + added).split(b"\n")
-        before, now = self._last, time.time()
-        self._last = reading
         for line in lines:
             try:
                 event = json.loads(line)
@@ -231,15 +232,10 @@ class LiveCommands:
                 else {}
             if item.get("type") != "command_execution":
                 continue
-            ident, command = str(item.get("id")), command_of(str(item.get("command") or ""))
+            ident = str(item.get("id"))
             if event.get("type") == "item.started":
-                self._started[ident] = before
-                if self.log is not None and self.log.watch is not None:
-                    self._ended[ident] = self.log.watch(command, before)
-            elif event.get("type") == "item.completed" and self.log is not None:
-                code = item.get("exit_code")
-                self.log.add(command, self._started.pop(ident, before), now, code if isinstance(code, int) else None,
-                             str(item.get("aggregated_output") or ""))
+                self._ended[ident] = self.watch(command_of(str(item.get("command") or "")), time.time())
+            elif event.get("type") == "item.completed":
                 self._ended.pop(ident, lambda: None)()
 
     def close(self) -> None:
@@ -247,6 +243,43 @@ class LiveCommands:
         for ended in self._ended.values():
             ended()
         self._ended.clear()
+
+
+def exec_spans(home: Path, thread_id: str, since: float) -> list[tuple[float, float]]:
+    """A span holding each command Codex ran for the thread since `since` (epoch seconds), in order, from its own
+    log of the thread, whose entries carry Codex's clock (its printed events carry none, and reach the harness
+    late): a command ends before Codex logged its output. Read as the agent's files are; [] when the log is not
+    there."""
+    from datetime import datetime
+
+    from ..arena import untrusted
+
+    called: dict[str, float] = {}
+    spans: list[tuple[float, float]] = []
+    for entry in untrusted.listing(home, PurePath("sessions"), lambda name: name.endswith(f"-{thread_id}.jsonl"),
+                                   deep=True).files:
+        try:
+            head, _ = untrusted.read_head(home, entry.path.relative_to(home), SESSION_LOG_READ * 4)
+        except (OSError, untrusted.Refused):
+            continue
+        for line in head.decode("utf-8", "replace").splitlines():
+            try:
+                event = json.loads(line)
+                at = datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+                payload = event["payload"]
+                kind, call = payload.get("type"), str(payload.get("call_id"))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue
+            if at < since:
+                continue
+            if kind == "function_call" and payload.get("name") == "exec_command":
+                called[call] = at
+            elif kind == "function_call_output" and call in called:
+                spans.append((called.pop(call), at))
+    # Codex logs the model's call as the command starts, a few milliseconds either side: a command is given from
+    # the end of the one before it (the turn's start for the first), which no run of it can precede.
+    spans.sort()
+    return [(since if k == 0 else spans[k - 1][1], ended) for k, (_, ended) in enumerate(spans)]
 
 
 # -- a conversation --------------------------------------------------------------------------------
@@ -313,12 +346,13 @@ class CodexSession(HostSession):
     def _send(self, message: str, timeout: float) -> TurnRecord:
         number = len(self.turns) + 1
         turn = TurnRecord(sent=message)
-        started = time.monotonic()
+        started, wall = time.monotonic(), time.time()
         self.calls = 0
         try:
             returncode, stdout, stderr = self._run(message, number, timeout)
             out = parse_events(stdout.splitlines())
             turn.steps, turn.usage = out.steps, out.usage
+            self._record(out, out.thread_id or self.thread_id, wall)
             turn.model_calls = self.calls
             if returncode is None:
                 raise step_budget(f"{self.max_steps} model calls a turn, --palette-codex-max-steps")
@@ -348,6 +382,17 @@ class CodexSession(HostSession):
             turn.seconds = round(time.monotonic() - started, 3)
             self.turns.append(turn)
         return turn
+
+    def _record(self, out: CodexOutput, thread_id: str | None, since: float) -> None:
+        """Our record of the commands of the turn: what Codex printed of each, timed by its log of the thread."""
+        if self.log is None or not out.commands:
+            return
+        now = time.time()
+        spans = exec_spans(Path(self.env["CODEX_HOME"]), thread_id, since) if thread_id else []
+        if len(spans) != len(out.commands):  # a log that does not tell: the turn's own span holds each
+            spans = [(since, now)] * len(out.commands)
+        for (command, output, code), (began, ended) in zip(out.commands, spans, strict=True):
+            self.log.add(command, began, ended, code, output)
 
     def _check_skills(self) -> None:
         """Codex offered each skill under test from where it was installed, as its log of the thread says."""

@@ -46,6 +46,11 @@ class Route:
     wires: tuple[Wire, ...]
 
     @property
+    def label(self) -> str:
+        """What reports print of the model (`ModelSpec.label`)."""
+        return self.model.label
+
+    @property
     def live(self) -> bool:
         """Its calls reach a provider: they can fail, be retried and cost money."""
         return self.source == "provider"
