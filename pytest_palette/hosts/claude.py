@@ -91,8 +91,6 @@ PINNED = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "CLAUDE_CODE_SHELL_PREFIX",
 PROJECT_SETTINGS = (".claude/settings.json", ".claude/settings.local.json")
 #: Startup files a shell sources: the CLI snapshots its shell from its home, outside the commands' sandbox.
 HOME_FILES = (".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc", ".zshenv", ".zprofile")
-#: Not a key: what the CLI sends to the rehearsal server, which never checks it.
-REHEARSAL_KEY = "sk-ant-rehearsal-not-a-key"
 #: Fewer outbound calls: the CLI must not phone home from a benchmark.
 #: The most BASH_MAX_OUTPUT_LENGTH the CLI takes (it caps a larger value; its default is 30,000). Since 2.1 that
 #: variable sizes only the read-back window: the output the model gets inline is the `bashOutputMaxChars` setting
@@ -200,7 +198,7 @@ def locked_settings(env: Mapping[str, str], output_limit: int | None = None) -> 
     wrote anywhere cannot move the CLI's endpoint or shell prefix; and no hook runs (a hook runs in the CLI's
     sandbox, with its network). No secret: a key, or the forwarder's token, is never pinned."""
     pinned = {name: env[name] for name in PINNED if name in env}
-    if pinned.get("ANTHROPIC_API_KEY") not in (REHEARSAL_KEY, PLACEHOLDER_KEY):
+    if pinned.get("ANTHROPIC_API_KEY") != PLACEHOLDER_KEY:
         # A real key, or the forwarder's token, never goes on a command line: any local user may read it there.
         pinned.pop("ANTHROPIC_API_KEY", None)
     locked: dict[str, Any] = {"env": pinned, "disableAllHooks": True, "enableAllProjectMcpServers": False}

@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
@@ -245,6 +245,31 @@ class LiveCommands:
         self._ended.clear()
 
 
+#: The most of Codex's log of a thread read (the skills it listed come in its first lines).
+SESSION_LOG_READ = 16 * 2**20
+
+
+def session_log(home: Path, thread_id: str) -> Iterator[dict[str, Any]]:
+    """Each entry of Codex's own log of the thread (`sessions/…/rollout-…-<thread id>.jsonl` under CODEX_HOME).
+    The log is in a folder the agent's commands may write: read as the agent's files are (regular, no link
+    followed, bounded), and an entry that is not a JSON object is passed over."""
+    from ..arena import untrusted
+
+    for entry in untrusted.listing(home, PurePath("sessions"), lambda name: name.endswith(f"-{thread_id}.jsonl"),
+                                   deep=True).files:
+        try:
+            head, _ = untrusted.read_head(home, entry.path.relative_to(home), SESSION_LOG_READ)
+        except (OSError, untrusted.Refused):
+            continue
+        for line in head.decode("utf-8", "replace").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                yield event
+
+
 def exec_spans(home: Path, thread_id: str, since: float) -> list[tuple[float, float]]:
     """A span holding each command Codex ran for the thread since `since` (epoch seconds), in order, from its own
     log of the thread, whose entries carry Codex's clock (its printed events carry none, and reach the harness
@@ -252,30 +277,21 @@ def exec_spans(home: Path, thread_id: str, since: float) -> list[tuple[float, fl
     there."""
     from datetime import datetime
 
-    from ..arena import untrusted
-
     called: dict[str, float] = {}
     spans: list[tuple[float, float]] = []
-    for entry in untrusted.listing(home, PurePath("sessions"), lambda name: name.endswith(f"-{thread_id}.jsonl"),
-                                   deep=True).files:
+    for event in session_log(home, thread_id):
         try:
-            head, _ = untrusted.read_head(home, entry.path.relative_to(home), SESSION_LOG_READ * 4)
-        except (OSError, untrusted.Refused):
+            at = datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+            payload = event["payload"]
+            kind, call = payload.get("type"), str(payload.get("call_id"))
+        except (ValueError, KeyError, TypeError, AttributeError):
             continue
-        for line in head.decode("utf-8", "replace").splitlines():
-            try:
-                event = json.loads(line)
-                at = datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
-                payload = event["payload"]
-                kind, call = payload.get("type"), str(payload.get("call_id"))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue
-            if at < since:
-                continue
-            if kind == "function_call" and payload.get("name") == "exec_command":
-                called[call] = at
-            elif kind == "function_call_output" and call in called:
-                spans.append((called.pop(call), at))
+        if at < since:
+            continue
+        if kind == "function_call" and payload.get("name") == "exec_command":
+            called[call] = at
+        elif kind == "function_call_output" and call in called:
+            spans.append((called.pop(call), at))
     # Codex logs the model's call as the command starts, a few milliseconds either side: a command is given from
     # the end of the one before it (the turn's start for the first), which no run of it can precede.
     spans.sort()
@@ -285,38 +301,18 @@ def exec_spans(home: Path, thread_id: str, since: float) -> list[tuple[float, fl
 # -- a conversation --------------------------------------------------------------------------------
 
 
-#: The most of a session log read for the skills Codex listed (they come in its first lines).
-SESSION_LOG_READ = 4 * 2**20
-
-
 def offered_skills(home: Path, thread_id: str) -> dict[str, str] | None:
     """The skills Codex listed to its model, each with its SKILL.md, as its own log of the thread says
-    (`sessions/…/rollout-…-<thread id>.jsonl` under CODEX_HOME); None when the log or its listing is not there.
-    The log is in a folder the agent's commands may write: read as the agent's files are (regular, no link
-    followed, bounded)."""
-    from ..arena import untrusted
+    (`session_log`); None when the log or its listing is not there."""
     from ..rehearsal.responses_wire import skill_files
 
-    found = untrusted.listing(home, PurePath("sessions"), lambda name: name.endswith(f"-{thread_id}.jsonl"),
-                              deep=True)
-    for entry in found.files:
-        try:
-            head, _ = untrusted.read_head(home, entry.path.relative_to(home), SESSION_LOG_READ)
-        except (OSError, untrusted.Refused):
-            continue
-        for line in head.decode("utf-8", "replace").splitlines():
-            if "<skills_instructions>" not in line:
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            payload = event.get("payload") if isinstance(event, dict) else None
-            content = payload.get("content") if isinstance(payload, dict) else None
-            for part in content if isinstance(content, list) else []:
-                text = part.get("text") if isinstance(part, dict) else None
-                if isinstance(text, str) and "<skills_instructions>" in text:
-                    return skill_files(text)
+    for event in session_log(home, thread_id):
+        payload = event.get("payload")
+        content = payload.get("content") if isinstance(payload, dict) else None
+        for part in content if isinstance(content, list) else []:
+            text = part.get("text") if isinstance(part, dict) else None
+            if isinstance(text, str) and "<skills_instructions>" in text:
+                return skill_files(text)
     return None
 
 
