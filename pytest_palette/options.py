@@ -58,8 +58,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="retries of one model call after a transient error (429, 5xx, reset, timeout), with "
                          f"backoff, before the item ERRORs (default {MODEL_RETRIES}, at most {MAX_MODEL_RETRIES})")
     group.addoption("--palette-rehearsal-faults", default=None, dest="palette_rehearsal_faults", metavar="SPEC",
-                    help="transient errors the rehearsal server injects (cuga, claude), e.g. 429:0.2,500:0.05,seed=7:"
-                         " kind:rate pairs, kinds 429, 5xx codes and reset; deterministic for a seed")
+                    help="transient errors the rehearsal server injects, on every host's wire, e.g. 429:0.2,500:0.05,"
+                         "seed=7: kind:rate pairs, kinds 429, 5xx codes, reset and slow; deterministic for a seed")
     group.addoption("--palette-rehearsal-latency", default=None, dest="palette_rehearsal_latency", metavar="SPEC",
                     help="the rehearsal model's time per call, on every host: SECONDS[,jitter=SECONDS][,seed=N], "
                          "e.g. 2,jitter=0.5 (a real model's latency, to measure the harness under it)")

@@ -62,8 +62,8 @@ def test_recording_or_replaying_on_a_host_that_cannot_is_refused_by_name(pyteste
                                           flag.format(run=run), "--host", "react,manual")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     said = "\n".join(result.errlines)
-    assert "the manual host cannot record a cassette yet; record on claude or cuga or react" in said or \
-        "the manual host cannot replay a cassette yet; replay on claude or cuga or react" in said, said
+    assert "the manual host cannot record a cassette yet; record on claude or codex or cuga or react" in said or \
+        "the manual host cannot replay a cassette yet; replay on claude or codex or cuga or react" in said, said
 
 
 CASES = """

@@ -98,7 +98,7 @@ def test_a_run_to_replay_must_be_a_recorded_run_of_its_own(tmp_path: Path) -> No
         parse_model(f"replay:{tmp_path}")
 
 
-# -- on the wire: cuga (OpenAI's) and claude (Anthropic's) --------------------------------------------------------
+# -- on the wire: cuga (OpenAI chat), claude (Anthropic), codex (Responses) --------------------------------------------
 
 RECORDED_ROOT, OUR_ROOT = "/work/runs/20261204-0800-aaaa/claude/plain", "/work/runs/20261205-0900-bbbb/claude/plain"
 BASH: dict[str, Any] = {"type": "tool_use", "id": "toolu_1", "name": "Bash",
@@ -240,6 +240,76 @@ def test_a_wire_request_that_departs_is_answered_with_an_error_naming_it(change:
     assert replay.answer("POST", "/v1/messages", json.dumps(anthropic_request(OUR_ROOT)).encode())[0] == 400
 
 
+def responses_request(root: str, *, date: str = "2026-12-04", chunk: str = "e0800f",
+                      said: str = "Build a 3-slide deck", output: str = "drafting") -> dict[str, Any]:
+    """What Codex sends at its second call on the Responses wire: its instructions as a developer message, its
+    environment context (folder, date), the user's words, its own call and the call's output with its chunk id."""
+    command = json.dumps({"cmd": f"python3 {root}/work/.agents/skills/palette/scripts/deck.py plan"})
+    return {"model": "rehearsal", "stream": True, "store": False, "prompt_cache_key": "thread-1",
+            "tools": [{"type": "function", "name": "exec_command", "parameters": {}}],
+            "input": [
+                {"type": "message", "id": "msg_a", "role": "developer",
+                 "content": [{"type": "input_text", "text": f"Skills under {root}/codex/home/skills"}]},
+                {"type": "message", "id": "msg_b", "role": "user", "content": [
+                    {"type": "input_text", "text": f"<environment_context>\n  <cwd>{root}/work</cwd>\n  "
+                                                   f"<current_date>{date}</current_date>\n</environment_context>"}]},
+                {"type": "message", "id": "msg_c", "role": "user", "content": [{"type": "input_text", "text": said}]},
+                {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+                {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "exec_command",
+                 "arguments": command, "status": "completed"},
+                {"type": "function_call_output", "call_id": "call_1",
+                 "output": f"Chunk ID: {chunk}\nWall time: 0.0123 seconds\nProcess exited with code 0\nOutput:\n"
+                           f'{{"state": "{output}"}}'}]}
+
+
+def responses_stream(text: str, root: str) -> str:
+    """A Responses answer streamed as Codex gets it: words, then a call naming a path, each cut in pieces."""
+    from pytest_palette.rehearsal.responses_wire import to_sse
+
+    call = {"type": "function_call", "id": "fc_2", "call_id": "call_2", "name": "exec_command", "status": "completed",
+            "arguments": json.dumps({"cmd": f"python3 {root}/work/.agents/skills/palette/scripts/deck.py start"})}
+    said = {"type": "message", "id": "msg_2", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    return to_sse({"id": "resp_1", "object": "response", "created_at": 0, "model": "rehearsal",
+                   "status": "completed", "output": [said, call], "usage": None}).decode()
+
+
+def test_a_responses_request_replays_in_another_folder_on_another_day_and_its_answer_reads_whole() -> None:
+    from pytest_palette.arena.cassette import request_messages
+    from pytest_palette.arena.replay import answer_words
+
+    messages, tools = request_messages("responses", json.dumps(responses_request(RECORDED_ROOT)).encode())
+    read = wire_messages("responses", messages)
+    # The reasoning item is the model's own, not a message; the call and its output are the rule's ai and tool.
+    assert [m["type"] for m in read] == ["system", "human", "human", "ai", "tool"] and tools[0]["name"] == \
+        "exec_command"
+    assert read[3]["data"]["tool_calls"][0]["name"] == "exec_command"
+    recorded = Exchange(index=1, turn=1, model="openai:rehearsal", provider="openai", started_at=0.0, ended_at=1.0,
+                        messages=messages, tools=tools, wire="responses", root=RECORDED_ROOT,
+                        answer={"status": 200, "content_type": "text/event-stream",
+                                "body": responses_stream("Building it. " * 30, RECORDED_ROOT)})
+    replay = WireReplay([recorded, recorded], Path(OUR_ROOT))
+    # Another run's folder, another day, another chunk id and wall time: the same request.
+    sent = json.dumps(responses_request(OUR_ROOT, date="2027-01-31", chunk="3e2909")).encode()
+    status, kind, data = replay.answer("POST", "/responses", sent)
+    assert (status, kind, replay.diverged) == (200, "text/event-stream", None)
+    body = data.decode()
+    assert RECORDED_ROOT not in body and f"python3 {OUR_ROOT}/work/" in body
+    # The pieces of each part are joined: fewer events, the same words and call.
+    pieces = '"response.output_text.delta"'
+    assert body.count(pieces) == 1 < responses_stream("Building it. " * 30, RECORDED_ROOT).count(pieces)
+    served = Exchange(**{**msgspec.structs.asdict(recorded), "root": OUR_ROOT,
+                         "answer": {"status": 200, "content_type": "text/event-stream", "body": body}})
+    assert answer_words(served) == answer_words(recorded) == ("Building it. " * 30).strip() + \
+        '\n→ exec_command {"cmd": "python3 <item>/work/.agents/skills/palette/scripts/deck.py start"}'
+    # What the user said, or what the command answered, departs: named as on every wire.
+    status, _, data = replay.answer("POST", "/responses",
+                                    json.dumps(responses_request(OUR_ROOT, output="failed")).encode())
+    assert status == 400 and replay.diverged is not None and replay.diverged.startswith(
+        "call 2 (turn 1) diverges from the recording: message 5 (tool) differs"), replay.diverged
+    assert json.loads(data)["error"]["message"].startswith("ReplayDiverged: call 2")
+
+
 def test_a_turn_of_a_diverged_replay_is_an_error_in_its_words_whatever_the_client_did() -> None:
     from pytest_palette.hosts.base import HostError, TurnRecord, held_to_recording
 
@@ -345,13 +415,15 @@ def test_a_run_recorded_from_a_keyed_provider_replays_on_every_host_with_the_pro
 
     from pytest_palette.commands import main
     from pytest_palette.hosts.claude import find_cli
+    from pytest_palette.hosts.codex import find_codex
     from pytest_palette.rehearsal.server import RehearsalServer
     from pytest_palette.results.ledger import load
     from pytest_palette.results.report import ReportError, build_report
 
     repo = Path(__file__).resolve().parent.parent
-    # react and cuga speak OpenAI's wire, claude Anthropic's: one recording each, from one provider.
-    wires = {"openai": ["react"] + (["cuga"] if _REASON is None else []),
+    # react and cuga speak OpenAI's chat wire, codex its Responses wire, claude Anthropic's: one recording each
+    # of OpenAI's and Anthropic's, from one provider.
+    wires = {"openai": ["react"] + (["cuga"] if _REASON is None else []) + (["codex"] if find_codex() else []),
              "anthropic": ["claude"] if find_cli() is not None else []}
     with RehearsalServer(key=FAKE_KEY) as provider:
         urls = {"openai": provider.openai_base_url, "anthropic": provider.base_url}
@@ -362,7 +434,8 @@ def test_a_run_recorded_from_a_keyed_provider_replays_on_every_host_with_the_pro
                                             provider.base_url, "ANTHROPIC_API_KEY")
         served = provider.served
     assert {route for route, _ in served} == {"/v1/chat/completions"} | (
-        {"/v1/messages"} if wires["anthropic"] else set())
+        {"/v1/messages"} if wires["anthropic"] else set()) | (
+        {"/v1/responses"} if "codex" in wires["openai"] else set())
     for wire, sweep in recorded.items():
         records = load(sweep.runs / "recorded").latest.values()
         assert {(r.host, r.case, r.outcome) for r in records} == \

@@ -2,9 +2,9 @@
 
 One JSON line per model call: what the client sent (its messages and the tools it offered), what the model answered,
 which model and provider, and when. A recorded run can then be read again without the model: what the agent was
-told and what it decided at each step. The react host records in-process (its chat model's callbacks); the cuga
-and claude hosts record on the wire, at the endpoint the harness serves their clients (`WireRecorder`,
-layer/endpoint.py): each request body and each answer's bytes as the client got them.
+told and what it decided at each step. The react host records in-process (its chat model's callbacks); the cuga,
+claude and codex hosts record on the wire, at the endpoint the model layer serves their clients (`WireRecorder`,
+layer/serving.py): each request body and each answer's bytes as the client got them.
 
 Keys never reach a cassette: the host's client holds them outside the messages, and every value of a credential
 variable the host was given is replaced before a line is written.
@@ -28,8 +28,9 @@ CASSETTE_NAME = "cassette.jsonl"
 #: The most of a cassette that is read back: a long document's conversation, twenty calls of it, fits.
 READ_LIMIT = 256 * 1024 * 1024
 REDACTED = "[redacted]"
-#: How the exchange's messages and answer are written: LangChain's dicts (react), or a wire's own JSON.
-Wire = Literal["langchain", "openai", "anthropic"]
+#: How the exchange's messages and answer are written: LangChain's dicts (react), or a wire's own JSON — OpenAI
+#: chat (cuga), Anthropic messages (claude), OpenAI Responses (codex).
+Wire = Literal["langchain", "openai", "anthropic", "responses"]
 
 
 class Exchange(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -44,7 +45,8 @@ class Exchange(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     started_at: float
     ended_at: float
     #: The messages sent, in the host client's own serialisation (react: LangChain's `messages_to_dict`; on a
-    #: wire, its messages as sent, an Anthropic request's `system` first as a message of role "system").
+    #: wire, its messages as sent, an Anthropic request's `system` first as a message of role "system"; a Responses
+    #: request's input items, its `instructions` first so).
     messages: list[dict[str, Any]]
     #: The tools offered with it, as the client declared them.
     tools: list[dict[str, Any]]
@@ -85,7 +87,7 @@ class Cassette:
 
 
 #: The requests of a wire that are model calls (a query string aside): token counts and model lists are not.
-MODEL_ROUTES = ("/v1/messages", "/chat/completions", "/v1/chat/completions")
+MODEL_ROUTES = ("/v1/messages", "/chat/completions", "/v1/chat/completions", "/responses", "/v1/responses")
 
 
 class WireRecorder:
@@ -110,16 +112,24 @@ class WireRecorder:
 
 
 def request_messages(wire: Wire, request: bytes | str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A wire request's messages and tools as a cassette keeps them: an Anthropic request's `system` first, as a
-    message of role "system". None of either when the body is not a JSON object."""
+    """A wire request's messages and tools as a cassette keeps them: an Anthropic request's `system` (a Responses
+    request's `instructions`) first, as a message of role "system"; a Responses request's input items as they
+    are. None of either when the body is not a JSON object."""
     try:
         body = json.loads(request or b"{}")
     except ValueError:
         body = {}
     body = body if isinstance(body, dict) else {}
-    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-    if wire == "anthropic" and body.get("system"):
-        messages.insert(0, {"role": "system", "content": body["system"]})
+    if wire == "responses":
+        given = body.get("input") or []
+        messages = [{"role": "user", "content": given}] if isinstance(given, str) else \
+            [m for m in given if isinstance(m, dict)] if isinstance(given, list) else []
+        system = body.get("instructions")
+    else:
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        system = body.get("system") if wire == "anthropic" else None
+    if system:
+        messages.insert(0, {"role": "system", "content": system})
     return messages, [t for t in body.get("tools") or [] if isinstance(t, dict)]
 
 

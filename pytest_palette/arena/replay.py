@@ -8,9 +8,9 @@ words from the user and the same calls from the model; what a command printed ma
 ids and counts, never in its shape. The first request that cannot be matched ends the item as an ERROR that names
 it: the call, the message, what was recorded and what came.
 
-On react the cassette answers in-process, as its chat model (`replay_model`). On cuga and claude it answers on the
-wire, at the endpoint the harness serves their clients (`WireReplay`, behind layer/endpoint.py's KeyForwarder): the
-recorded bytes of each answer, with the recorded item's folder read as this item's.
+On react the cassette answers in-process, as its chat model (`replay_model`). On cuga, claude and codex it answers
+on the wire, at the endpoint the model layer serves their clients (`WireReplay`, behind layer/endpoint.py's
+KeyForwarder): the recorded bytes of each answer, with the recorded item's folder read as this item's.
 """
 
 from __future__ import annotations
@@ -37,9 +37,12 @@ SHOWN = 160
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.@+~-]+){2,}/?")
-_HEX = re.compile(r"\b[0-9a-f]{8,}\b")
-#: What a client adds to a user's message of its own (the Claude CLI: its environment, the date, tokens left).
-_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
+#: An id in hex: 8 digits or more, or 6 or 7 with a decimal digit among them (Codex's "Chunk ID: e0800f"; a word
+#: such as "decade" is not one).
+_HEX = re.compile(r"\b(?:[0-9a-f]{8,}|(?=[0-9a-f]*[0-9])[0-9a-f]{6,7})\b")
+#: What a client adds to a user's message of its own: the Claude CLI's reminders (its environment, the date, tokens
+#: left), Codex's environment context (its folder, the date, the time zone).
+_REMINDER = re.compile(r"<(system-reminder|environment_context)>.*?</\1>", re.S)
 #: How CUGA's codeact hands the model what a code block printed: as a user message that begins so.
 _EXECUTION = ("Execution output:", "Error during execution")
 #: A recorded answer's content type, served again only if it is one (never a header of its own making).
@@ -246,14 +249,18 @@ def _chat_model_class() -> Any:
     return ReplayChatModel
 
 
-# -- on the wire: the cuga and claude hosts ----------------------------------------------------------------------
+# -- on the wire: the cuga, claude and codex hosts ---------------------------------------------------------------------
+
+#: A content block's types that carry words: Anthropic's and OpenAI chat's, and the Responses API's.
+_TEXT_BLOCKS = ("text", "input_text", "output_text")
+
 
 def _wire_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     parts = []
     for block in content if isinstance(content, list) else []:
-        if isinstance(block, dict) and block.get("type", "text") == "text":
+        if isinstance(block, dict) and block.get("type", "text") in _TEXT_BLOCKS:
             parts.append(str(block.get("text", "")))
         elif isinstance(block, dict) and block.get("type") == "tool_result":
             parts.append(_wire_text(block.get("content")))
@@ -275,11 +282,16 @@ def wire_messages(wire: Wire, messages: Sequence[dict[str, Any]]) -> list[dict[s
     """A wire request's messages in the shape `divergence` reads: each one's type (system, human, ai, tool), its
     words, and the model's calls by name and arguments. An Anthropic user message that carries tool results is a
     tool message (the reminders the client adds beside them are part of its output), and so is CUGA's user
-    message that hands back what a code block printed."""
+    message that hands back what a code block printed. A Responses request's items are messages, the model's
+    calls (each an ai message) and their outputs (tool messages); its reasoning is the model's own and not a
+    message."""
     found = []
     for message in messages:
         role, content = message.get("role"), message.get("content")
-        if role in ("system", "developer"):
+        kind = message.get("type")
+        if wire == "responses" and kind not in (None, "message"):
+            found.extend(_responses_item(message))
+        elif role in ("system", "developer"):
             found.append(_message("system", _wire_text(content)))
         elif role == "assistant" and wire == "openai":
             calls = [{"name": (c.get("function") or {}).get("name"),
@@ -299,15 +311,35 @@ def wire_messages(wire: Wire, messages: Sequence[dict[str, Any]]) -> list[dict[s
     return found
 
 
+def _responses_item(item: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Responses input item other than a message, as `divergence` reads it: a call of the model's, a call's
+    output, or — an item of a kind it does not know — its kind alone."""
+    kind = str(item.get("type"))
+    if kind == "reasoning":
+        return []
+    if kind.endswith("_output"):
+        output = item.get("output")
+        return [_message("tool", output if isinstance(output, str) else _wire_text(output)
+                         if isinstance(output, list) else json.dumps(output, sort_keys=True))]
+    if kind.endswith("_call"):
+        args = _arguments(item.get("arguments")) if "arguments" in item else item.get("input", item.get("action"))
+        return [_message("ai", "", [{"name": item.get("name") or kind, "args": args}])]
+    return [_message(kind, "")]
+
+
 #: The pieces a streamed answer is sent in, by the key that carries each piece's text.
 _PIECES = {"text_delta": "text", "input_json_delta": "partial_json", "thinking_delta": "thinking"}
+#: A Responses stream's pieces: events of these types, each with its text in `delta`.
+_RESPONSES_PIECES = ("response.output_text.delta", "response.function_call_arguments.delta",
+                     "response.reasoning_summary_text.delta", "response.reasoning_text.delta")
 
 
 def whole_stream(body: str) -> str:
     """A streamed answer (server-sent events) with the pieces of each of its parts joined into one: an Anthropic
     content block's deltas, an OpenAI choice's content and each tool call's arguments. What the client builds
     from it is the same; a path that was cut between two pieces is whole again, so it can be read as this
-    item's. A body that is not a stream comes back as it was."""
+    item's. A Responses stream's deltas of one part are joined alike. A body that is not a stream comes back as
+    it was."""
     if "data:" not in body:
         return body
     events: list[tuple[str, Any]] = []
@@ -338,6 +370,13 @@ def _joined(value: Any, joined: dict[tuple[Any, ...], dict[str, Any]]) -> bool:
     if not isinstance(value, dict):
         return False
     part: tuple[Any, ...]
+    if value.get("type") in _RESPONSES_PIECES and isinstance(value.get("delta"), str):
+        part = (value["type"], value.get("item_id"), value.get("output_index"), value.get("content_index"))
+        if part in joined:
+            joined[part]["delta"] += value["delta"]
+            return True
+        joined[part] = value
+        return False
     delta = value.get("delta")
     if value.get("type") == "content_block_delta" and isinstance(delta, dict) and delta.get("type") in _PIECES:
         key, part = _PIECES[delta["type"]], ("block", value.get("index"), delta["type"])
@@ -484,6 +523,8 @@ def wire_answer(wire: Wire, body: str) -> tuple[str, list[tuple[str, str]]]:
             events = [json.loads(body)]
     words: list[str] = []
     calls: list[tuple[str, str]] = []
+    if wire == "responses":
+        return _responses_answer(events)
     for event in events:
         if not isinstance(event, dict):
             continue
@@ -512,6 +553,21 @@ def wire_answer(wire: Wire, body: str) -> tuple[str, list[tuple[str, str]]]:
                     calls.append((str(function["name"]), ""))
                 if calls:
                     calls[-1] = (calls[-1][0], calls[-1][1] + str(function.get("arguments") or ""))
+    return "".join(words), calls
+
+
+def _responses_answer(events: list[Any]) -> tuple[str, list[tuple[str, str]]]:
+    """A Responses answer's words and calls, from each output item as it was done (a stream) or the whole
+    response's output (JSON); the deltas before them say the same again."""
+    items: list[dict[str, Any]] = []
+    for event in map(_dict, events):
+        if event.get("type") == "response.output_item.done":
+            items.append(_dict(event.get("item")))
+        elif event.get("object") == "response":
+            items.extend(_dicts(event.get("output")))
+    words = [_wire_text(item.get("content")) for item in items if item.get("type") == "message"]
+    calls = [(str(item.get("name") or item.get("type")), str(item.get("arguments", item.get("input", ""))))
+             for item in items if str(item.get("type")).endswith("_call")]
     return "".join(words), calls
 
 

@@ -12,7 +12,7 @@ import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..layer.route import Route
 from ..models import ModelSpec
@@ -241,11 +241,25 @@ class HostSettings:
     skills: tuple[SkillCard, ...] = ()
 
 
+class CallsSeen(Protocol):
+    """The model layer's account of a conversation's model calls (layer/endpoint.py's ModelCalls)."""
+
+    def fault(self) -> str | None: ...
+
+
 class HostSession(abc.ABC):
     """One conversation on one host."""
 
     #: Told each step (a command, its output) as it happens, by hosts whose client streams them.
     on_step: Callable[[str], None] | None = None
+    #: What the model layer saw of its client's calls, where they pass its forwarder (layer/endpoint.py's
+    #: ModelCalls).
+    calls_seen: CallsSeen | None = None
+
+    def model_fault(self) -> str | None:
+        """What the model layer saw go wrong with the model's last call, in the same words on every host: a failed
+        turn's cause before the client's own words (None when the model answered, or no forwarder saw it)."""
+        return self.calls_seen.fault() if self.calls_seen is not None else None
 
     @abc.abstractmethod
     def send(self, message: str, timeout: float) -> TurnRecord:
@@ -262,8 +276,8 @@ class Host(abc.ABC):
     #: Whether one process may hold several of its conversations at once (--palette-conversations); a host
     #: whose client keeps process-wide state says False, and its conversations are held one at a time.
     concurrent: bool = True
-    #: Whether its rehearsal model is a server it reaches over HTTP, where `--palette-rehearsal-faults` injects
-    #: transient errors (an in-process rehearsal model has no wire to break).
+    #: Whether its client reaches the rehearsal model over HTTP, through the model layer, where
+    #: `--palette-rehearsal-faults` injects transient errors (an in-process model has no wire to break).
     serves_rehearsal: bool = False
     #: Whether it can write each model call to the item's cassette (`--palette-record`).
     records: bool = False

@@ -312,6 +312,7 @@ class ClaudeSession(HostSession):
         #: The forwarder of this conversation's own (to its model, or replaying it), stopped with it.
         self.forwarder = forwarder
         self.replay = forwarder.replay if forwarder is not None else None
+        self.calls_seen = forwarder.calls if forwarder is not None else None
         self.output_limit = output_limit
         self.sandbox = sandbox
         #: The relay that runs the CLI with its model's socket on its loopback (then it has no network), or None.

@@ -103,13 +103,18 @@ def codex_config(base_url: str, retries: int) -> list[str]:
         f"model_providers.{PROVIDER}.base_url": base_url,
         f"model_providers.{PROVIDER}.wire_api": "responses",
         f"model_providers.{PROVIDER}.env_key": KEY_VARIABLE,
-        f"model_providers.{PROVIDER}.request_max_retries": retries,
+        # Codex retries a call at two levels, its request and its stream, and a 5xx, a 429 or a reset meets both:
+        # (1 + one) × (1 + other) calls. The stream's bound alone makes it `retries` retries, as on every host.
+        f"model_providers.{PROVIDER}.request_max_retries": 0,
+        f"model_providers.{PROVIDER}.stream_max_retries": retries,
         "sandbox_mode": "danger-full-access",
         "approval_policy": "never",
         # A login shell would read the profile files and reset PATH: the agent's commands get the sandbox's.
         "allow_login_shell": False,
         "web_search": "disabled",
         "check_for_update_on_startup": False,
+        # Its metrics go to ab.chatgpt.com: with no network, the name's lookup alone held each turn's end 5 s.
+        "analytics.enabled": False,
         "features.memories": False,
         "features.multi_agent": False,
         "features.apps": False,
@@ -331,7 +336,10 @@ class CodexSession(HostSession):
         self.turns: list[TurnRecord] = []
         #: The model calls of the turn under way, as the forwarder hears them answered (its threads count).
         self.calls = 0
+        self.calls_seen = endpoint.forwarder.calls
         endpoint.forwarder.observe = self._observed
+        if endpoint.forwarder.record is not None:  # a recorded call is of the turn under way
+            endpoint.forwarder.record.turn = lambda: len(self.turns) + 1
 
     def _observed(self, status: int, body: bytes) -> None:
         self.calls += 1
@@ -347,7 +355,8 @@ class CodexSession(HostSession):
         try:
             returncode, stdout, stderr = self._run(message, number, timeout)
             out = parse_events(stdout.splitlines())
-            turn.steps, turn.usage = out.steps, out.usage
+            # A replay asks no model: the recording's tokens were spent when it was recorded.
+            turn.steps, turn.usage = out.steps, {} if self.endpoint.replay is not None else out.usage
             self._record(out, out.thread_id or self.thread_id, wall)
             turn.model_calls = self.calls
             if returncode is None:
@@ -465,6 +474,7 @@ class CodexHost(Host):
 
     name = "codex"
     serves_rehearsal = True
+    records = True
     options = (HostOption("codex-cli", "the Codex CLI the codex host runs (default: `make codex`'s in the venv, "
                                        "else `codex` on PATH)", metavar="PATH"),
                HostOption("codex-max-steps", f"step budget of the codex host: the model calls of one turn (default "

@@ -315,6 +315,7 @@ class CugaSession(HostSession):
             self._endpoint = layer.endpoint(route, "openai", workspace, env, settings, self.sandbox,
                                             observe=self._observed, turn=lambda: len(self.turns))
             self.replay, relay = self._endpoint.replay, self._endpoint.relay
+            self.calls_seen = self._endpoint.forwarder.calls
             variables.update({"OPENAI_BASE_URL": self._endpoint.base_url, "OPENAI_API_KEY": self._endpoint.key})
         else:
             # Its client exchanges the key for a token itself: the worker holds the key and needs the network.

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from ..arena.sandbox import Sandbox
     from ..arena.workspace import Workspace
+    from ..layer.endpoint import KeyForwarder
 
 
 def with_profile(prompt: str, profile: str | None) -> str:
@@ -122,6 +123,10 @@ def make_tools(
 
 class ReactSession(HostSession):
     """One conversation: one graph, one thread id, turns sent in order."""
+
+    #: The model layer's forwarder its model's calls pass, when faults are injected on the rehearsal model's wire:
+    #: stopped with it.
+    forwarder: KeyForwarder | None = None
 
     def __init__(
         self,
@@ -231,6 +236,8 @@ class ReactSession(HostSession):
     def close(self) -> None:
         # The graph's thread cannot be stopped from outside; closing its shell leaves it nothing to do.
         self.shell.close()
+        if self.forwarder is not None:
+            self.forwarder.stop()
 
     def _stream(self, message: str, updates: queue.Queue[tuple[str, Any]]) -> None:
         from langchain_core.messages import AIMessage
@@ -377,6 +384,8 @@ class ReactHost(Host):
     """LangGraph's prebuilt ReAct agent, lazy skill loading by default (`--palette-eager` inlines it)."""
 
     name = "react"
+    #: Its rehearsal model is in-process, but served on the OpenAI wire when faults are injected (ModelLayer).
+    serves_rehearsal = True
     records = True
     options = (
         HostOption("recursion-limit", f"step budget of the react host (default {RECURSION_LIMIT})", type=int,
@@ -418,18 +427,21 @@ class ReactHost(Host):
                      "skill_loading": "eager" if self.eager else "lazy",
                      "recursion_limit": str(self.recursion_limit),
                      "output_limit": f"{settings.output_limit:,} characters"}
-        if route.live:  # the in-process rehearsal model and a replay make no call that could fail
+        if route.live or settings.rehearsal_faults is not None:  # else no call could fail: in-process, a replay
             described["model_retries"] = str(settings.model_retries)
         return described
 
     def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], route: Route,
              settings: HostSettings, sandbox: Sandbox) -> ReactSession:
         # Counted where the client stamps its retries (the openai SDK); other clients retry uncounted.
-        chat, retries = self.layer.chat_model(route, workspace, env, settings)
-        return ReactSession(chat, [skill, *settings.skills] if skill is not None else [], workspace.work, env,
+        chat, retries, forwarder = self.layer.chat_model(route, workspace, env, settings)
+        session = ReactSession(chat, [skill, *settings.skills] if skill is not None else [], workspace.work, env,
                             eager=self.eager,
                             recursion_limit=self.recursion_limit, command_timeout=settings.command_timeout,
                             log=workspace.command_log(), sandbox=sandbox, retries=retries,
                             output_limit=settings.output_limit, profile=settings.profile,
                             cassette=Cassette(workspace.own(CASSETTE_NAME), route.model.text, route.model.provider,
                                               secret_values(env, sandbox)) if settings.record else None)
+        session.forwarder = forwarder
+        session.calls_seen = forwarder.calls if forwarder is not None else None
+        return session

@@ -13,6 +13,7 @@ import hmac
 import http.client
 import json
 import posixpath
+import re
 import secrets
 import socketserver
 import tempfile
@@ -150,6 +151,80 @@ def refusal(method: str, target: str, routes: Iterable[Call]) -> str | None:
     return None
 
 
+#: How much of a failed call's answer is read for its message.
+ERROR_BODY = 64 * 1024
+#: An error's message where the body holding it was cut short (not JSON any more).
+_MESSAGE = re.compile(rb'"message"\s*:\s*"((?:[^"\\]|\\.){1,400})')
+
+
+class ModelCalls:
+    """What a forwarder saw of its client's calls of the model: the failures since the last answer, and the calls
+    still waiting for one. A turn that failed is named from here first — the same words on every host, whatever
+    its client made of the failure (`fault`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 0
+        #: Each call failed since the model last answered one, in words.
+        self.failed: list[str] = []
+        #: The calls under way: when each was sent.
+        self.waiting: dict[int, float] = {}
+
+    def sent(self) -> int:
+        with self._lock:
+            self._next += 1
+            self.waiting[self._next] = time.monotonic()
+            return self._next
+
+    def answered(self, call: int, status: int, body: bytes) -> None:
+        with self._lock:
+            self.waiting.pop(call, None)
+            if status < 400:
+                self.failed.clear()
+            else:
+                said = error_message(body)
+                self.failed.append(f"the model answered HTTP {status}" + (f": {said}" if said else ""))
+
+    def dropped(self, call: int, error: BaseException) -> None:
+        with self._lock:
+            self.waiting.pop(call, None)
+            self.failed.append(f"the model's connection ended with no answer ({type(error).__name__})")
+
+    def ended(self, call: int) -> None:
+        with self._lock:
+            self.waiting.pop(call, None)
+
+    def fault(self) -> str | None:
+        """Why the model may be the cause of a failed turn, in the layer's words: the call it has not answered
+        yet, or the calls it failed since it last answered one. None when it answered the last call."""
+        with self._lock:
+            if self.waiting:
+                waited = time.monotonic() - min(self.waiting.values())
+                return f"the model had not answered a call after {waited:.0f} s"
+            if not self.failed:
+                return None
+            # How many calls failed is the client's retry policy, said apart: the words are the same on every host.
+            count = len(self.failed)
+            return self.failed[-1] + (f" ({count} failed calls in a row)" if count > 1 else "")
+
+
+def error_message(body: bytes) -> str:
+    """A failed call's message, as every provider's error body has it (`error.message`, or `message`), on one line
+    and short; else ""."""
+    try:
+        said = json.loads(body[:ERROR_BODY])
+    except ValueError:
+        found = _MESSAGE.search(body[:ERROR_BODY])
+        try:
+            said = {"message": json.loads(b'"' + found.group(1) + b'"')} if found else {}
+        except ValueError:  # cut inside an escape
+            said = {"message": found.group(1).decode("utf-8", "replace")} if found else {}
+    error = said.get("error") if isinstance(said, dict) else None
+    message = error.get("message") if isinstance(error, dict) else said.get("message") if isinstance(said, dict) \
+        else None
+    return _shown(" ".join(str(message).split()), 160) if message else ""
+
+
 def _shown(text: str, limit: int = 200) -> str:
     """`text` (the agent's words) cut short, on one line, every character that is not printable escaped."""
     cut = text[:limit] + ("…" if len(text) > limit else "")
@@ -194,6 +269,8 @@ class KeyForwarder:
         self.log = log
         #: What the client sends in place of a key: fresh for each forwarder, held by its client alone.
         self.token = f"palette-forwarder-{secrets.token_urlsafe(32)}"
+        #: What it saw of the model's answers to its client (never of a replay's: that is no model).
+        self.calls = ModelCalls()
         #: The refusals, as the log has them (the first LOGGED_REFUSALS), and how many there were in all.
         self.refused: list[str] = []
         self.refusals = 0
@@ -284,9 +361,14 @@ class KeyForwarder:
         up = self.upstream
         connection_type = http.client.HTTPSConnection if up.scheme == "https" else http.client.HTTPConnection
         connection = connection_type(up.hostname or "", up.port, timeout=UPSTREAM_TIMEOUT)
+        call = self.calls.sent()
         try:
-            connection.request(request.command, up.path + path, body=body, headers=headers)
-            answer = connection.getresponse()
+            try:
+                connection.request(request.command, up.path + path, body=body, headers=headers)
+                answer = connection.getresponse()
+            except (OSError, http.client.HTTPException) as error:
+                self.calls.dropped(call, error)
+                raise
             request.send_response(answer.status, answer.reason)
             for name, value in answer.getheaders():
                 if name.lower() not in _OWN_HEADERS:
@@ -294,12 +376,14 @@ class KeyForwarder:
             request.send_header("Transfer-Encoding", "chunked")  # streamed as it comes (server-sent events)
             request.end_headers()
             kept = bytearray()
-            keep = self.observe is not None or self.record is not None
+            keep = OBSERVED_BODY if self.observe is not None or self.record is not None else \
+                ERROR_BODY if answer.status >= 400 else 0
             while chunk := answer.read1(65536):
                 request.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 request.wfile.flush()
-                if keep and len(kept) < OBSERVED_BODY:
-                    kept += chunk[:OBSERVED_BODY - len(kept)]
+                if len(kept) < keep:
+                    kept += chunk[:keep - len(kept)]
+            self.calls.answered(call, answer.status, bytes(kept))
             # Heard before the client has the answer's end: once it has, its turn may end before the harness knew.
             if self.record is not None:
                 self.record(path, body, answer.status, answer.getheader("Content-Type") or "", bytes(kept), started,
@@ -311,6 +395,7 @@ class KeyForwarder:
             with contextlib.suppress(OSError):
                 _answer_error(request, 502, f"the model's endpoint did not answer: {type(error).__name__}")
         finally:
+            self.calls.ended(call)  # a client gone mid-answer: its call is not waiting any more
             connection.close()
 
     def _holds_token(self, request: BaseHTTPRequestHandler) -> bool:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, cast
 
 from ..arena.cassette import CASSETTE_NAME, Cassette, WireRecorder
 from ..arena.cassette import Wire as RecordedWire
@@ -50,8 +50,6 @@ DEFAULT_UPSTREAMS: dict[str, tuple[str, str]] = {
 #: The calls each wire's client makes of its model: nothing else is forwarded.
 CALLS: dict[str, tuple[Call, ...]] = {"anthropic": ANTHROPIC_ROUTES, "openai": OPENAI_ROUTES,
                                       "responses": RESPONSES_ROUTES}
-#: The wires a cassette records and a replay answers (arena/cassette.py).
-RECORDED: dict[str, RecordedWire] = {"anthropic": "anthropic", "openai": "openai"}
 
 
 @dataclass
@@ -102,14 +100,12 @@ class ModelLayer:
 
         if not route.forwarded or wire not in CALLS:
             raise HostError(f"the model layer forwards no {wire} client for --model {route.model.text}")
+        recorded = cast("RecordedWire", wire)  # each wire it forwards, a cassette records as that wire
         upstream: str | None = None
         held: dict[str, str] = {}
         replay = recorder = None
-        if (route.source == "replay" or settings.record) and wire not in RECORDED:
-            raise HostError(f"a {wire} client's calls are not recorded or replayed yet: run it without "
-                            "--palette-record and replay:")
         if route.source == "replay":
-            replay = WireReplay(recorded_exchanges(route.model, workspace, RECORDED[wire]),
+            replay = WireReplay(recorded_exchanges(route.model, workspace, recorded),
                                 workspace.folder.resolve())
         elif route.source == "rehearsal":
             server = self.rehearsal.server(route.model, settings)
@@ -119,7 +115,7 @@ class ModelLayer:
         if settings.record and replay is None:
             cassette = Cassette(workspace.own(CASSETTE_NAME), route.model.text, route.model.provider,
                                 secret_values(env, sandbox))
-            recorder = WireRecorder(cassette, RECORDED[wire], workspace.folder.resolve(), turn)
+            recorder = WireRecorder(cassette, recorded, workspace.folder.resolve(), turn)
         # With no network for the client, it reaches the forwarder's socket, relayed to a port on its own loopback,
         # so its own tools reach nothing else; only a client that keeps the network gets a port on 127.0.0.1.
         relayed = sandbox.confined and not sandbox.network
@@ -137,21 +133,33 @@ class ModelLayer:
         return Endpoint(forwarder, f"http://127.0.0.1:{RELAY_PORT}", forwarder.token, relay)
 
     def chat_model(self, route: Route, workspace: Workspace, env: Mapping[str, str],
-                   settings: HostSettings) -> tuple[BaseChatModel, RetryCounter | None]:
-        """A LangChain chat model in this process for `route`, and the counter of its client's retries where the
-        client stamps them (None elsewhere)."""
+                   settings: HostSettings) -> tuple[BaseChatModel, RetryCounter | None, KeyForwarder | None]:
+        """A LangChain chat model in this process for `route`, the counter of its client's retries where the
+        client stamps them (None elsewhere), and the forwarder its calls pass, where they pass one: the rehearsal
+        model is served on the OpenAI wire when faults are injected, for they are injected on a wire."""
         from ..arena.replay import replay_model
         from ..hosts.base import recorded_exchanges
         from ..models import RetryCounter, build_chat_model
 
         if route.source == "replay":
-            return replay_model(recorded_exchanges(route.model, workspace, "langchain"), route.model.label), None
+            return (replay_model(recorded_exchanges(route.model, workspace, "langchain"), route.model.label), None,
+                    None)
+        if route.source == "rehearsal" and settings.rehearsal_faults is not None:
+            server = self.rehearsal.server(route.model, settings)
+            forwarder = KeyForwarder(server.openai_base_url, {}, routes=OPENAI_ROUTES, loopback=True,
+                                     log=workspace.own(FORWARDER_LOG)).start()
+            self._forwarders.add(forwarder)
+            served = replace(route.model, provider="openai", base_url=forwarder.base_url)
+            counter = RetryCounter()
+            chat = build_chat_model(served, {"OPENAI_API_KEY": forwarder.token}, max_retries=settings.model_retries,
+                                    retries=counter)
+            return chat, counter, forwarder
         retries = RetryCounter() if route.counts_retries else None
         # The model's client gets `env` (its key); the agent's shell gets only the sandbox's.
         chat = build_chat_model(route.model, env, max_retries=settings.model_retries if route.live else None,
                                 retries=retries, latency=settings.rehearsal_latency,
                                 limits=settings.rehearsal_limits)
-        return chat, retries
+        return chat, retries, None
 
     def fault(self, route: Route) -> str | None:
         """Why a turn may have failed here: the rehearsal server it was served by stopped answering (or None)."""

@@ -3,13 +3,15 @@
     --palette-rehearsal-faults 429:0.2,500:0.05,seed=7
     python -m pytest_palette.rehearsal.server --faults 429:0.2,reset:0.05
 
-Each model call (POST /v1/chat/completions or /v1/messages) draws from the schedule by its sequence number on the
-server and the seed, so the same sequence of calls meets the same faults. Kinds:
+Each model call (POST /v1/chat/completions, /v1/messages or /v1/responses) draws from the schedule by its sequence
+number on the server and the seed, so the same sequence of calls meets the same faults. Kinds:
 
 * `429`: rate limited, with `Retry-After: 1` and `retry-after-ms` (the openai and Anthropic SDKs prefer the
   milliseconds), so a client that honours them waits a fraction of a second;
 * a 5xx code (`500`, `502`, `503`, `529`): a server error or overload;
-* `reset`: the connection is reset with no response.
+* `reset`: the connection is reset with no response;
+* `slow`: no answer at all — the call is held until its client gives up on it (its own timeout, or its turn's),
+  the server stops, or SLOW_HOLD has passed: a model that does not answer in time.
 
 A call the server has already failed twice (the same request body) is answered: a client that retries at least
 twice always gets through, so a run's outcome never depends on a lucky draw. A schedule whose rates add up to 1
@@ -27,7 +29,9 @@ MAX_IN_A_ROW = 2
 RETRY_AFTER_MS = 100
 STATUS_KINDS = {"429": "rate_limit_error", "500": "api_error", "502": "api_error", "503": "api_error",
                 "529": "overloaded_error"}
-KINDS = (*STATUS_KINDS, "reset")
+KINDS = (*STATUS_KINDS, "reset", "slow")
+#: The longest a `slow` call is held: longer than any turn a test gives it.
+SLOW_HOLD = 600.0
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import json
 import logging
+import select
 import signal
 import socket
 import struct
@@ -33,7 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import anthropic_wire, openai_wire, responses_wire
-from .injection import MAX_IN_A_ROW, RETRY_AFTER_MS, STATUS_KINDS, FaultSchedule
+from .injection import MAX_IN_A_ROW, RETRY_AFTER_MS, SLOW_HOLD, STATUS_KINDS, FaultSchedule
 from .latency import ModelLatency
 from .limits import CONTEXT_CODE, ModelLimits
 from .policy import MODEL_NAME, RehearsalPolicy
@@ -180,6 +181,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def send_fault(self, kind: str) -> None:
         """An injected transient error, as a provider sends it."""
+        if kind == "slow":
+            self.hold()
+            return
         if kind == "reset":
             # SO_LINGER 0: closing sends RST, so the client sees a reset connection, not a clean end.
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -197,6 +201,20 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("retry-after-ms", str(RETRY_AFTER_MS))
         self.end_headers()
         self.wfile.write(data.encode())
+
+    def hold(self) -> None:
+        """A model that does not answer in time: the call is held with no answer until its client goes away (its
+        own timeout, or its turn's), the server stops, or SLOW_HOLD has passed; then the connection is closed."""
+        self.close_connection = True
+        for _ in range(int(SLOW_HOLD / 0.5)):
+            if self.server.stopping.wait(0.5):
+                return
+            if select.select([self.connection], [], [], 0)[0]:
+                try:
+                    if not self.connection.recv(1, socket.MSG_PEEK):
+                        return  # the client went away
+                except OSError:
+                    return
 
     def send_json(self, status: int, body: Json) -> None:
         self.send_body(status, "application/json", json.dumps(body).encode())
@@ -242,6 +260,8 @@ class _Server(ThreadingHTTPServer):
         self._calls = 0
         self._faulted: Counter[str] = Counter()
         self._lock = threading.Lock()
+        #: Set when the server stops: a held call (`slow`) is let go.
+        self.stopping = threading.Event()
 
     def fault_for(self, route: str, body: Json) -> str | None:
         """The fault this model call meets, if any (and remembered); None: answer it."""
@@ -296,6 +316,7 @@ class RehearsalServer:
 
     def stop(self) -> None:
         if self._server is not None:
+            self._server.stopping.set()
             self._server.shutdown()
             self._server.server_close()
             if self._thread is not None:

@@ -128,8 +128,10 @@ def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpe
                         turn.error_file = _keep_words(workspace, number, turn.error, env)
                         turn.error = stops.one_line(turn.error)
                         problem += f" (the whole error: {turn.error_file})"
-                    cause = host.fault(route) if turn.stop in ("turn_timeout", "error") else None
-                    # A dead endpoint explains a timeout better than the timeout does.
+                    # What the model layer saw (a model that failed or did not answer, a dead rehearsal server)
+                    # explains a failed turn better than its client's words, and in the same words on every host.
+                    cause = (session.model_fault() or host.fault(route)) if turn.stop in ("turn_timeout", "error") \
+                        else None
                     raise HostFailure(f"turn {number} {f'failed: {cause} ({problem})' if cause else problem}")
             ended = True
         finally:
