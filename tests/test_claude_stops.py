@@ -122,10 +122,11 @@ def test_a_40_kb_api_error_is_one_line_and_kept_whole(pytester: pytest.Pytester,
     result, item = session(pytester, "--model", "anthropic:claude-sonnet-4-5", "--palette-base-url", failing,
                            "--palette-model-retries", "1")
     lines = error_lines(result, item, pytester)
-    # What the CLI's result says of itself, without "success": its API status and terminal reason; its retry.
+    # What the model layer saw, then what the CLI's result says of itself, without "success": its API status; its
+    # retry.
     for shown in lines:
-        assert "the CLI's result is an error (api_error_status 500 api_error, terminal_reason \"api_error\"), " \
-               "exit 1: API Error: 500" in shown, shown
+        assert "turn 1 failed: the model answered HTTP 500: upstream failed on: " in shown, shown
+        assert "(failed: the CLI's result is an error (api_error_status 500 api_error" in shown, shown
         assert "success" not in shown and "retried model call(s)" in shown and "turn-1-error.txt" in shown
         # The error's words at most WORDS characters, their middle cut with a marker; around them the harness's.
         assert len(shown) <= WORDS + 200 and "characters cut" in shown

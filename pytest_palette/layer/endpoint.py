@@ -222,7 +222,7 @@ def error_message(body: bytes) -> str:
     error = said.get("error") if isinstance(said, dict) else None
     message = error.get("message") if isinstance(error, dict) else said.get("message") if isinstance(said, dict) \
         else None
-    return _shown(" ".join(str(message).split()), 160) if message else ""
+    return _shown(" ".join(str(message).split()), 100) if message else ""
 
 
 def _shown(text: str, limit: int = 200) -> str:

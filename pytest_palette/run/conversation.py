@@ -24,6 +24,8 @@ from .evidence import builds_in
 
 #: How a failed turn's message names the model calls its client retried first.
 RETRIED = "retried model call"
+#: The fewest characters of a client's own words a failed turn's line keeps beside the model layer's cause.
+CLIENT_WORDS = 120
 #: The whole words of a turn's error, when they are more than one line: `turn-<n>-error.txt` in the item's folder.
 ERROR_FILE = "turn-{number}-error.txt"
 
@@ -117,7 +119,10 @@ def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpe
                 builds = builds_in(workspace.work) if number > 1 else []
                 sent_at = round(time.time(), 3)  # on deck.py's clock (the same machine), to its precision
                 ran_before = _commands_run(workspace)
-                turn, problem = _send(session, message, turn_timeout)
+                # What the model layer saw (a dead rehearsal server, a model that failed or did not answer)
+                # explains a failed turn better than its client's words, and in the same words on every host.
+                turn, problem = _send(session, message, turn_timeout,
+                                      cause=lambda: host.fault(route) or session.model_fault())
                 turn.started_at = sent_at
                 turn.builds_before = builds
                 turn.commands = _commands_run(workspace) - ran_before
@@ -128,11 +133,7 @@ def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpe
                         turn.error_file = _keep_words(workspace, number, turn.error, env)
                         turn.error = stops.one_line(turn.error)
                         problem += f" (the whole error: {turn.error_file})"
-                    # What the model layer saw (a model that failed or did not answer, a dead rehearsal server)
-                    # explains a failed turn better than its client's words, and in the same words on every host.
-                    cause = (session.model_fault() or host.fault(route)) if turn.stop in ("turn_timeout", "error") \
-                        else None
-                    raise HostFailure(f"turn {number} {f'failed: {cause} ({problem})' if cause else problem}")
+                    raise HostFailure(f"turn {number} {problem}")
             ended = True
         finally:
             session.close()
@@ -148,8 +149,11 @@ def converse(case: Case, host: Host, *, skill: SkillCard | None, model: ModelSpe
     return transcript
 
 
-def _send(session: HostSession, message: str, timeout: float) -> tuple[TurnRecord, str | None]:
-    """The turn, with why it ended (`stop`), and what went wrong with it in one line (None when nothing did)."""
+def _send(session: HostSession, message: str, timeout: float,
+          cause: Callable[[], str | None] = lambda: None) -> tuple[TurnRecord, str | None]:
+    """The turn, with why it ended (`stop`), and what went wrong with it in one line (None when nothing did): for a
+    turn that failed or ran out of time, `cause()` first where it names one, then the client's words, cut shorter
+    to leave it room."""
     try:
         turn = session.send(message, timeout)
         turn.stop = turn.stop or "answered"
@@ -162,8 +166,12 @@ def _send(session: HostSession, message: str, timeout: float) -> tuple[TurnRecor
         stopped = error if isinstance(error, stops.TurnStopped) else stops.context_limit(said)
         turn.stop = stopped.reason if stopped is not None else "error"
         turn.error = turn.error or said
-        shown = str(stopped) if stopped is not None and stopped.reason != "turn_timeout" else \
-            f"failed: {stops.one_line(said)}"
+        if stopped is not None and stopped.reason != "turn_timeout":
+            shown = str(stopped)
+        else:
+            named = cause()
+            words = stops.one_line(said, max(stops.WORDS - len(named or ""), CLIENT_WORDS))
+            shown = f"failed: {named} (failed: {words})" if named else f"failed: {words}"
         if turn.retries and RETRIED not in said:  # every host's give-up names its retries (docs/hosts.md)
             shown += f" (after {turn.retries} {RETRIED}(s) in this turn)"
         return turn, shown
