@@ -603,3 +603,27 @@ def test_a_turn_that_fails_after_retries_names_them_on_every_host() -> None:
     assert turn.retries == 3 and problem == "failed: Error code: 429 (after 3 retried model call(s) in this turn)"
     said = "Error code: 429 (after 3 retried model call(s) in this turn)"  # react says it itself: once is enough
     assert _send(GivesUp(said), "hi", 1.0)[1] == f"failed: {said}"  # type: ignore[abstract]
+
+
+def test_the_model_layers_cause_leads_a_failed_turn_whether_the_client_failed_or_raised() -> None:
+    from pytest_palette.hosts.base import HostError, HostSession, TurnRecord
+    from pytest_palette.run.conversation import _send
+
+    class Breaks(HostSession):
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        def send(self, message: str, timeout: float) -> TurnRecord:
+            raise self.error
+
+        def close(self) -> None:
+            pass
+
+    cause = "the model answered HTTP 500: overloaded"
+    failed, raised = Breaks(HostError("x" * 1000)), Breaks(KeyError("y" * 1000))  # type: ignore[abstract]
+    for session, how in ((failed, "failed: "), (raised, "raised ")):
+        shown = _send(session, "hi", 1.0, cause=lambda: cause)[1]
+        assert shown is not None and shown.startswith(f"failed: {cause} ({how}") and "characters cut]" in shown
+        assert len(shown) <= 300 + 20  # the client's words cut to leave the cause room
+        alone = _send(session, "hi", 1.0)[1]
+        assert alone is not None and alone.startswith(how) and cause not in alone

@@ -436,12 +436,12 @@ class ReactHost(Host):
         # Counted where the client stamps its retries (the openai SDK); other clients retry uncounted.
         chat, retries, forwarder = self.layer.chat_model(route, workspace, env, settings)
         session = ReactSession(chat, [skill, *settings.skills] if skill is not None else [], workspace.work, env,
-                            eager=self.eager,
-                            recursion_limit=self.recursion_limit, command_timeout=settings.command_timeout,
-                            log=workspace.command_log(), sandbox=sandbox, retries=retries,
-                            output_limit=settings.output_limit, profile=settings.profile,
-                            cassette=Cassette(workspace.own(CASSETTE_NAME), route.model.text, route.model.provider,
-                                              secret_values(env, sandbox)) if settings.record else None)
+                               eager=self.eager,
+                               recursion_limit=self.recursion_limit, command_timeout=settings.command_timeout,
+                               log=workspace.command_log(), sandbox=sandbox, retries=retries,
+                               output_limit=settings.output_limit, profile=settings.profile,
+                               cassette=Cassette(workspace.own(CASSETTE_NAME), route.model.text, route.model.provider,
+                                                 secret_values(env, sandbox)) if settings.record else None)
         session.forwarder = forwarder
         session.calls_seen = forwarder.calls if forwarder is not None else None
         return session

@@ -169,15 +169,21 @@ def _send(session: HostSession, message: str, timeout: float,
         if stopped is not None and stopped.reason != "turn_timeout":
             shown = str(stopped)
         else:
-            named = cause()
-            words = stops.one_line(said, max(stops.WORDS - len(named or ""), CLIENT_WORDS))
-            shown = f"failed: {named} (failed: {words})" if named else f"failed: {words}"
+            shown = _with_cause(cause, said, "failed: ")
         if turn.retries and RETRIED not in said:  # every host's give-up names its retries (docs/hosts.md)
             shown += f" (after {turn.retries} {RETRIED}(s) in this turn)"
         return turn, shown
     except Exception as error:
         said = f"{type(error).__name__}: {error}"
-        return TurnRecord(sent=message, error=said, stop="error"), f"raised {stops.one_line(said)}"
+        return TurnRecord(sent=message, error=said, stop="error"), _with_cause(cause, said, "raised ")
+
+
+def _with_cause(cause: Callable[[], str | None], said: str, how: str) -> str:
+    """The client's words `said`, as `how` introduces them ("failed: ", "raised "), after the cause `cause()`
+    names where it names one: then they are cut shorter, to leave it room."""
+    named = cause()
+    words = stops.one_line(said, max(stops.WORDS - len(named or ""), CLIENT_WORDS))
+    return f"failed: {named} ({how}{words})" if named else f"{how}{words}"
 
 
 def _commands_run(workspace: Workspace) -> int:
