@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -246,15 +247,29 @@ def say(kind, **fields):
     sys.stdout.write(json.dumps({"kind": kind, **fields}) + "\\n"); sys.stdout.flush()
 def hear():
     return json.loads(sys.stdin.readline())
-start = hear()
+def warm():
+    pass
+def main():
+    start = hear()
+    if "env" in start:  # forked from the warm process, as the real worker is: its environment and folder
+        os.environ.clear(); os.environ.update(start["env"]); os.chdir(start["cwd"])
+BODY
+    return 0
+if __name__ == "__main__":
+    sys.exit(main())
 """
+
+
+def stand_in(body: str) -> str:
+    """A worker that does `body` once it has its start (a program the fork server can warm, or run by path)."""
+    return STAND_IN.replace("BODY", textwrap.indent(body, "    "))
 
 
 def _stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str,
               env: dict[str, str] | None = None) -> tuple[CugaHost, Workspace, Any]:
     script = tmp_path / "stand_in.py"
     system = json.loads(FIXTURE.read_text(encoding="utf-8"))["system"]  # the script alone is readable in the sandbox
-    script.write_text(STAND_IN + body.replace("SYSTEM", repr(system)), encoding="utf-8")
+    script.write_text(stand_in(body.replace("SYSTEM", repr(system))), encoding="utf-8")
     monkeypatch.setattr(cuga_module, "WORKER", script)
     host = CugaHost()
     workspace = Workspace(tmp_path, PurePosixPath("item"))
@@ -359,8 +374,8 @@ def test_the_harness_runs_the_workers_commands_reads_its_model_and_gives_it_no_k
 def test_a_provider_whose_client_holds_its_key_gets_it_in_the_worker(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = tmp_path / "stand_in.py"
-    script.write_text(STAND_IN + "say('ready', skills=[])\nhear()\nsay('done', answer=json.dumps(dict(os.environ)))\n"
-                      "hear()\n", encoding="utf-8")
+    script.write_text(stand_in("say('ready', skills=[])\nhear()\nsay('done', answer=json.dumps(dict(os.environ)))\n"
+                               "hear()\n"), encoding="utf-8")
     monkeypatch.setattr(cuga_module, "WORKER", script)
     workspace = Workspace(tmp_path, PurePosixPath("item"))
     workspace.work.mkdir()

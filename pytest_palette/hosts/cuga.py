@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from ..arena.code_log import CODE_NAME, CodeLog
+from ..arena.forkserver import Forked, ForkFailed, ForkServer
 from ..arena.replay import WireReplay, wire_answer
 from ..arena.sandbox import Sandbox, allowed_environment
 from ..layer.route import Route
@@ -152,6 +153,9 @@ def model_code(text: str) -> list[str]:
 
 #: The worker the harness starts for each conversation (standard library and CUGA only: run by path).
 WORKER = Path(__file__).with_name("cuga_worker.py")
+#: CUGA's state folder in a confined worker: the sandbox's own /tmp, bounded, and gone with the worker. The warm
+#: process imports CUGA with the same, as CUGA reads it at import.
+CONFINED_STATE = "/tmp/cuga"
 #: How long a worker may take to import CUGA and build its agent: a busy machine takes many seconds.
 WORKER_START = IMPORT_PROBE_TIMEOUT
 #: Past a turn's own timeout, which the worker keeps, how long the harness waits before it stops the worker itself.
@@ -261,7 +265,7 @@ class CugaSession(HostSession):
 
     def __init__(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], cuga: CugaModel,
                  route: Route, settings: HostSettings, sandbox: Sandbox, layer: ModelLayer,
-                 max_steps: int | None = None) -> None:
+                 max_steps: int | None = None, forks: ForkServer | None = None) -> None:
         self.work = workspace.work
         #: CUGA's step limit a turn (`--palette-cuga-max-steps`); None: its settings' own.
         self.max_steps = max_steps
@@ -284,7 +288,9 @@ class CugaSession(HostSession):
         self._running = threading.BoundedSemaphore(MAX_RUNNING)
         self._broken: str | None = None
         self._log_tail: collections.deque[str] = collections.deque(maxlen=12)
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: subprocess.Popen[bytes] | Forked | None = None
+        #: The warm CUGA this conversation's worker is forked from (a confined sandbox), else None.
+        self.forks = forks
         self._endpoint: Endpoint | None = None
         self._scratch: Path | None = None
         self._said = threading.Lock()
@@ -323,7 +329,7 @@ class CugaSession(HostSession):
             # The run's header says so (`model_key`, from describe()), and docs/sandbox.md.
             network = True
         if self.sandbox.confined:
-            state = "/tmp/cuga"  # the sandbox's own /tmp: bounded, and gone with the worker
+            state = CONFINED_STATE
         else:
             self._scratch = Path(tempfile.mkdtemp(prefix="palette-cuga-"))
             state = str(self._scratch)
@@ -333,21 +339,36 @@ class CugaSession(HostSession):
                       "PATH": agent_path(self.sandbox.env.get("PATH", ""), find_uv(env)),
                       # run_command makes a per-thread venv with `uv venv`: never let uv fetch a Python.
                       "UV_PYTHON_DOWNLOADS": env.get("UV_PYTHON_DOWNLOADS", "never")}
-        self.sandbox.readable(WORKER)
-        argv = self.sandbox.program([*relay, sys.executable, str(WORKER)], self.work, network=network)
-        log = workspace.own("cuga.log")
-        try:
-            self._process = subprocess.Popen(argv, cwd=self.work, env=worker_env, stdin=subprocess.PIPE,
-                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        except OSError as error:
-            raise HostError(f"the cuga worker could not start: {error}") from None
+        start: dict[str, Any] = {
+            "kind": "start", "state": state, "skills": skills, "cuga_folder": str(self.cuga_folder),
+            "thread_id": self.thread_id, "block_timeout": block_timeout(settings),
+            "output_limit": cuga_output_limit(settings.output_limit), "max_steps": self.max_steps,
+            "instructions": settings.profile}
+        deadline = time.monotonic() + WORKER_START
+        if self.forks is not None:
+            # A child of the warm CUGA, entered into this item's sandbox (docs/sandbox.md); its environment and
+            # folder reach it on its channel, never through the warm process.
+            try:
+                self._process = self.forks.enter(
+                    lambda argv: self.sandbox.program([*relay, *argv], self.work, network=network), self.work,
+                    self.sandbox.env, deadline)
+            except ForkFailed as error:
+                raise HostError(f"CUGA could not start in its worker: {error}") from None
+            start.update(env=worker_env, cwd=str(self.work))
+        else:
+            self.sandbox.readable(WORKER)
+            argv = self.sandbox.program([*relay, sys.executable, str(WORKER)], self.work, network=network)
+            try:
+                self._process = subprocess.Popen(argv, cwd=self.work, env=worker_env, stdin=subprocess.PIPE,
+                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                 start_new_session=True)
+            except OSError as error:
+                raise HostError(f"the cuga worker could not start: {error}") from None
         threading.Thread(target=self._read, name="palette-cuga-worker", daemon=True).start()
-        threading.Thread(target=self._keep_log, args=(log,), name="palette-cuga-log", daemon=True).start()
-        self._say({"kind": "start", "state": state, "skills": skills, "cuga_folder": str(self.cuga_folder),
-                   "thread_id": self.thread_id, "block_timeout": block_timeout(settings),
-                   "output_limit": cuga_output_limit(settings.output_limit), "max_steps": self.max_steps,
-                   "instructions": settings.profile})
-        said = self._next(time.monotonic() + WORKER_START)
+        threading.Thread(target=self._keep_log, args=(workspace.own("cuga.log"),), name="palette-cuga-log",
+                         daemon=True).start()
+        self._say(start)
+        said = self._next(deadline)
         if isinstance(said, Failed):
             raise HostError(f"CUGA could not start in its worker: {said.error}")
         if not isinstance(said, Ready):
@@ -564,6 +585,8 @@ class CugaSession(HostSession):
                     process.wait(CLOSE_GRACE)
             self._stop_worker()
         finally:
+            if isinstance(process, Forked):
+                process.release()
             if self._endpoint is not None:
                 self._endpoint.stop()
                 self._endpoint = None
@@ -641,6 +664,9 @@ class CugaHost(Host):
         self._probes: dict[tuple[ModelSpec, Path | None], Probe] = {}
         #: `--palette-cuga-max-steps`; None: CUGA's own setting.
         self.max_steps: int | None = None
+        #: The warm CUGA of each settings file, and its folder: the confined conversations' workers are its children.
+        self._forks: dict[str, tuple[ForkServer, Path]] = {}
+        self._forks_lock = threading.Lock()
 
     def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
         self.max_steps = step_budget_option(given, "cuga-max-steps", None)
@@ -727,13 +753,34 @@ class CugaHost(Host):
     def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], route: Route,
              settings: HostSettings, sandbox: Sandbox) -> CugaSession:
         # The URL is the model layer's, set when the session starts its endpoint: only a live one is CUGA's own.
-        return CugaSession(workspace, skill, env, cuga_model(route, env, url=NO_CALL_URL), route, settings, sandbox,
-                           self.layer, max_steps=self.max_steps)
+        cuga = cuga_model(route, env, url=NO_CALL_URL)
+        # Forked from a warm CUGA where the sandbox can be entered and the worker's model is the forwarder's: a
+        # client that holds its own key, or an unconfined run, starts a worker of its own.
+        forks = self._warm(cuga.settings_file, env) if sandbox.confined and route.forwarded else None
+        return CugaSession(workspace, skill, env, cuga, route, settings, sandbox, self.layer,
+                           max_steps=self.max_steps, forks=forks)
+
+    def _warm(self, settings_file: str, env: Mapping[str, str]) -> ForkServer:
+        with self._forks_lock:
+            if settings_file not in self._forks:
+                folder = Path(tempfile.mkdtemp(prefix="palette-cuga-warm-"))
+                # What CUGA reads at import, as a confined worker has it; nothing of any conversation.
+                warm_env = {"PATH": agent_path(env.get("PATH", os.defpath), find_uv(env)), "HOME": str(folder),
+                            "AGENT_SETTING_CONFIG": settings_file, "CUGA_DBS_DIR": f"{CONFINED_STATE}/dbs",
+                            "CUGA_LOGGING_DIR": f"{CONFINED_STATE}/logging", "ENV_FILE": os.devnull,
+                            **{name: value for name, value in env.items() if name in ("LANG", "LC_ALL", "TZ")}}
+                self._forks[settings_file] = (ForkServer(WORKER, warm_env, folder), folder)
+            return self._forks[settings_file][0]
 
     def fault(self, route: Route) -> str | None:
         return self.layer.fault(route)
 
     def close(self) -> None:
+        with self._forks_lock:
+            forks, self._forks = self._forks, {}
+        for server, folder in forks.values():
+            server.close()
+            shutil.rmtree(folder, ignore_errors=True)  # made by this host, for the warm process
         self.layer.close()
 
 

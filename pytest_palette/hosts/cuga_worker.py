@@ -12,6 +12,10 @@ answered on its own endpoint, runs each command itself (in the sandbox, recorded
 and treats every message as the agent's words. Standard library and CUGA only: this file runs with the harness's
 interpreter, where the harness's package need not be importable.
 
+Started by the harness's fork server (arena/forkserver.py), this file is loaded once, `warm()` imports CUGA, and each
+conversation is a child of that process that has entered its item's sandbox and runs `main()`: its environment and
+folder come in the `start` message, as nothing of a conversation reaches the warm process.
+
 The channel, one JSON object a line. The harness says `start` (once, first), `send`, `ran` (a command's result)
 and `close`; this process says `ready` (or `failed`), `run` (a command to run), and `done` at the end of a turn,
 with why it ended (`stop`): `answered`, `step_budget` (CUGA's own step limit ended it: `limit` names it),
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import inspect
 import json
 import os
@@ -364,11 +369,59 @@ async def converse(channel: Channel, start: dict[str, Any]) -> int:
     return 0
 
 
+#: The variables CUGA's imports set in the warm process, and that process's HOME (some of them are under it).
+IMPORTED: dict[str, str] = {}
+IMPORTED_HOME: list[str] = []
+#: The model a warm agent is built for, and never calls: a placeholder key and a port no one listens on.
+WARM_MODEL = {"OPENAI_API_KEY": "palette-warm-up-no-key", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+
+
+def warm() -> None:
+    """Run once in the fork server, in a folder of its own and with no conversation's data: CUGA imported, and an
+    agent built and dropped, so that what its graph imports on first use is imported too (the 5 CPU-s a start
+    would cost). Its model client is dropped from CUGA's cache: each conversation builds its own, from its own
+    environment."""
+    here = Path.cwd()
+    before = dict(os.environ)
+    settings = load_cuga(str(here / "state"))
+    configure(settings, RUN_COMMAND_CEILING, 20_000)
+    from cuga.backend.llm.models import LLMManager  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    from cuga.sdk import CugaAgent  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+    folder = here / "agent"
+    (folder / "skills").mkdir(parents=True, exist_ok=True)
+    os.environ.update(WARM_MODEL)
+    try:
+        agent = CugaAgent(cuga_folder=str(folder), auto_load_policies=False, enable_knowledge=False, enable_skills=True,
+                          skills_folder=str(folder), callbacks=[usage_recorder({})])
+        _ = agent.graph
+        for name in StepLimit.CALLERS:  # imported, not watched: each conversation watches them itself
+            importlib.import_module(name)
+        del agent
+    finally:
+        # What CUGA's imports set in the environment (LITELLM_LOCAL_MODEL_COST_MAP, OTEL_SERVICE_NAME …), as a
+        # worker that imported CUGA itself would hold them; never the warm agent's model.
+        IMPORTED.update({name: value for name, value in os.environ.items()
+                         if before.get(name) != value and name not in WARM_MODEL})
+        IMPORTED_HOME[:] = [before.get("HOME", "")]
+        os.environ.clear()
+        os.environ.update({**before, **IMPORTED})
+        LLMManager().clear_models()
+
+
 def main() -> int:
     channel = _own_channel()
     start = channel.read()
     if not start or start.get("kind") != "start":
         return 2
+    if "env" in start:  # a child of the warm process: the conversation's own environment and folder
+        given = {str(name): str(value) for name, value in dict(start["env"]).items()}
+        home = IMPORTED_HOME[0] if IMPORTED_HOME else ""
+        imported = {name: value.replace(home, given["HOME"]) if home and "HOME" in given else value
+                    for name, value in IMPORTED.items()}
+        os.environ.clear()
+        os.environ.update({**imported, **given})
+        os.chdir(str(start["cwd"]))
     return asyncio.run(converse(channel, start))
 
 

@@ -433,8 +433,9 @@ HOSTILE["hostile_limits"] = route("hostile_limits", before=HOSTILE_LIMITS, marke
 #: What a case's opening says for `hostile_cuga_code` to attack in it (the good agent elsewhere).
 CUGA_CODE_MARKER = "[hostile: cuga code]"
 #: Its blocks, by label, in the order it runs them: a process, sockets, the caller's environment, files outside
-#: its folder (tests/test_hostile_cuga.py).
-CUGA_CODE_LABELS = ("cuga-code-process", "cuga-code-socket", "cuga-code-environ", "cuga-code-write")
+#: its folder, and another conversation running beside it (tests/test_hostile_cuga.py).
+CUGA_CODE_LABELS = ("cuga-code-process", "cuga-code-socket", "cuga-code-environ", "cuga-code-write",
+                    "cuga-code-neighbour")
 #: Set in the harness's environment by the test: a folder outside the run, the block that writes aims at it, and
 #: the agent keeps there what each block printed (`seen-<label>.txt`), as the model read it.
 PROBE_DIR = "PALETTE_PROBE_DIR"
@@ -501,6 +502,15 @@ def cuga_code_block(label: str) -> str:
         targets = " ".join(shlex.quote(path) for path in [*outside, "../escaped-cuga.txt", escaped_tmp(harness)])
         return _SHELL_BLOCK.format(command=f"for f in {targets}; do echo escaped > \"$f\" && echo \"== wrote $f\" "
                                            "|| echo \"== could not write $f\"; done 2>&1")
+    if label == "cuga-code-neighbour":
+        # Every process it can see, with its command line and environment; the folders above its own; any file
+        # named for another item, anywhere it can look.
+        return _SHELL_BLOCK.format(command="echo '== processes'; for p in /proc/[0-9]*; do "
+                                           "echo \"-- $p $(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\"; "
+                                           "tr '\\0' '\\n' < $p/environ 2>/dev/null | head -c 4000; echo; done; "
+                                           "echo '== folders'; ls -a .. ../.. ../../.. ../../../.. 2>&1; "
+                                           "echo '== found'; find / -path /proc -prune -o -path /sys -prune -o "
+                                           "-path /usr -prune -o -name 'neigh*' -print 2>/dev/null | head -20")
     raise ValueError(f"no block is labelled {label!r}")
 
 
