@@ -3,7 +3,13 @@ tests get a browser (tests/browser.py) and real offline runs (tests/sites.py).""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import shutil
+import socket
+import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +19,9 @@ from sites import OfflineRuns, make_offline_runs
 from sweeps import CACHE_VARIABLE, Sweeps
 from unprivileged import Unprivileged
 from unprivileged import problem as unprivileged_problem
+
+from pytest_palette.hosts.cuga import SHARED_WARM, warm_server
+from pytest_palette.hosts.cuga_setup import SETTINGS_FILES
 
 # tests/fixtures/ holds data and a whole project (changelog_project/, with a conftest.py of its own): the tests that
 # use them run them, pytest does not collect them.
@@ -69,6 +78,37 @@ def inner_cache_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = common_folder(tmp_path_factory) / "inner-cache"
     os.environ[CACHE_VARIABLE] = str(folder)
     return folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_warm_cuga() -> Iterator[None]:
+    """One warm CUGA for every session this process starts (hosts/cuga.py, SHARED_WARM), started when the first one
+    connects: CUGA's imports (5 CPU-s) are paid once per xdist worker that runs cuga, not once per session. Its socket
+    is in a folder of this user's alone; each session's conversations are still forked into their own sandboxes."""
+    folder = Path(tempfile.mkdtemp(prefix="palette-tests-warm-"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(folder / "cuga.sock"))
+    listener.listen(64)
+    server, server_folder = warm_server(SETTINGS_FILES["openai"], os.environ, listener=listener)
+    closing = threading.Event()
+
+    def start_when_asked() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            select.select([listener], [], [])
+            if not closing.is_set():
+                server.start()
+
+    threading.Thread(target=start_when_asked, name="tests-warm-cuga", daemon=True).start()
+    os.environ[SHARED_WARM] = str(folder / "cuga.sock")
+    try:
+        yield
+    finally:
+        os.environ.pop(SHARED_WARM, None)
+        closing.set()
+        server.close()
+        listener.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(server_folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """A warm process that forks conversations into their items' sandboxes: a start without the imports.
 
-    python forkserver.py <control-fd> <program.py>
+    python forkserver.py <control-fd> <program.py> [<tag> [<listening-fd>]]
 
 A host's worker that must import a large agent (CUGA: about 5 CPU-s of imports, most of it pydantic building
 the classes of openai's and mcp's types) pays that once per process it starts. Here it is paid once: this process
@@ -263,18 +263,22 @@ def _forked(control: socket.socket, wake: int, fds: list[int], holder: int, run:
         os._exit(code)
 
 
-def serve(control_fd: int, program_path: str) -> int:
-    control = socket.socket(fileno=control_fd)
+def serve(control_fd: int, program_path: str, tag: str = "", listen_fd: int | None = None) -> int:
+    """Warm `program_path`, then fork for each request on the owner's control channel (`control_fd`) and, with
+    `listen_fd`, on each connection accepted there (other sessions of the same user sharing this warm process). Ends
+    when the owner's channel closes."""
+    owner = socket.socket(fileno=control_fd)
+    listener = socket.socket(fileno=listen_fd) if listen_fd is not None else None
 
-    def say(message: dict[str, Any]) -> None:
+    def say(channel: socket.socket, message: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):
-            control.send(json.dumps(message).encode("utf-8"))
+            channel.send(json.dumps(message).encode("utf-8"))
 
     try:
         program = _load(program_path)
         program.warm()
     except BaseException as error:
-        say({"failed": f"{type(error).__name__}: {error}"[:2000]})
+        say(owner, {"failed": f"{type(error).__name__}: {error}"[:2000]})
         return 1
     import gc
 
@@ -283,47 +287,67 @@ def serve(control_fd: int, program_path: str) -> int:
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    say({"ready": True})
-    children: dict[int, int] = {}
+    ready = {"ready": True, "tag": tag}
+    say(owner, ready)
+    channels = {owner.fileno(): owner}
+    children: dict[int, tuple[socket.socket, int]] = {}
     while True:
-        readable, _, _ = select.select([control.fileno(), wake_read], [], [])
+        watched = [*channels, wake_read, *([listener.fileno()] if listener is not None else [])]
+        readable, _, _ = select.select(watched, [], [])
         if wake_read in readable:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_read, 4096)
         _reap(children, say)
-        if control.fileno() not in readable:
-            continue
-        try:
-            data, fds, _, _ = socket.recv_fds(control, MESSAGE, 3)
-        except OSError:
-            return 0
-        if not data:  # the harness is gone: its conversations end with their items' keepers
-            return 0
+        if listener is not None and listener.fileno() in readable:
+            with contextlib.suppress(OSError):
+                accepted, _ = listener.accept()
+                channels[accepted.fileno()] = accepted
+                say(accepted, ready)
+        for number in [number for number in readable if number in channels]:
+            channel = channels[number]
+            try:
+                data, fds, _, _ = socket.recv_fds(channel, MESSAGE, 3)
+            except OSError:
+                data, fds = b"", []
+            if not data:  # a session is gone: its conversations end with their items' keepers
+                if channel is owner:
+                    return 0
+                del channels[number]
+                channel.close()
+                continue
+            _fork(channel, data, fds, children, say, lambda: (wake_write, program.main))
+
+
+def _fork(channel: socket.socket, data: bytes, fds: list[int], children: dict[int, tuple[socket.socket, int]],
+          say: Callable[[socket.socket, dict[str, Any]], None],
+          child: Callable[[], tuple[int, Callable[[], int]]]) -> None:
+    """One request: a child forked for it, and its pid said; or why not."""
+    try:
         try:
             request = json.loads(data)
             ident, holder = int(request["id"]), int(request["holder"])
             if len(fds) != 3:
                 raise ValueError(f"{len(fds)} descriptors, not 3")
         except (ValueError, KeyError, TypeError) as error:
-            for descriptor in fds:
-                os.close(descriptor)
-            say({"id": None, "error": f"a request it cannot read: {error}"})
-            continue
+            say(channel, {"id": None, "error": f"a request it cannot read: {error}"})
+            return
         try:
             pid = os.fork()
         except OSError as error:
-            say({"id": ident, "error": f"fork: {error}"})
-        else:
-            if pid == 0:
-                _forked(control, wake_write, fds, holder, program.main)
-            children[pid] = ident
-            say({"id": ident, "pid": pid})
-        finally:
-            for descriptor in fds:
-                os.close(descriptor)
+            say(channel, {"id": ident, "error": f"fork: {error}"})
+            return
+        if pid == 0:
+            wake, run = child()
+            _forked(channel, wake, fds, holder, run)
+        children[pid] = (channel, ident)
+        say(channel, {"id": ident, "pid": pid})
+    finally:
+        for descriptor in fds:
+            os.close(descriptor)
 
 
-def _reap(children: dict[int, int], say: Callable[[dict[str, Any]], None]) -> None:
+def _reap(children: dict[int, tuple[socket.socket, int]],
+          say: Callable[[socket.socket, dict[str, Any]], None]) -> None:
     while children:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -331,9 +355,9 @@ def _reap(children: dict[int, int], say: Callable[[dict[str, Any]], None]) -> No
             return
         if pid == 0:
             return
-        ident = children.pop(pid, None)
-        if ident is not None:
-            say({"ended": ident, "code": os.waitstatus_to_exitcode(status)})
+        if pid in children:
+            channel, ident = children.pop(pid)
+            say(channel, {"ended": ident, "code": os.waitstatus_to_exitcode(status)})
 
 
 # -- the harness's side -------------------------------------------------------------------------------------------
@@ -374,10 +398,16 @@ class Forked:
 
 
 class ForkServer:
-    """One warm process of `program` (its `warm()` run once), forking children into items' sandboxes."""
+    """One warm process of `program` (its `warm()` run once), forking children into items' sandboxes: started here
+    (and, with `listener`, shared with other sessions of this user that connect to it), or, with `address`, one
+    already running that another session shares. `tag` names what it warmed: a shared one that says another tag is
+    not used."""
 
-    def __init__(self, program: Path, env: Mapping[str, str], cwd: Path, python: str = sys.executable) -> None:
+    def __init__(self, program: Path, env: Mapping[str, str], cwd: Path, python: str = sys.executable, *,
+                 tag: str = "", listener: socket.socket | None = None, address: str | None = None) -> None:
         self.program, self.env, self.cwd, self.python = program, dict(env), cwd, python
+        self.tag, self.listener, self.address = tag, listener, address
+        self._started = False
         self._process: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
         self._lock = threading.Lock()
@@ -391,20 +421,40 @@ class ForkServer:
 
     def start(self) -> ForkServer:
         with self._lock:
-            if self._process is not None:
+            if self._started:
                 return self
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            try:
-                self._process = subprocess.Popen(
-                    [self.python, str(Path(__file__).resolve()), str(theirs.fileno()), str(self.program)],
-                    pass_fds=[theirs.fileno()], env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-            finally:
-                theirs.close()
+            self._started = True
+            if self.address is not None:
+                ours = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                try:
+                    ours.connect(self.address)
+                except OSError as error:
+                    ours.close()
+                    self._failed = f"no shared warm process at {self.address}: {error}"
+                    return self
+            else:
+                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                shared = [self.listener.fileno()] if self.listener is not None else []
+                try:
+                    self._process = subprocess.Popen(
+                        [self.python, str(Path(__file__).resolve()), str(theirs.fileno()), str(self.program),
+                         self.tag, *map(str, shared)],
+                        pass_fds=[theirs.fileno(), *shared], env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                finally:
+                    theirs.close()
+                threading.Thread(target=self._keep_tail, name="palette-forkserver-log", daemon=True).start()
             self._control = ours
             threading.Thread(target=self._read, name="palette-forkserver", daemon=True).start()
-            threading.Thread(target=self._keep_tail, name="palette-forkserver-log", daemon=True).start()
         return self
+
+    def usable(self, deadline: float) -> bool:
+        """Whether it is (or becomes by `deadline`) warm, for this tag."""
+        self.start()
+        while not self._ready.wait(min(0.5, max(deadline - time.monotonic(), 0.0))):
+            if self._failed is not None or time.monotonic() >= deadline:
+                return False
+        return True
 
     def enter(self, confined: Callable[[list[str]], list[str]], cwd: Path, env: Mapping[str, str],
               deadline: float) -> Forked:
@@ -441,14 +491,8 @@ class ForkServer:
     def spawn(self, holder: int, deadline: float, stderr: int | None = None) -> Forked:
         """A child run in the sandbox `holder` runs in (its stderr `stderr`, else a pipe of its own); ForkFailed
         when the server is not (or cannot be) warm by `deadline` (time.monotonic), or cannot fork."""
-        self.start()
-        while not self._ready.wait(min(1.0, max(deadline - time.monotonic(), 0.0))):
-            if self._failed is not None or time.monotonic() >= deadline:
-                break
-        if self._failed is not None:
-            raise ForkFailed(self._failed)
-        if not self._ready.is_set():
-            raise ForkFailed("it was not warm in time" + self._tail_words())
+        if not self.usable(deadline):
+            raise ForkFailed(self._failed or "it was not warm in time" + self._tail_words())
         pipes = [os.pipe() for _ in range(2 if stderr is not None else 3)]
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1] if stderr is None else os.dup(stderr)]
         ours = [pipes[0][1], pipes[1][0], *([pipes[2][0]] if stderr is None else [])]
@@ -496,7 +540,10 @@ class ForkServer:
             except ValueError:
                 continue
             if "ready" in message:
-                self._ready.set()
+                if message.get("tag", "") == self.tag:
+                    self._ready.set()
+                else:
+                    self._failed = f"it warmed {message.get('tag')!r}, not {self.tag!r}"
             elif "failed" in message:
                 self._failed = str(message["failed"])
             elif "ended" in message:
@@ -585,10 +632,10 @@ def _available(descriptor: int) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: forkserver.py <control-fd> <program.py>", file=sys.stderr)
+    if not 2 <= len(argv) <= 4:
+        print("usage: forkserver.py <control-fd> <program.py> [<tag> [<listening-fd>]]", file=sys.stderr)
         return 2
-    return serve(int(argv[0]), argv[1])
+    return serve(int(argv[0]), argv[1], argv[2] if len(argv) > 2 else "", int(argv[3]) if len(argv) > 3 else None)
 
 
 if __name__ == "__main__":

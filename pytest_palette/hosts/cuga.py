@@ -8,7 +8,9 @@ Three things about CUGA shape this module:
 
 * It runs the model's Python in its own process (its codeact executor, behind a filter of imports and builtins
   that `asyncio` gets through). So each conversation's CUGA runs in a worker process of its own
-  (`cuga_worker.py`), started inside the item's sandbox, with no network but its model's endpoint and no key.
+  (`cuga_worker.py`), started inside the item's sandbox, with no network but its model's endpoint and no key —
+  forked from one warm CUGA that has done the imports (`arena/forkserver.py`; docs/sandbox.md says how the
+  isolation is kept).
 * Its configuration is process-wide: `cuga.config` reads `AGENT_SETTING_CONFIG` (which models file) once, at
   import, and the model client reads `OPENAI_BASE_URL`/`MODEL_NAME`/… from `os.environ`. A worker per
   conversation makes that the conversation's own, so conversations run side by side.
@@ -30,6 +32,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -665,7 +668,7 @@ class CugaHost(Host):
         #: `--palette-cuga-max-steps`; None: CUGA's own setting.
         self.max_steps: int | None = None
         #: The warm CUGA of each settings file, and its folder: the confined conversations' workers are its children.
-        self._forks: dict[str, tuple[ForkServer, Path]] = {}
+        self._forks: dict[str, tuple[ForkServer, Path | None]] = {}
         self._forks_lock = threading.Lock()
 
     def configure(self, given: Mapping[str, Any], *, skill: bool = True) -> None:
@@ -719,7 +722,8 @@ class CugaHost(Host):
 
     def describe(self, route: Route, settings: HostSettings) -> dict[str, str]:
         facts = {"model": route.model.label, "provider": route.model.provider,
-                 "worker": "a process of its own per conversation, in the item's sandbox (the model's code runs there)",
+                 "worker": "a process of its own per conversation, in the item's sandbox (the model's code runs there)"
+                           + ("; forked from one warm CUGA" if forked(route, settings) else ""),
                  "model_key": "held by the harness (a forwarder adds it)" if route.forwarded else
                               f"in the sandbox: {route.model.provider}'s client exchanges it itself (docs/sandbox.md)",
                  "skill_loading": "lazy (CUGA's load_skill; --palette-eager does not apply)",
@@ -756,20 +760,21 @@ class CugaHost(Host):
         cuga = cuga_model(route, env, url=NO_CALL_URL)
         # Forked from a warm CUGA where the sandbox can be entered and the worker's model is the forwarder's: a
         # client that holds its own key, or an unconfined run, starts a worker of its own.
-        forks = self._warm(cuga.settings_file, env) if sandbox.confined and route.forwarded else None
+        forks = self._warm(cuga.settings_file, env) if sandbox.confined and forked(route, settings) else None
         return CugaSession(workspace, skill, env, cuga, route, settings, sandbox, self.layer,
                            max_steps=self.max_steps, forks=forks)
 
     def _warm(self, settings_file: str, env: Mapping[str, str]) -> ForkServer:
         with self._forks_lock:
             if settings_file not in self._forks:
-                folder = Path(tempfile.mkdtemp(prefix="palette-cuga-warm-"))
-                # What CUGA reads at import, as a confined worker has it; nothing of any conversation.
-                warm_env = {"PATH": agent_path(env.get("PATH", os.defpath), find_uv(env)), "HOME": str(folder),
-                            "AGENT_SETTING_CONFIG": settings_file, "CUGA_DBS_DIR": f"{CONFINED_STATE}/dbs",
-                            "CUGA_LOGGING_DIR": f"{CONFINED_STATE}/logging", "ENV_FILE": os.devnull,
-                            **{name: value for name, value in env.items() if name in ("LANG", "LC_ALL", "TZ")}}
-                self._forks[settings_file] = (ForkServer(WORKER, warm_env, folder), folder)
+                shared = env.get(SHARED_WARM)
+                if shared:  # another session's, where it warmed this worker for this settings file
+                    server = ForkServer(WORKER, {}, Path("/"), tag=warm_tag(settings_file), address=shared)
+                    if server.usable(time.monotonic() + WORKER_START):
+                        self._forks[settings_file] = (server, None)
+                        return server
+                    server.close()
+                self._forks[settings_file] = warm_server(settings_file, env)
             return self._forks[settings_file][0]
 
     def fault(self, route: Route) -> str | None:
@@ -780,8 +785,37 @@ class CugaHost(Host):
             forks, self._forks = self._forks, {}
         for server, folder in forks.values():
             server.close()
-            shutil.rmtree(folder, ignore_errors=True)  # made by this host, for the warm process
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)  # made by this host, for the warm process
         self.layer.close()
+
+
+#: The socket of a warm CUGA another session of this user shares, used where it warmed the same worker and settings
+#: file (else this session warms its own): the test suite shares one among the sessions it starts (tests/conftest.py).
+SHARED_WARM = "PYTEST_PALETTE_CUGA_WARM"
+
+
+def warm_tag(settings_file: str) -> str:
+    return f"{WORKER.resolve()} {settings_file}"
+
+
+def warm_server(settings_file: str, env: Mapping[str, str],
+                listener: socket.socket | None = None) -> tuple[ForkServer, Path]:
+    """A warm CUGA for `settings_file` (not started yet: it starts when first asked), and the folder it made for it;
+    with `listener`, shared with the sessions that connect there."""
+    folder = Path(tempfile.mkdtemp(prefix="palette-cuga-warm-"))
+    # What CUGA reads at import, as a confined worker has it; nothing of any conversation.
+    warm_env = {"PATH": agent_path(env.get("PATH", os.defpath), find_uv(env)), "HOME": str(folder),
+                "AGENT_SETTING_CONFIG": settings_file, "CUGA_DBS_DIR": f"{CONFINED_STATE}/dbs",
+                "CUGA_LOGGING_DIR": f"{CONFINED_STATE}/logging", "ENV_FILE": os.devnull,
+                **{name: value for name, value in env.items() if name in ("LANG", "LC_ALL", "TZ")}}
+    return ForkServer(WORKER, warm_env, folder, tag=warm_tag(settings_file), listener=listener), folder
+
+
+def forked(route: Route, settings: HostSettings) -> bool:
+    """Whether a conversation's worker is forked from the warm CUGA: in a sandbox it can enter, with its model the
+    forwarder's (a client that holds its own key needs it in its environment when it starts)."""
+    return route.forwarded and settings.sandbox != "none"
 
 
 def block_timeout(settings: HostSettings) -> int:
