@@ -22,8 +22,8 @@ import pytest_palette.hosts.react as react
 from pytest_palette.arena.workspace import TRACE_NAME
 from pytest_palette.backend import agent_environment
 from pytest_palette.hosts.shell import Shell
+from pytest_palette.judge.evidence import inspect_deck, newest_deck, read_trace
 from pytest_palette.rehearsal.langchain_model import RehearsalChatModel
-from pytest_palette.run.evidence import inspect_deck, newest_deck, read_trace
 from pytest_palette.skill import load_skill
 
 TARGET_SECONDS = 5.0

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 from .cases import Case, ExpectCheck
 from .results.checks import CheckSpec
+from .results.record import Value
 
 if TYPE_CHECKING:
-    from .run.evidence import Evidence
+    from .judge.evidence import Evidence
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class Failure:
     check: str = ""
     credit: float = 0.0
     share: float | None = None
+    #: What the check asked for and what was found (`Check.expected`, `Check.observed`), where a rule says.
+    expected: Value | None = None
+    observed: Value | None = None
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,8 @@ class Passed:
     credit: float = 1.0
     share: float | None = None
     words: str = ""
+    expected: Value | None = None
+    observed: Value | None = None
 
 
 @dataclass(frozen=True)

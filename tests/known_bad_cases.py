@@ -10,10 +10,10 @@ from typing import Any
 
 from pytest_palette.arena.cassette import read_cassette
 from pytest_palette.cases import Case
+from pytest_palette.judge.content import figures, headings
 from pytest_palette.rehearsal.known_bad import Spins
 from pytest_palette.rehearsal.policy import RehearsalPolicy
 from pytest_palette.replies import ReplyKind, classify_reply, named_slide, named_topic
-from pytest_palette.run.content import figures, headings
 
 #: What a class of a known-bad agent's diverging cases is alike in (`classes`).
 ClassKey = tuple[tuple[str, ...], tuple[Any, ...]]

@@ -21,6 +21,7 @@ from pytest_palette.commands import main as palette_bench
 from pytest_palette.hosts.base import HandedOver, HostSettings
 from pytest_palette.hosts.manual import RUN_SHEET, ManualHost
 from pytest_palette.hosts.react import ReactHost
+from pytest_palette.judge.evidence import BUILD_STATE, deck_by, inspect_deck, read_folder
 from pytest_palette.layer.route import route_of
 from pytest_palette.models import parse_model
 from pytest_palette.rehearsal import outline
@@ -33,7 +34,6 @@ from pytest_palette.results.report import ReportError, build_report, to_json
 from pytest_palette.results.report import to_markdown as report_markdown
 from pytest_palette.results.tally import tally
 from pytest_palette.run.conversation import open_sandbox
-from pytest_palette.run.evidence import BUILD_STATE, deck_by, inspect_deck, read_folder
 
 SANDBOX = "none" if sandbox_problem("bubblewrap") else "bubblewrap"
 

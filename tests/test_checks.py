@@ -9,13 +9,23 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from test_judge import DECK, PASTED, TURNS, answered, call, make_case, make_evidence, polls
 
-from pytest_palette import judge as judge_module
 from pytest_palette.cases import Case, CaseFileError, Expect, load_cases
 from pytest_palette.judge import judge
-from pytest_palette.results.checks import COMMON_CHECKS, PALETTE_CHECKS, Outcome, merged, score, score_of
+from pytest_palette.judge import palette as judge_module
+from pytest_palette.results.checks import (
+    COMMON_CHECKS,
+    PALETTE_CHECKS,
+    Outcome,
+    merged,
+    said,
+    score,
+    score_of,
+    values_of,
+)
 from pytest_palette.results.record import GATE, SCORED, Check, Judged, Record, Terms, Usage, from_json
 from pytest_palette.rules import Failure, Passed, SkillRules
 
@@ -240,3 +250,72 @@ def test_docs_list_every_check_with_its_role_and_default_weight() -> None:
     specs = {**COMMON_CHECKS, **PALETTE_CHECKS}
     assert {name: rows.get(name) for name in specs} == \
         {name: [spec.role, "—" if spec.role == GATE else f"{spec.weight:g}"] for name, spec in specs.items()}
+
+
+# What each check expected and observed, as the record keeps it (docs/judge.md, "Checks"): by scenario above.
+VALUES: dict[str, tuple[object, object]] = {
+    "a declined case with no deck": ("no deck", "no deck"),
+    "a build after the approval": ("no build before the approval", "no build before the approval"),
+    "a build before the approval": ("no build before the approval", "a build before the approval"),
+    "a deck with IBM Plex": ("a deck in IBM Plex", "a deck in IBM Plex"),
+    "no deck": ("a deck in IBM Plex", "no .pptx"),
+    "a deck without IBM Plex": ("a deck in IBM Plex", "a .pptx without IBM Plex"),
+    "the slides asked for": (3, 3),
+    "a slide too many": (3, 4),
+    "an edit": ("edit-plan", "edit-plan"),
+    "no edit": ("edit-plan", "no edit-plan"),
+    "polls that wait": ("at most 2 spins", "2 spins of 2 polls"),
+    "polls that spin": ("at most 2 spins", "3 spins of 3 polls"),
+    "context passed": ("--context or --source", "--context or --source"),
+    "context retyped": ("--context or --source", "neither"),
+}
+
+
+@pytest.mark.parametrize(("case", "evidence", "name", "scenario"), [(*s[1:4], s[0]) for s in SCENARIOS],
+                         ids=[s[0] for s in SCENARIOS])
+def test_each_check_keeps_what_it_expected_and_what_it_observed(case: Case, evidence: dict[str, Any], name: str,
+                                                                 scenario: str) -> None:
+    check = checks_of(case, **evidence)[name]
+    if scenario == "a declined case with a deck":  # the deck it found, by name
+        assert check.expected == "no deck" and str(check.observed).endswith(".pptx")
+    else:
+        assert (check.expected, check.observed) == VALUES[scenario]
+    # The record holds them as they were, and a record written before they were kept tells what its facts can.
+    judged = Judged(slides=4, has_plex=True, deck=True, calls=("plan", "start"), polls=3, max_polls=2,
+                    context_expected=True, context_reached=False, edit_expected=True, edit_called=False,
+                    replanned_after_edit=False, spins=3, checks=(check,), blame=((1,),))
+    line = _record(judged).to_json()
+    assert from_json(line).judged == judged and b'"expected"' in line
+    assert values_of(check, judged) == (check.expected, check.observed)
+
+
+def test_a_record_written_before_check_values_tells_what_its_facts_can() -> None:
+    judged = Judged(slides=4, has_plex=True, deck=True, calls=("plan", "start"), polls=3, max_polls=2,
+                    context_expected=True, context_reached=False, edit_expected=True, edit_called=True,
+                    replanned_after_edit=True, spins=3)
+    bare = {name: Check(name=name, role=GATE, weight=1.0, passed=False, credit=0.0) for name in
+            ("slides", "polls", "edit", "context", "deck", "near_miss", "question")}
+    assert {name: values_of(check, judged) for name, check in bare.items()} == {
+        "slides": (None, 4), "polls": ("at most 2 spins", "3 spins of 3 polls"),
+        "edit": ("edit-plan", "edit-plan, then a new plan"), "context": ("--context or --source", "neither"),
+        "deck": ("a deck in IBM Plex", "a deck in IBM Plex"),
+        "near_miss": ("no call of the skill", "2 calls of the skill"), "question": (None, None)}
+    # A project's own rules keep their own: nothing is told for them.
+    assert values_of(bare["slides"], msgspec.structs.replace(judged, rules="changelog")) == (None, None)
+    assert [said(v) for v in (None, True, False, 0.8, 3, "edit-plan")] == ["—", "yes", "no", "0.8", "3", "edit-plan"]
+
+
+def test_the_near_miss_keeps_what_it_expected_of_the_skill_and_how_many_calls_it_made() -> None:
+    case = make_case(skill=False)
+    assert (lambda c: (c.expected, c.observed))(checks_of(case, trace=(call("plan"), call("start")))["near_miss"]) \
+        == ("no call of the skill", "2 calls of the skill")
+    assert (lambda c: (c.expected, c.observed))(checks_of(case, trace=(), pptx=None)["near_miss"]) \
+        == ("no call of the skill", "no call of the skill")
+
+
+def _record(judged: Judged) -> Record:
+    return Record(run_id="r", case="c", host="react", run_index=1, workspace="react/c", outcome="fail",
+                  failures=("f",), judged=judged,
+                  terms=Terms(model="m", label="m", provider="p", skill_hash="s", fingerprint="f", plugin_version="v"),
+                  usage=Usage(seconds=1.0, turns=1, input_tokens=None, output_tokens=None, cost_usd=None,
+                              started_at=0.0, ended_at=1.0), case_hash="h", tags=())

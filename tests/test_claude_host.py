@@ -47,13 +47,13 @@ from pytest_palette.hosts.claude import (
 )
 from pytest_palette.hosts.claude_stream import CliOutput, failure, parse_stream, stopped
 from pytest_palette.hosts.stops import TurnStopped
+from pytest_palette.judge.evidence import deck_by, inspect_deck, newest_deck, read_folder, read_trace
 from pytest_palette.layer.endpoint import FORWARDER_LOG, PLACEHOLDER_KEY, RELAY_PORT, KeyForwarder, credentials
 from pytest_palette.layer.route import Route, route_of
 from pytest_palette.models import parse_model
 from pytest_palette.rehearsal.conversation import Conversation
 from pytest_palette.rehearsal.policy import catalogue
 from pytest_palette.run.conversation import open_sandbox
-from pytest_palette.run.evidence import deck_by, inspect_deck, newest_deck, read_folder, read_trace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, drift, load_card, load_skill, skill_hash
 
 REHEARSAL = route_of(parse_model("rehearsal"))

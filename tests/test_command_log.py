@@ -22,7 +22,7 @@ from pytest_palette.cases import Case, Expect
 from pytest_palette.hosts.claude_stream import parse_stream
 from pytest_palette.hosts.shell import run_shell
 from pytest_palette.judge import explain, judge
-from pytest_palette.run.evidence import Evidence, calls_of, choose_calls
+from pytest_palette.judge.evidence import Evidence, calls_of, choose_calls
 from pytest_palette.skill import PACKAGED_SKILLS, load_card
 
 DECK = "python3 skills/palette/scripts/deck.py"

@@ -16,8 +16,8 @@ import pytest
 
 from pytest_palette.cases import DEFAULT_CONTENT, Case, CaseFileError, Expect, load_cases
 from pytest_palette.judge import judge
-from pytest_palette.run.content import coverage, deck_text, figures, headings, not_mentioned, topic_words
-from pytest_palette.run.evidence import Evidence, turn_answers
+from pytest_palette.judge.content import coverage, deck_text, figures, headings, not_mentioned, topic_words
+from pytest_palette.judge.evidence import Evidence, turn_answers
 
 MATERIAL = """# Finance review
 ## Revenue by region

@@ -15,7 +15,7 @@ from pytest_palette.arena.workspace import TRACE_NAME
 from pytest_palette.commands.converse import add_arguments, run
 from pytest_palette.hosts.claude import find_cli
 from pytest_palette.hosts.cuga import installed_problem
-from pytest_palette.run.evidence import inspect_deck, newest_deck, read_trace
+from pytest_palette.judge.evidence import inspect_deck, newest_deck, read_trace
 
 pytestmark = pytest.mark.end_to_end
 

@@ -48,13 +48,13 @@ from pytest_palette.hosts.cuga_setup import (
     unsupported_reason,
 )
 from pytest_palette.hosts.stops import TurnStopped
+from pytest_palette.judge.evidence import any_deck, deck_by, inspect_deck, newest_deck, read_folder, read_trace
 from pytest_palette.layer.route import Route, route_of
 from pytest_palette.models import parse_model
 from pytest_palette.rehearsal import openai_wire
 from pytest_palette.rehearsal.conversation import Conversation, ToolResult, UserSaid
 from pytest_palette.rehearsal.policy import RehearsalPolicy, catalogue
 from pytest_palette.run.conversation import open_sandbox
-from pytest_palette.run.evidence import any_deck, deck_by, inspect_deck, newest_deck, read_folder, read_trace
 from pytest_palette.skill import PACKAGED_SKILLS, InstallError, SkillCard, drift, install, load_card, load_skill
 
 REHEARSAL = route_of(parse_model("rehearsal"))

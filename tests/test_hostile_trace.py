@@ -16,8 +16,8 @@ import pytest
 from pytest_palette.arena.command_log import CommandLog, CommandRun, skill_calls
 from pytest_palette.cases import Case, Expect
 from pytest_palette.judge import Verdict, judge
+from pytest_palette.judge.evidence import Evidence, choose_calls
 from pytest_palette.rehearsal.hostile import HOSTILE, BuildsEarlyThenForges, BuildsEarlyThenHidesIt
-from pytest_palette.run.evidence import Evidence, choose_calls
 
 DECK = "python3 skills/palette/scripts/deck.py"
 DONE = json.dumps({"state": "done", "done": True, "verified": True})

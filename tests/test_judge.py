@@ -27,8 +27,7 @@ import pytest
 from pytest_palette.arena.workspace import TRACE_NAME
 from pytest_palette.cases import DEFAULT_MAX_POLLS, Case, Expect
 from pytest_palette.judge import PASSED, explain, judge
-from pytest_palette.replies import named_slide
-from pytest_palette.run.evidence import (
+from pytest_palette.judge.evidence import (
     BUILD_EXIT,
     BUILD_STATE,
     MIN_PPTX_BYTES,
@@ -41,6 +40,7 @@ from pytest_palette.run.evidence import (
     save_outputs,
     wait_for_builds,
 )
+from pytest_palette.replies import named_slide
 
 WORK = Path("/nonexistent/work")
 DECK = WORK / "deck" / "deck.pptx"
@@ -767,7 +767,7 @@ def never_sleeps(monkeypatch: pytest.MonkeyPatch) -> None:
     """"At once" without a clock: the wait must not sleep at all."""
     def sleep(seconds: float) -> None:
         raise AssertionError(f"waited {seconds} s where nothing was running")
-    monkeypatch.setattr("pytest_palette.run.evidence.time.sleep", sleep)
+    monkeypatch.setattr("pytest_palette.judge.evidence.time.sleep", sleep)
 
 
 def test_wait_returns_at_once_without_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -850,7 +850,7 @@ from pathlib import Path
 
 from pytest_palette.cases import Case, Expect
 from pytest_palette.judge import PASSED, judge
-from pytest_palette.run.evidence import Evidence
+from pytest_palette.judge.evidence import Evidence
 
 
 def verdict(has_plex, slides, commands):
@@ -963,8 +963,8 @@ def test_without_the_turns_times_the_build_order_is_not_judged() -> None:
 
 def test_the_turns_times_come_from_turns_json(tmp_path: Path) -> None:
     from pytest_palette.arena.workspace import Workspace
+    from pytest_palette.judge.evidence import read
     from pytest_palette.run.conversation import Transcript
-    from pytest_palette.run.evidence import read
 
     def read_back(workspace: Workspace) -> Evidence:
         return read(workspace, 0.0, Transcript.saved(workspace).started)

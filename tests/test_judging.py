@@ -10,8 +10,8 @@ import pytest
 from pytest_palette.arena.command_log import CommandLog
 from pytest_palette.arena.workspace import Workspace
 from pytest_palette.cases import Case, Expect
+from pytest_palette.judge.evidence import Evidence
 from pytest_palette.rules import Failure, SkillRules
-from pytest_palette.run.evidence import Evidence
 from pytest_palette.run.judging import judge_folder
 
 FULL = "cp: error writing 'backup.md': No space left on device\n"

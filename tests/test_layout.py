@@ -127,3 +127,16 @@ def test_families_stand_on_the_arena_and_the_results_side_only() -> None:
                                                           "pytest_palette.commands", "pytest_palette.plugin",
                                                           "pytest_palette.site", "pytest_palette.rehearsal"))}
             assert not above, f"{name} imports {sorted(above)}"
+
+
+def test_the_judge_reads_an_items_folder_and_never_the_run() -> None:
+    # The judge owns what it reads (judge/evidence.py): it, and a skill's rules, reach nothing of the run, the
+    # hosts, the commands or the site, so a saved folder is judged the same way by any caller.
+    edges = graph()
+    assert "pytest_palette.judge.evidence" in edges["pytest_palette.judge.palette"]  # the graph sees it
+    for name in edges:
+        if name.startswith("pytest_palette.judge") or name == "pytest_palette.rules":
+            reached = {m for m in reached_from(name, edges) if m.startswith((
+                "pytest_palette.run", "pytest_palette.hosts", "pytest_palette.commands", "pytest_palette.plugin",
+                "pytest_palette.site", "pytest_palette.layer", "pytest_palette.rehearsal"))}
+            assert not reached, f"{name} reaches {sorted(reached)}"

@@ -33,10 +33,10 @@ from sweeps import ItemResult, Sweeps, inner_cache
 
 from pytest_palette.arena.sandbox import problem
 from pytest_palette.cases import Case, Expect, load_cases
+from pytest_palette.judge.evidence import Evidence
 from pytest_palette.replies import ReplyKind, asks_for_change, classify_reply
 from pytest_palette.results.ledger import load
 from pytest_palette.rules import Failure, Note
-from pytest_palette.run.evidence import Evidence
 
 #: Whole sessions on several hosts: the suite's 600 s hang guard (make test) is too tight for them when the
 #: machine is oversubscribed; this one still ends a hang.

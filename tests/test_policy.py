@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pytest_palette.judge.content import figures, headings
 from pytest_palette.rehearsal.conversation import (
     AgentSaid,
     Conversation,
@@ -21,7 +22,6 @@ from pytest_palette.rehearsal.conversation import (
 )
 from pytest_palette.rehearsal.known_bad import QuestionsAreChanges, SummarisesContext, VagueEdits, YesButIsYes
 from pytest_palette.rehearsal.policy import RehearsalPolicy, split_opening
-from pytest_palette.run.content import figures, headings
 from pytest_palette.skill import load_skill
 
 SKILL = load_skill("palette").body

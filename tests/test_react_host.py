@@ -12,8 +12,8 @@ from pytest_palette.arena.workspace import TRACE_NAME
 from pytest_palette.backend import agent_environment
 from pytest_palette.hosts.base import HostError
 from pytest_palette.hosts.react import ReactSession, make_tools, system_prompt
+from pytest_palette.judge.evidence import inspect_deck, newest_deck, read_trace
 from pytest_palette.rehearsal.langchain_model import RehearsalChatModel
-from pytest_palette.run.evidence import inspect_deck, newest_deck, read_trace
 from pytest_palette.skill import PACKAGED_SKILLS, load_skill, skill_hash
 
 

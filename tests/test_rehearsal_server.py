@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
+from pytest_palette.judge.evidence import inspect_deck, newest_deck
 from pytest_palette.rehearsal.anthropic_wire import SIDE_REPLY, to_conversation
 from pytest_palette.rehearsal.conversation import Action, Conversation, Reply
 from pytest_palette.rehearsal.policy import RehearsalPolicy, catalogue
 from pytest_palette.rehearsal.server import RehearsalServer
-from pytest_palette.run.evidence import inspect_deck, newest_deck
 from pytest_palette.skill import SkillCard, install, load_skill
 
 CARD = load_skill("palette")

@@ -16,13 +16,13 @@ from typing import Any
 import openai
 import pytest
 
+from pytest_palette.judge.evidence import inspect_deck, newest_deck
 from pytest_palette.rehearsal import responses_wire
 from pytest_palette.rehearsal.anthropic_wire import BASE_DIRECTORY
 from pytest_palette.rehearsal.conversation import AgentSaid, LoadSkill, RunCommand, ToolResult, UserSaid
 from pytest_palette.rehearsal.limits import ModelLimits
 from pytest_palette.rehearsal.policy import RehearsalPolicy, catalogue
 from pytest_palette.rehearsal.server import RehearsalServer
-from pytest_palette.run.evidence import inspect_deck, newest_deck
 from pytest_palette.skill import install, load_skill
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -16,8 +16,8 @@ import pytest
 
 from pytest_palette.cases import Case, CaseFileError, load_cases
 from pytest_palette.judge import PALETTE, judge
+from pytest_palette.judge.evidence import Evidence
 from pytest_palette.rules import Failure, Finding, Note, RulesMissing, SkillRules, rules_for
-from pytest_palette.run.evidence import Evidence
 
 CASE = """
 - name: notes

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_palette import judge as judge_module
 from pytest_palette.cases import Case
 from pytest_palette.commands import main as palette_bench
 from pytest_palette.judge import palette_rules
+from pytest_palette.judge import verdict as judge_module
+from pytest_palette.judge.evidence import Evidence
 from pytest_palette.results.ledger import load
 from pytest_palette.rules import Finding, SkillRules
-from pytest_palette.run.evidence import Evidence
 
 CASES = """
 - name: three_slides

@@ -22,6 +22,9 @@ from sweeps import Sweeps
 from pytest_palette.arena import code_log
 from pytest_palette.arena.workspace import Workspace
 from pytest_palette.commands import main
+from pytest_palette.judge import verdict as verdict_module
+from pytest_palette.judge.palette import CallFacts
+from pytest_palette.results.checks import said, values_of
 from pytest_palette.results.ledger import append, load
 from pytest_palette.results.record import Record
 from pytest_palette.results.stats import signed_rank_test
@@ -435,9 +438,35 @@ def test_a_failed_items_page_lists_its_checks_and_which_one_failed(site: Path, o
         # never_edits builds before the approval: the confirmation gate failed, and so the score is 0.
         gate = next(row for row in rows if row[0] == "confirmation")
         assert gate[1:3] == ("gate", "failed") and "FAILED" in gate[3]
-        for check, (_, _, _, said) in zip(record.judged.checks, rows, strict=True):
-            assert text_of(str(markupsafe.escape(check.words))) in said if check.words else said.endswith("—")
+        for check, (_, _, _, row_text) in zip(record.judged.checks, rows, strict=True):
+            assert text_of(str(markupsafe.escape(check.words))) in row_text if check.words else row_text.endswith("—")
         assert f"Score <strong>{record.judged.score:.2f}</strong>" in text
+
+
+def test_the_site_reads_the_whole_verdict_from_the_record_and_never_calls_the_judge(
+        offline_runs: OfflineRuns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every verdict goes through these two, whoever imported `judge`: building the site must reach neither.
+    def judged_again(*_: object, **__: object) -> None:
+        raise AssertionError("the site called the judge")
+
+    monkeypatch.setattr(CallFacts, "of", judged_again)
+    monkeypatch.setattr(verdict_module, "assessed", judged_again)
+    write([offline_runs.bad], tmp_path / "site")
+    failed = [r for r in load(offline_runs.bad).latest.values() if r.outcome == "fail"]
+    assert failed
+    for record in failed:
+        judged = record.judged
+        assert judged is not None and len(judged.blame) == len(record.failures)
+        text = (tmp_path / "site" / "items" / "bad" / f"{Workspace.locate(offline_runs.bad, record).relative}.html"
+                ).read_text(encoding="utf-8")
+        cells = re.findall(r'data-check="([^"]+)".*?<td class="expected">(.*?)</td>\s*<td class="observed">(.*?)</td>',
+                           text, re.DOTALL)
+        assert [(name, markupsafe.Markup(e).unescape(), markupsafe.Markup(o).unescape()) for name, e, o in cells] == \
+            [(c.name, *map(said, values_of(c, judged))) for c in judged.checks]
+        # never_edits builds before the approval: what the gate expected, and what the judge found instead.
+        assert ("confirmation", "no build before the approval", "a build before the approval") in \
+            [(name, markupsafe.Markup(e).unescape(), markupsafe.Markup(o).unescape()) for name, e, o in cells]
+        assert 'class="tlrow blamed"' in text  # the record's blame, shown on the timeline
 
 
 def test_an_items_page_shows_a_share_an_ungraded_check_and_a_score_from_before_checks(scored: ScoredSite) -> None:

@@ -30,7 +30,7 @@ from pytest_palette.arena.skill_runs import Began, Ended, Parsed, Record, Record
 from pytest_palette.arena.workspace import Workspace
 from pytest_palette.cases import Case, Expect
 from pytest_palette.judge import judge
-from pytest_palette.run.evidence import Evidence, builds_in, calls_of
+from pytest_palette.judge.evidence import Evidence, builds_in, calls_of
 from pytest_palette.skill import PACKAGED_SKILLS
 
 SCRIPTS = PACKAGED_SKILLS / "palette" / "scripts"

@@ -13,6 +13,7 @@ from ledger_records import as_record, record
 
 from pytest_palette.cases import Case, CaseFileError, Expect, load_cases
 from pytest_palette.judge import PASSED, judge
+from pytest_palette.judge.evidence import Evidence
 from pytest_palette.rehearsal.conversation import Conversation, LoadSkill, Reply, RunCommand, ToolResult, UserSaid
 from pytest_palette.rehearsal.known_bad import AlwaysTriggers
 from pytest_palette.rehearsal.policy import RehearsalPolicy, asks_for_deck
@@ -20,7 +21,6 @@ from pytest_palette.results.record import Judged, Record, Terms, Usage
 from pytest_palette.results.report import build_report, to_json, to_markdown
 from pytest_palette.results.table import render
 from pytest_palette.results.tally import Triggers, tally, triggered, triggers
-from pytest_palette.run.evidence import Evidence
 from pytest_palette.skill import load_skill
 
 REPO = Path(__file__).resolve().parent.parent

@@ -21,8 +21,8 @@ from pytest_palette.arena.untrusted import Refused, copy, listing, read_bytes, r
 from pytest_palette.arena.workspace import UnsafeRecord, Workspace, record_refusal
 from pytest_palette.cases import Case, Expect
 from pytest_palette.commands import main
+from pytest_palette.judge.evidence import MIN_PPTX_BYTES, inspect_deck, newest_deck, read_folder, save_outputs, trace_of
 from pytest_palette.results.record import from_json
-from pytest_palette.run.evidence import MIN_PPTX_BYTES, inspect_deck, newest_deck, read_folder, save_outputs, trace_of
 from pytest_palette.run.session import run_copies
 
 SECRET = "root-only-secret-4f1e"

@@ -30,6 +30,12 @@ from .command_log import CommandLog
 from .skill_runs import RECORD_NAME
 
 TRACE_NAME = "palette-calls.jsonl"
+#: output/: the copies of what the agent produced, made once its conversation ended, named here and read by
+#: these names (the deck as `<case>.pptx`, the plan beside it, the deck's previews as deck.py names them).
+OUTPUT = PurePosixPath("output")
+PLAN_COPY = OUTPUT / "plan.md"
+#: A slide's preview, as deck.py names it: its number is the slide's.
+PREVIEW = re.compile(r"slide-(\d{1,9})\.png")
 TURNS_NAME = "turns.json"
 COMMANDS_NAME = "commands.jsonl"
 #: A host's name as a folder and a page of the site carry it: letters, digits, `_`, `.` and `-`, no `..`.
@@ -147,7 +153,12 @@ class Workspace:
 
     @property
     def output(self) -> Path:
-        return self.folder / "output"
+        return self.folder / OUTPUT
+
+    @staticmethod
+    def deck_copy(case: str) -> PurePosixPath:
+        """Where output/ keeps the deck of `case`, relative to the item's folder."""
+        return OUTPUT / f"{case}.pptx"
 
     @property
     def trace(self) -> Path:

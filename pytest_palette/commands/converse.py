@@ -12,10 +12,10 @@ from ..arena.workspace import Workspace
 from ..backend import describe_backend
 from ..hosts import builtin, builtin_classes
 from ..hosts.base import COMMAND_TIMEOUT, TURN_TIMEOUT, HostError, HostSettings, OptionRefused, TurnRecord
+from ..judge.evidence import format_call, inspect_deck, newest_deck, read_trace
 from ..layer.route import route_of
 from ..models import ModelUnavailable, parse_model
 from ..run.conversation import Transcript, conversation_environment, open_sandbox
-from ..run.evidence import format_call, inspect_deck, newest_deck, read_trace
 from ..run.readiness import readiness
 from ..skill import PACKAGED_SKILLS, InstallError, SkillNotFound, load_skill, skill_hash
 

@@ -9,12 +9,13 @@ from pathlib import Path
 from ..arena import untrusted
 from ..arena.sandbox import UNCONFINED
 from ..arena.workspace import UnsafeRecord, Workspace, item_label
+from ..judge.evidence import calls_of, format_call
+from ..results.checks import said, values_of
 from ..results.ledger import LEDGER_NAME, load
 from ..results.marks import MARK
 from ..results.record import Record
 from ..results.report import unconfined_words
 from ..run.conversation import Transcript
-from ..run.evidence import calls_of, format_call
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,12 +71,18 @@ def describe(workspace: Workspace, record: Record, verbose: bool) -> list[str]:
         lines.append(f"   covers: {case.covers}")
     lines += [f"   ✗ {failure}" for failure in record.failures if record.outcome != "pass"]
     judged = record.judged
-    deck = workspace.output / f"{record.case}.pptx"
+    deck = workspace.folder / Workspace.deck_copy(record.case)
     gone = "" if untrusted.is_regular(deck) else \
         " (a link or not a file: not shown)" if deck.is_symlink() or deck.exists() else \
         " (no longer on disk: removed after the run)"
     lines.append(f"   deck: {judged.slides} slides, IBM Plex={judged.has_plex}, {deck}{gone}" if judged and judged.deck
                  else "   deck: none")
+    for check in judged.checks if judged else ():
+        expected, observed = values_of(check, judged)  # type: ignore[arg-type]  # judged is set here
+        state = "not graded" if check.passed is None else "held" if check.passed else "FAILED"
+        told = (expected, observed) != (None, None)
+        values = f": expected {said(expected)}, observed {said(observed)}" if told else ""
+        lines.append(f"   check {check.name} ({check.role}) {state}{values}")
     calls, source, _, _ = calls_of(workspace)
     lines += [f"   note: {note}" for note in (judged.notes if judged else ())]
     if not calls:

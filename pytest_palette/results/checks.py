@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .record import GATE, JUDGED, SCORED, Check, Judged, Record, Role
+from .record import GATE, JUDGED, SCORED, Check, Judged, Record, Role, Value
 
 #: Where a rule's failure goes when it names no check (a project's rules written before checks): a gate, so a
 #: failure of those rules still scores 0, as a fail did.
@@ -50,6 +50,26 @@ PALETTE_CHECKS: dict[str, CheckSpec] = {
     "subject": CheckSpec(SCORED, "a subject a reply names is covered (rule 11)"),
     "question": CheckSpec(SCORED, "a question is answered before anything changes (rule 12)"),
 }
+#: What Palette's checks and the near miss expect, in the words a report shows beside what was found (the rules
+#: give them: judge/palette.py; `values_of` tells them again for records written before they were kept).
+NO_DECK = "no deck"
+APPROVED_FIRST = "no build before the approval"
+PALETTE_DECK = "a deck in IBM Plex"
+EDITED = "edit-plan"
+CONTEXT_FLAGS = "--context or --source"
+NO_CALL = "no call of the skill"
+
+
+def spun(spins: int, polls: int | None = None) -> str:
+    """The poll check's values: the spins allowed ("at most 3 spins"), or made ("5 spins of 7 polls")."""
+    return f"at most {spins} spins" if polls is None else f"{spins} spins of {polls} polls"
+
+
+def calls_made(calls: int) -> str:
+    """The near miss's observed value: no call of the skill, or how many."""
+    return NO_CALL if not calls else f"{calls} call{'s' if calls > 1 else ''} of the skill"
+
+
 #: The checks every skill has: its rules' failures that name no check, and the model-graded ones.
 COMMON_CHECKS: dict[str, CheckSpec] = {
     NEAR_MISS: CheckSpec(GATE, "a request that needs no skill (expect.skill false) is answered without it"),
@@ -69,6 +89,8 @@ class Outcome:
     credit: float
     share: float | None = None
     words: str = ""
+    expected: Value | None = None
+    observed: Value | None = None
 
 
 def merged(name: str, outcomes: Iterable[Outcome], spec: CheckSpec | None, weights: Mapping[str, float],
@@ -82,9 +104,13 @@ def merged(name: str, outcomes: Iterable[Outcome], spec: CheckSpec | None, weigh
     shares = [o.share for o in found if o.share is not None]
     # A finding that could not be graded leaves the whole check ungraded: what it would have been is not known.
     passed = None if any(o.passed is None for o in found) else all(o.passed for o in found)
+    # What it asked and found: the first failing finding's that says, else the first that says.
+    told = [o for o in found if o.expected is not None or o.observed is not None]
+    values = next((o for o in told if o.passed is False), told[0] if told else Outcome(None, 0.0))
     return Check(name=name, role=role, weight=float(weight), passed=passed,
                  credit=min(o.credit for o in found), share=min(shares) if shares else None,
-                 words="; ".join(o.words for o in found if o.words))
+                 words="; ".join(o.words for o in found if o.words), expected=values.expected,
+                 observed=values.observed)
 
 
 def score(checks: Iterable[Check]) -> float:
@@ -124,3 +150,35 @@ def derived_score(outcome: str, failures: tuple[str, ...], judged: Judged | None
     if judged.rules is not None or any(words in failure for failure in failures for words in GATE_WORDS):
         return 0.0
     return None
+
+
+def values_of(check: Check, judged: Judged) -> tuple[Value | None, Value | None]:
+    """What `check` expected and observed: its own, else, in a record written before checks kept them, what the
+    judged facts beside it still tell for Palette's checks (None where they do not)."""
+    if check.expected is not None or check.observed is not None or judged.rules is not None:
+        return check.expected, check.observed
+    name = check.name
+    if name == "slides":
+        return None, judged.slides
+    if name == "polls" and judged.max_polls is not None and judged.spins is not None and judged.polls is not None:
+        return spun(judged.max_polls), spun(judged.spins, judged.polls)
+    if name == "edit" and judged.edit_expected:
+        return EDITED, EDITED if judged.edit_called and not judged.replanned_after_edit else \
+            "edit-plan, then a new plan" if judged.edit_called else "no edit-plan"
+    if name == "context" and judged.context_expected:
+        return CONTEXT_FLAGS, CONTEXT_FLAGS if judged.context_reached else "neither"
+    if name == "deck":
+        return PALETTE_DECK, PALETTE_DECK if judged.has_plex else "a .pptx without IBM Plex" if judged.deck \
+            else "no .pptx"
+    if name == NEAR_MISS:
+        return NO_CALL, calls_made(len(judged.calls))
+    return None, None
+
+
+def said(value: Value | None) -> str:
+    """A check's value as a report shows it: yes or no, a number, the words; "—" when not known."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -43,6 +43,8 @@ Fraction = Annotated[float, Meta(ge=0, le=1)]
 Role = Literal["gate", "scored"]
 GATE: Role = "gate"
 SCORED: Role = "scored"
+#: A value a check expected or observed: a count, a share, a yes or no, or a few words.
+Value = str | int | float | bool
 #: A folder inside the run: relative, with no `..` that could lead out of it.
 Folder = Annotated[str, Meta(pattern=r"^(?!/)(?!(?:.*/)?\.\.(?:/|$)).+$")]
 
@@ -93,6 +95,11 @@ class Check(Struct, **_PARTS):
     share: Fraction | None = None
     #: The judge's words: why it failed, what it measured.
     words: str = ""
+    #: What the check asked for and what the judge found on disk (slides asked and built, polls allowed and
+    #: spun, the edit asked and made, the skill expected and used); None where a check says neither, and in
+    #: records written before they were kept (`checks.values_of` tells them from the judged facts where it can).
+    expected: Value | None = None
+    observed: Value | None = None
 
 
 class Judged(Struct, cache_hash=True, **_PARTS):
@@ -132,6 +139,9 @@ class Judged(Struct, cache_hash=True, **_PARTS):
     #: derived, where the facts allow: `score_of`) in records written before checks.
     checks: tuple[Check, ...] = ()
     score: Fraction | None = None
+    #: Beside each of the record's failures, in order, the calls that broke its rule (indexes into the calls the
+    #: judge read: `calls`); () for a failure that is what was not done. () in records written before it was kept.
+    blame: tuple[tuple[Count, ...], ...] = ()
 
 
 class Usage(Struct, **_PARTS):

@@ -16,11 +16,11 @@ from ..backend import agent_environment
 from ..cases import Case
 from ..hosts import stops
 from ..hosts.base import HandedOver, Host, HostError, HostSession, HostSettings, TurnRecord
+from ..judge.evidence import builds_in
 from ..layer.route import Route, route_of
 from ..models import ModelSpec
 from ..results.redaction import Secrets
 from ..skill import SkillCard
-from .evidence import builds_in
 
 #: How a failed turn's message names the model calls its client retried first.
 RETRIED = "retried model call"

@@ -20,13 +20,13 @@ from typing import Any, Protocol
 from ..arena.workspace import COMMANDS_NAME, TRACE_NAME, TURNS_NAME
 from ..cases import Case
 from ..judge import Verdict, with_findings
+from ..judge.content import deck_text, not_mentioned, topic_words
+from ..judge.evidence import Evidence
 from ..models import ModelSpec, ModelUnavailable, build_chat_model
 from ..results.checks import COMMON_CHECKS, RUBRIC, VALIDITY
 from ..results.prices import Price
 from ..results.record import Check
 from ..rules import Failure, Finding, Passed, Ungraded
-from .content import deck_text, not_mentioned, topic_words
-from .evidence import Evidence
 
 #: A rubric check holds at this grade or above ("meets it, mostly"); below, it fails. Its credit is the grade.
 RUBRIC_PASS = 0.5

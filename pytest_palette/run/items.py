@@ -22,14 +22,13 @@ import pytest
 from ..arena.sandbox import Sandbox
 from ..cases import Case, CaseFileError, item_name, load_cases
 from ..hosts.base import HandedOver, Host, HostSettings
-from ..judge import PALETTE, Verdict, explain
+from ..judge import PALETTE, Verdict, evidence, explain
 from ..options import Settings
 from ..results.ledger import append, open_run
 from ..results.prices import FROM_PROVIDER, FROM_TABLE, Price
 from ..results.record import CostSource, FamilyRun, Judged, Outcome, Record, Terms, Usage, from_json
 from ..results.table import RECORD_PROPERTY
 from ..skill import SkillCard
-from . import evidence
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
 from .conversation import HostFailure, NotStarted, Transcript, as_left, converse, open_sandbox
 from .grading import Spent, grade
@@ -316,7 +315,7 @@ def _judged(verdict: Verdict, on_disk: evidence.Evidence) -> Judged:
                   calls_from=verdict.calls_from, notes=verdict.notes, skill_expected=verdict.skill_expected,
                   skill_used=verdict.skill_used, rules=None if verdict.rules == PALETTE else verdict.rules,
                   deck_by=evidence.deck_by(on_disk), checks=verdict.checks,
-                  score=verdict.score)
+                  score=verdict.score, blame=verdict.blame)
 
 
 def _usage(transcript: Transcript | None, started: float, ended: float, price: Price | None = None,

@@ -14,10 +14,10 @@ from ..arena import untrusted
 from ..arena.command_log import SKILL_SCRIPT
 from ..arena.workspace import Workspace
 from ..cases import Case
-from ..judge import PALETTE, Verdict, judge
+from ..judge import PALETTE, Verdict, evidence, judge
+from ..judge.evidence import Evidence
 from ..rules import SkillRules
-from . import evidence, faults
-from .evidence import Evidence
+from . import faults
 
 
 @dataclass(frozen=True)

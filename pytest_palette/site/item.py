@@ -14,21 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from ..arena import code_log, command_log, untrusted
-from ..arena.workspace import Workspace, item_label
-from ..cases import Case
+from ..arena.workspace import OUTPUT, PLAN_COPY, PREVIEW, Workspace, item_label
 from ..hosts.stops import SAID
-from ..judge import PALETTE, answer_of, call_args
-from ..results.checks import COMMON_CHECKS, PALETTE_CHECKS, score_of
-from ..results.record import GATE, JUDGED, Check, Record
-from ..run import evidence
+from ..judge import PALETTE, answer_of, call_args, evidence
+from ..results.checks import COMMON_CHECKS, PALETTE_CHECKS, said, score_of, values_of
+from ..results.record import GATE, JUDGED, Check, Record, Value
 from ..run.conversation import Transcript
-from ..run.judging import judge_folder
 
 #: Output longer than this many lines is folded on the page.
 FOLD_LINES = 12
 #: The most of a turn's whole error a page shows (an upstream's answer can be 40 KB and more).
 ERROR_FILE_SHOWN = 256 * 1024
-_SLIDE = re.compile(r"^slide-(\d+)\.png$")
 
 
 @dataclass
@@ -123,6 +119,8 @@ class CheckView:
 
     check: Check
     about: str
+    #: What it expected and observed (`values_of`: the record's, or told from its judged facts).
+    values: tuple[Value | None, Value | None] = (None, None)
 
     @property
     def state(self) -> str:
@@ -137,6 +135,14 @@ class CheckView:
     def gate(self) -> bool:
         return self.check.role == GATE
 
+    @property
+    def expected(self) -> str:
+        return said(self.values[0])
+
+    @property
+    def observed(self) -> str:
+        return said(self.values[1])
+
 
 def checks_of(record: Record) -> tuple[list[CheckView], float | None, str]:
     """The record's checks, its score, and where the score comes from: "checks" (its own), "derived" (written
@@ -147,7 +153,7 @@ def checks_of(record: Record) -> tuple[list[CheckView], float | None, str]:
         return [], None, ""
     # Palette's catalogue says what its checks ask; a skill's own rules' live in its project's conftest.py.
     known = {**(PALETTE_CHECKS if (judged.rules or PALETTE) == PALETTE else {}), **COMMON_CHECKS}
-    views = [CheckView(c, known[c.name].about if c.name in known else "") for c in judged.checks]
+    views = [CheckView(c, known[c.name].about if c.name in known else "", values_of(c, judged)) for c in judged.checks]
     score = score_of(record)
     return views, score, "checks" if judged.score is not None else "unknown" if score is None else "derived"
 
@@ -246,13 +252,13 @@ def read(run_folder: Path, record: Record) -> Item:
             if call.at is not None:
                 call.at -= origin
     item.revisions = _revisions(calls)
-    item.failures = _failures(item, case, transcript)
+    item.failures = _failures(item, tuple(str(call.get("command", "?")) for call in calls))
     return item
 
 
 def _deck(workspace: Workspace, case: str, refused: list[str]) -> Path | None:
     """The deck saved in output/, when it is a regular file of the item's folder within its bound."""
-    deck = Path("output", f"{case}.pptx")
+    deck = Path(Workspace.deck_copy(case))
     try:
         with untrusted.open_file(workspace.folder, deck) as handle:
             if os.fstat(handle.fileno()).st_size > untrusted.DECK_BYTES:
@@ -269,10 +275,10 @@ def previews(workspace: Workspace) -> tuple[dict[int, Path], dict[int, str]]:
     """The deck's slide previews in output/ by slide number, the first PREVIEWS of them: each regular file, and
     for each one that is not (a link, a FIFO …) why it is not shown. A number is the slide's own, whatever is left
     out before it."""
-    listing = untrusted.listing(workspace.folder, Path("output"), lambda name: _SLIDE.match(name) is not None)
-    numbered = {int(m[1]): entry.path for entry in listing.files if (m := _SLIDE.match(entry.path.name))}
+    listing = untrusted.listing(workspace.folder, Path(OUTPUT), lambda name: PREVIEW.fullmatch(name) is not None)
+    numbered = {int(m[1]): entry.path for entry in listing.files if (m := PREVIEW.fullmatch(entry.path.name))}
     left_out = {int(m[1]): f"{error.path} {error.why}: not shown" for error in listing.refused
-                if (m := _SLIDE.match(error.path.name))}
+                if (m := PREVIEW.fullmatch(error.path.name))}
     first = sorted(numbered.keys() | left_out.keys())[:untrusted.PREVIEWS]
     return ({n: numbered[n] for n in first if n in numbered},
             {n: left_out[n] for n in first if n in left_out})
@@ -354,32 +360,25 @@ def _revisions(calls: list[dict[str, Any]]) -> list[Revision]:
     return revisions
 
 
-def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[FailureView]:
-    """The judge's words as recorded, each beside the calls that broke its rule. Those are found by judging the
-    folder again (the judge reads only the disk); where today's judge reads it otherwise, the page says so."""
+def _failures(item: Item, read_now: tuple[str, ...]) -> list[FailureView]:
+    """The judge's words as recorded, each beside the calls the record says broke its rule (the record holds the
+    whole verdict: the site never judges). `read_now` is the calls as read from the folder for the page, which
+    must be the calls the judge read for the record's blame to point into them."""
     record = item.record
-    if record.outcome != "fail":
+    judged = record.judged
+    if record.outcome != "fail" or judged is None:
         return [FailureView(words, [], "") for words in record.failures]
-    blame: dict[str, tuple[int, ...]] = {}
-    # A project's own rules live in its conftest.py, a family's graders are its own: only Palette's can be applied
-    # again here.
-    again = case is not None and record.judged is not None and (record.judged.rules or PALETTE) == PALETTE
-    if again and case is not None:
-        try:
-            verdict = judge_folder(case, item.workspace, host=record.host, started=transcript.started,
-                                   room=True).verdict
-            if verdict is not None:  # no fault: it was judged
-                blame = dict(zip(verdict.failures, verdict.blame, strict=False))
-        except (OSError, ValueError) as error:  # an unreadable folder: the words stand alone
-            return [FailureView(words, [], f"the folder could not be read again ({error})")
-                    for words in record.failures]
+    if len(judged.blame) != len(record.failures):
+        why = "the record does not say which calls broke its rule (it was written before that was kept)" \
+            if judged.calls else ""
+        return [FailureView(words, [], why) for words in record.failures]
+    if read_now != judged.calls:
+        return [FailureView(words, [], "the calls read from the folder now are not those the judge read "
+                                       f"({' → '.join(judged.calls) or 'none'}): no call is shown")
+                for words in record.failures]
     failures = []
-    for words in record.failures:
-        if words not in blame:
-            failures.append(FailureView(words, [], "today's judge does not find this in the folder (palette-bench "
-                                                   "rejudge shows what it finds)" if again else ""))
-            continue
-        shown = [item.calls[i] for i in blame[words] if i < len(item.calls)]
+    for words, blamed in zip(record.failures, judged.blame, strict=True):
+        shown = [item.calls[i] for i in blamed if i < len(item.calls)]
         for call in shown:
             call.blamed = True
         unblamed = "no call to show: the rule is broken by what was not done, or by what no call the records hold did"
@@ -390,7 +389,7 @@ def _failures(item: Item, case: Case | None, transcript: Transcript) -> list[Fai
 def plan_text(item: Item) -> str:
     """The plan the deck was built from, as saved beside it (a regular file within PLAN_BYTES)."""
     try:
-        return untrusted.read_text(item.workspace.folder, Path("output", "plan.md"), untrusted.PLAN_BYTES)
+        return untrusted.read_text(item.workspace.folder, Path(PLAN_COPY), untrusted.PLAN_BYTES)
     except untrusted.Refused as error:
         item.refused.append(f"{error.path} {error.why}: not shown")
     except OSError:

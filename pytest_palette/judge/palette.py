@@ -1,24 +1,21 @@
-"""The one judge: a case's verdict from what is on disk, never from what the agent said.
+"""Palette's rules (docs/judge.md), registered through the same hook a project uses for its own skill (rules.py).
 
-Every host is scored by `judge()` with the rules of the skill under test: Palette's are here, registered
-through the same hook a project uses for its own skill (rules.py). The item asserts on its Verdict, and the
-assertion hook renders a failed Verdict the same way in a user's own Python test (`assert verdict == PASSED`).
+Each rule reads only the evidence (evidence.py): the deck, the skill's call trace, our record of the commands.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from .cases import DEFAULT_MAX_POLLS, Case, Expect, item_name
-from .replies import ReplyKind, classify_reply, named_slide, named_topic
-from .results.checks import CALLS, COMMON_CHECKS, NEAR_MISS, PALETTE_CHECKS, RULES, CheckSpec, Outcome, merged, score
-from .results.record import GATE, Check
-from .rules import Failure, Finding, Note, Passed, SkillRules, Ungraded
-from .run.content import coverage, deck_text, figures, headings, not_mentioned, topic_words
-from .run.evidence import MIN_PPTX_BYTES, Evidence
+from ..cases import Case
+from ..replies import ReplyKind, classify_reply, named_slide, named_topic
+from ..results.checks import APPROVED_FIRST, CONTEXT_FLAGS, EDITED, NO_DECK, PALETTE_CHECKS, PALETTE_DECK, spun
+from ..rules import Failure, Finding, Note, Passed, SkillRules
+from .content import coverage, deck_text, figures, headings, not_mentioned, topic_words
+from .evidence import MIN_PPTX_BYTES, Evidence
 
 #: The skill the package ships and judges out of the box.
 PALETTE = "palette"
@@ -29,145 +26,6 @@ JOBS = {"plan": "plan", "edit": "plan", "plan-status": "plan", "start": "build",
 #: A poll that holds at least this long (asked for, or took) waited for the work; one that answers sooner while
 #: the work still runs is a spin. Far below deck.py's own holds (60-90 s), far above any process start-up.
 HOLD_FLOOR = 10.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class Verdict:
-    """A case's result on one host: passed when no rule failed, with every fact the rules read, so that a
-    record of it needs to apply no rule again."""
-
-    case: str
-    host: str
-    failures: tuple[str, ...]
-    slides: int
-    polls: int
-    commands: tuple[str, ...]
-    pptx: str | None = None
-    has_plex: bool = False
-    notes: tuple[str, ...] = field(default=())
-    #: The case's own poll ceiling, which `spins` was judged against.
-    max_polls: int = DEFAULT_MAX_POLLS
-    context_expected: bool = False
-    #: A call passed the pasted material by --context or --source.
-    context_reached: bool = False
-    edit_expected: bool = False
-    edit_called: bool = False
-    #: The plan was drafted again after the first edit: the approved revision was discarded.
-    replanned_after_edit: bool = False
-    #: Polls that did not wait for the work: answered "still running" without holding, or asked again about
-    #: work already collected. Counted from what each call was, so the same agent counts the same on any machine.
-    spins: int = 0
-    #: Where the calls were read: "trace" (the skill's), "host" (our record of the commands), "" (no call).
-    calls_from: str = "trace"
-    #: Whether the case needed the skill (`expect.skill`), and whether it was used: any call of it. A trigger is a
-    #: call of the skill's script; loading its instructions alone leaves nothing the judge can read on every host.
-    skill_expected: bool = True
-    skill_used: bool = False
-    #: Beside each failure, the calls that broke its rule (indexes into the evidence's calls): the page of a
-    #: failed item shows the command beside the words. Empty where the failure is what was not done.
-    blame: tuple[tuple[int, ...], ...] = field(default=(), compare=False)
-    #: The skill whose rules judged the case (`pytest_palette_add_rules`).
-    rules: str = PALETTE
-    #: Every check the rules made of the case, with its role and weight (pytest_palette/checks.py).
-    checks: tuple[Check, ...] = field(default=(), compare=False)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    @property
-    def score(self) -> float:
-        """The run's score in [0, 1] from its checks: 0 when a gate failed (docs/judge.md, "Checks")."""
-        return score(self.checks) if self.checks or self.ok else 0.0
-
-    def __eq__(self, other: object) -> bool:
-        # `assert verdict == PASSED` reads like what it asks, and lets pytest_assertrepr_compare explain it.
-        if other is PASSED:
-            return self.ok
-        if isinstance(other, Verdict):
-            return (self.case, self.host, self.failures) == (other.case, other.host, other.failures)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash((self.case, self.host, self.failures))
-
-
-class _Passed:
-    """The verdict a passing case equals."""
-
-    def __repr__(self) -> str:
-        return "PASSED"
-
-
-PASSED = _Passed()
-
-
-def judge(case: Case, evidence: Evidence, host: str = "", rules: SkillRules | None = None,
-          skill: str = PALETTE) -> Verdict:
-    """Apply the rules of `skill` (Palette's unless given) and return every failure in words, with the facts of
-    the calls beside them. A near miss (`expect.skill` false) is judged by `near_miss` alone, for any skill."""
-    facts = CallFacts.of(evidence)
-    rules = rules or PALETTE_RULES
-    # A call the evidence cannot read could have been anything, a build before the approval among them: the item
-    # cannot pass on it, whatever the rules find in the calls it can read.
-    unread = [Failure(words, (), CALLS) for words in evidence.doubts]
-    findings = [*unread, *(near_miss(case, evidence) if not case.expect.skill else rules.judge(case, evidence))]
-    expect = case.expect
-    found = assessed(findings, {**COMMON_CHECKS, **rules.checks}, expect)
-    return Verdict(
-        case=case.name, host=host, failures=found.failures, slides=evidence.slides, polls=facts.polls,
-        commands=tuple(evidence.commands), pptx=str(evidence.pptx) if evidence.pptx else None,
-        has_plex=evidence.has_plex, notes=evidence.call_notes + found.notes, max_polls=expect.max_polls,
-        context_expected=expect.context, context_reached=facts.context_reached, edit_expected=expect.edit,
-        edit_called=facts.first_edit is not None, replanned_after_edit=facts.replanned, spins=len(facts.spinning),
-        calls_from=evidence.calls_from, skill_expected=expect.skill, skill_used=bool(evidence.calls),
-        blame=found.blame, rules=skill, checks=found.checks)
-
-
-@dataclass(frozen=True)
-class Assessed:
-    """What findings come to: the failures in words with the calls each blames, the notes, and the checks."""
-
-    failures: tuple[str, ...]
-    blame: tuple[tuple[int, ...], ...]
-    notes: tuple[str, ...]
-    checks: tuple[Check, ...]
-
-
-def assessed(findings: Iterable[Finding], specs: Mapping[str, CheckSpec], expect: Expect) -> Assessed:
-    """Findings as a verdict holds them: each failure in words (a plain string is one that blames no call), each
-    check merged from its findings with the case's weights and gates (`specs`: the checks the rules declare)."""
-    failures: list[str] = []
-    blame: list[tuple[int, ...]] = []
-    notes: list[str] = []
-    found: dict[str, list[Outcome]] = {}
-    for finding in findings:
-        if isinstance(finding, Note):
-            notes.append(finding.words)
-        elif isinstance(finding, Passed):
-            found.setdefault(finding.check, []).append(Outcome(True, finding.credit, finding.share, finding.words))
-        elif isinstance(finding, Ungraded):
-            found.setdefault(finding.check, []).append(Outcome(None, 0.0, None, finding.words))
-        elif isinstance(finding, Failure):
-            failures.append(finding.words)
-            blame.append(finding.calls)
-            found.setdefault(finding.check or RULES, []).append(
-                Outcome(False, finding.credit, finding.share, finding.words))
-        else:
-            failures.append(str(finding))
-            blame.append(())
-            found.setdefault(RULES, []).append(Outcome(False, 0.0, None, str(finding)))
-    checks = tuple(merged(name, outcomes, specs.get(name), dict(expect.weights), expect.gates)
-                   for name, outcomes in found.items())
-    return Assessed(tuple(failures), tuple(blame), tuple(notes), checks)
-
-
-def with_findings(verdict: Verdict, findings: Iterable[Finding], specs: Mapping[str, CheckSpec],
-                  expect: Expect) -> Verdict:
-    """The verdict with more findings (the model-graded checks, run/grading.py) judged into it as the rules' are."""
-    found = assessed(findings, specs, expect)
-    return replace(verdict, failures=verdict.failures + found.failures, blame=verdict.blame + found.blame,
-                   notes=verdict.notes + found.notes, checks=verdict.checks + found.checks)
 
 
 @dataclass(frozen=True)
@@ -205,45 +63,52 @@ def palette_rules(case: Case, evidence: Evidence) -> Iterator[Finding]:
         # Nothing else is judged: the user never approved, so there is no deck to inspect.
         if evidence.decks:
             yield Failure(f"a deck was built although the user never approved it — the confirmation gate "
-                          f"was skipped ({evidence.decks[0].name})", tuple(starts[:1]), "declined")
+                          f"was skipped ({evidence.decks[0].name})", tuple(starts[:1]), "declined",
+                          expected=NO_DECK, observed=evidence.decks[0].name)
         elif evidence.unfinished:
             yield Failure(f"a build was started although the user never approved it — the confirmation gate "
-                          f"was skipped (still running in {evidence.unfinished[0]})", tuple(starts[:1]), "declined")
+                          f"was skipped (still running in {evidence.unfinished[0]})", tuple(starts[:1]), "declined",
+                          expected=NO_DECK, observed="a build still running")
         else:
-            yield Passed("declined")
+            yield Passed("declined", expected=NO_DECK, observed=NO_DECK)
         return
     early = built_before_approval(case, evidence)
     if early:
-        yield Failure(early[0], (early[1],) if early[1] is not None else (), "confirmation")
+        yield Failure(early[0], (early[1],) if early[1] is not None else (), "confirmation", expected=APPROVED_FIRST,
+                      observed="a build before the approval")
     elif case.replies:  # with no reply there is no approval to wait for
-        yield Passed("confirmation")
+        yield Passed("confirmation", expected=APPROVED_FIRST, observed=APPROVED_FIRST)
     if evidence.pptx is None:
         yield Failure(f"no .pptx was produced (no deck.pptx of at least {MIN_PPTX_BYTES:,} bytes under the "
-                      "workspace)", tuple(starts[-1:]), "deck")
+                      "workspace)", tuple(starts[-1:]), "deck", expected=PALETTE_DECK, observed="no .pptx")
         if evidence.unfinished:
             yield Failure(f"a build was still running when the conversation ended: {evidence.unfinished[0]}",
-                          tuple(starts[-1:]), "deck")
+                          tuple(starts[-1:]), "deck", expected=PALETTE_DECK, observed="no .pptx")
         return
     if not evidence.has_plex:
-        yield Failure("the .pptx does not carry IBM Plex — it was not rendered by Palette", tuple(starts[-1:]), "deck")
+        yield Failure("the .pptx does not carry IBM Plex — it was not rendered by Palette", tuple(starts[-1:]), "deck",
+                      expected=PALETTE_DECK, observed="a .pptx without IBM Plex")
     else:
-        yield Passed("deck")
+        yield Passed("deck", expected=PALETTE_DECK, observed=PALETTE_DECK)
     if expect.slides is not None:
         if evidence.slides != expect.slides:
-            yield Failure(f"asked for {expect.slides} slides, got {evidence.slides}", tuple(starts[-1:]), "slides")
+            yield Failure(f"asked for {expect.slides} slides, got {evidence.slides}", tuple(starts[-1:]), "slides",
+                          expected=expect.slides, observed=evidence.slides)
         else:
-            yield Passed("slides")
+            yield Passed("slides", expected=expect.slides, observed=evidence.slides)
     if expect.edit:
         if facts.first_edit is None:
             # What was done instead: the plan drafted again, else the build of the unchanged plan.
             yield Failure(f"the user asked for a change but edit-plan was never called "
-                          f"(calls: {', '.join(commands) or 'none'})", tuple((plans[1:] or starts)[:1]), "edit")
+                          f"(calls: {', '.join(commands) or 'none'})", tuple((plans[1:] or starts)[:1]), "edit",
+                          expected=EDITED, observed="no edit-plan")
         elif facts.replanned:
             yield Failure("edit-plan was called and then the plan was drafted again from scratch — "
                           "the revision the user approved was discarded",
-                          tuple([i for i in plans if i > facts.first_edit][:1]), "edit")
+                          tuple([i for i in plans if i > facts.first_edit][:1]), "edit", expected=EDITED,
+                          observed="edit-plan, then a new plan")
         else:
-            yield Passed("edit")
+            yield Passed("edit", expected=EDITED, observed=EDITED)
     unchanged, untold, told = named_slides_unchanged(case, evidence)
     for words, edit in unchanged:
         yield Failure(words, (edit,), "named_slide")
@@ -254,16 +119,17 @@ def palette_rules(case: Case, evidence: Evidence) -> Iterator[Finding]:
         yield Failure(f"{spins} status polls did not wait for the work ({polls} polls in all: each answered "
                       f"while it still ran without holding {HOLD_FLOOR:g} s, or asked again about work already "
                       "collected) — each is a model round trip, and the step budget is finite. "
-                      "The commands should be holding, not spinning", facts.spinning, "polls")
+                      "The commands should be holding, not spinning", facts.spinning, "polls",
+                      expected=spun(expect.max_polls), observed=spun(spins, polls))
     else:
-        yield Passed("polls")
+        yield Passed("polls", expected=spun(expect.max_polls), observed=spun(spins, polls))
     if expect.context:
         if not facts.context_reached:
             yield Failure("pasted material never reached the plan — neither --context nor --source was used, "
                           "so it was retyped or summarised into the request, which loses the grounding",
-                          tuple(plans[:1]), "context")
+                          tuple(plans[:1]), "context", expected=CONTEXT_FLAGS, observed="neither")
         else:
-            yield Passed("context")
+            yield Passed("context", expected=CONTEXT_FLAGS, observed=CONTEXT_FLAGS)
     yield from material_missing(case, evidence)
     yield from named_topics_missing(case, evidence)
     yield from questions_acted_on(case, evidence)
@@ -277,18 +143,6 @@ def palette_rules(case: Case, evidence: Evidence) -> Iterator[Finding]:
 
 #: The first user of the rules hook: the plugin registers these for the skill named "palette".
 PALETTE_RULES = SkillRules(judge=palette_rules, description="Palette's rules (docs/judge.md)", checks=PALETTE_CHECKS)
-
-
-def near_miss(case: Case, evidence: Evidence) -> Iterator[Finding]:
-    """A case whose request needs no skill (`expect.skill` false): any call of the skill fails it, with the blame
-    on the first; no call passes. Nothing else is judged — with no call there is nothing to judge."""
-    commands = evidence.commands
-    if commands:
-        yield Failure(f"the skill was used although the request needed none: {' → '.join(commands)}", (0,), NEAR_MISS)
-        return
-    yield Passed(NEAR_MISS)
-    if evidence.decks:  # not a failure (the skill was not the one to make it), but worth a look
-        yield Note(f"a .pptx was left in the workspace without a call of the skill: {evidence.decks[0].name}")
 
 
 def built_before_approval(case: Case, evidence: Evidence) -> tuple[str, int | None] | None:
@@ -453,10 +307,11 @@ def material_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:
         plans = [i for i, command in enumerate(evidence.commands) if command == "plan"]
         yield Failure(f"{covered.missing()} (the deck carries {covered.share:.0%} of its {covered.total} figures "
                       f"and headings; the case asks for at least {expect.content:.0%})", tuple((given or plans)[:1]),
-                      "content", credit, share)
+                      "content", credit, share, expected=expect.content, observed=share)
     else:
         yield Passed("content", credit, share, f"the deck carries {covered.share:.0%} of the pasted material's "
-                                               f"{covered.total} figures and headings")
+                                               f"{covered.total} figures and headings", expected=expect.content,
+                     observed=share)
 
 
 def named_topics_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:
@@ -478,7 +333,7 @@ def named_topics_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:
             text = answer_of(call).get("text")
             revised = text if isinstance(text, str) else revised
         if revised is not None and not not_mentioned(revised, words):
-            yield Passed("subject")
+            yield Passed("subject", expected=topic, observed="covered")
             continue
         text = deck_text(evidence.pptx)
         said = f"reply {index + 1} ({reply!r}) asked for {topic}"
@@ -487,16 +342,19 @@ def named_topics_missing(case: Case, evidence: Evidence) -> Iterator[Finding]:
             continue
         absent = not_mentioned(text, words)
         if not absent:
-            yield Passed("subject")
+            yield Passed("subject", expected=topic, observed="covered")
             continue
         listed = ", ".join(f"\u201c{word}\u201d" for word in absent)
         if changed is not None:
             yield Failure(f"{said}, but the edit left it out: neither the plan revised in that turn nor the deck "
-                          f"mentions it (no {listed})", (changed,), "subject")
+                          f"mentions it (no {listed})", (changed,), "subject", expected=topic, observed="left out")
         else:
-            yield Failure(f"{said}, but the deck does not mention it (no {listed})", tuple(starts[-1:]), "subject")
+            yield Failure(f"{said}, but the deck does not mention it (no {listed})", tuple(starts[-1:]), "subject",
+                          expected=topic, observed="left out")
 
 
+#: What the question check expects: an answer, and nothing changed in its turn.
+ANSWERED = "an answer, nothing changed"
 #: The calls that change what will be built: none belongs in the turn of a question.
 CHANGING = frozenset({"plan", "edit", "start"})
 
@@ -519,13 +377,15 @@ def questions_acted_on(case: Case, evidence: Evidence) -> Iterator[Finding]:
         if acted:
             done = ", ".join(str(evidence.calls[i].get("command")) for i in acted)
             yield Failure(f"{said}, but the agent acted on it instead of answering ({done} in that turn): a question "
-                          "asks for nothing to change", acted, "question")
+                          "asks for nothing to change", acted, "question", expected=ANSWERED,
+                          observed=f"{done} in its turn")
         answers = evidence.answers
         silent = len(answers) == 1 + len(case.replies) and not answers[index + 1].strip()
         if silent:
-            yield Failure(f"{said}, but the agent said nothing in that turn", (), "question")
+            yield Failure(f"{said}, but the agent said nothing in that turn", (), "question", expected=ANSWERED,
+                          observed="said nothing")
         if not acted and not silent:
-            yield Passed("question")
+            yield Passed("question", expected=ANSWERED, observed=ANSWERED)
 
 
 def call_args(call: dict[str, Any]) -> dict[str, Any]:
@@ -533,21 +393,3 @@ def call_args(call: dict[str, Any]) -> dict[str, Any]:
     args = call.get("args")
     return args if isinstance(args, dict) else {}
 
-
-def explain(verdict: Verdict) -> list[str]:
-    """A failed verdict in lines: what failed, then the call chain that shows why."""
-    lines = [f"palette case {item_name(verdict.case, verdict.host)} failed:"] if verdict.host else \
-        [f"palette case {verdict.case} failed:"]
-    lines += [f"  ↳ {failure}" for failure in verdict.failures]
-    failed = [check for check in verdict.checks if check.passed is False]
-    gates = [check.name for check in failed if check.role == GATE]
-    if gates:
-        lines.append(f"  score: 0 — the {' and '.join(gates)} gate{'s' if len(gates) > 1 else ''} failed")
-    elif failed:
-        lines.append(f"  score: {verdict.score:.2f} — failed: {', '.join(check.name for check in failed)}")
-    deck = f"{verdict.slides} slides, IBM Plex={verdict.has_plex}, {verdict.pptx}" if verdict.pptx else "none"
-    lines.append(f"  deck: {deck}")
-    calls = " → ".join(verdict.commands) if verdict.commands else "(none — the skill was never driven)"
-    lines.append(f"  calls: {calls}")
-    lines += [f"  note: {note}" for note in verdict.notes]
-    return lines

@@ -8,7 +8,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-import re
 import time
 import warnings
 import zipfile
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..arena import command_log, skill_runs, untrusted
-from ..arena.workspace import Workspace
+from ..arena.workspace import PLAN_COPY, PREVIEW, Workspace
 from ..cases import Case
 from ..results.record import DeckBy
 
@@ -231,8 +230,6 @@ def deck_by(evidence: Evidence) -> DeckBy:
     return "palette" if next(built, None) is not None else "agent"
 
 
-#: A slide's preview, as deck.py names it: its number is the slide's.
-_PREVIEW = re.compile(r"slide-(\d{1,9})\.png")
 #: Files named one by one in a note that refuses several for one reason.
 _NAMED = 3
 
@@ -248,13 +245,13 @@ def save_outputs(case: Case, evidence: Evidence, output: Path, run: untrusted.Bu
     work, notes = evidence.workspace, []
     budget = untrusted.Budget(untrusted.ITEM_COPY_BYTES, "the item's copies", within=run)
     try:
-        untrusted.copy(work, evidence.pptx, output / f"{case.name}.pptx", untrusted.DECK_BYTES, budget)
+        untrusted.copy(work, evidence.pptx, output / Workspace.deck_copy(case.name).name, untrusted.DECK_BYTES, budget)
     except untrusted.Refused as refused:  # it changed since it was judged, or the run's copies are spent
         notes.append(f"the deck {refused.path} {refused.why}, not copied")
     beside = evidence.pptx.parent.relative_to(work)
     plan = _newest_plan(work, beside, notes)
     if plan is not None:
-        _copy_noted(work, plan, output / "plan.md", untrusted.PLAN_BYTES, budget, notes)
+        _copy_noted(work, plan, output / PLAN_COPY.name, untrusted.PLAN_BYTES, budget, notes)
     notes += _copy_previews(work, beside, output, budget)
     return replace(evidence, call_notes=evidence.call_notes + tuple(notes)) if notes else evidence
 
@@ -262,7 +259,7 @@ def save_outputs(case: Case, evidence: Evidence, output: Path, run: untrusted.Bu
 def _copy_previews(work: Path, beside: Path, output: Path, budget: untrusted.Budget) -> list[str]:
     """Copy the slide-N.png beside the deck, in slide order, at most PREVIEWS of them; the notes, each reason once
     with the files it refused (an agent may leave thousands)."""
-    listing = untrusted.listing(work, beside, lambda name: _PREVIEW.fullmatch(name) is not None)
+    listing = untrusted.listing(work, beside, lambda name: PREVIEW.fullmatch(name) is not None)
     refused: dict[str, list[str]] = {}
     for each in listing.refused:
         refused.setdefault(each.why, []).append(each.path.name)
@@ -283,7 +280,7 @@ def _copy_previews(work: Path, beside: Path, output: Path, budget: untrusted.Bud
 
 
 def _slide_number(name: str) -> tuple[int, str]:
-    found = _PREVIEW.fullmatch(name)
+    found = PREVIEW.fullmatch(name)
     return (int(found[1]) if found else 0), name
 
 
