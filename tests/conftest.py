@@ -13,6 +13,13 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+# langgraph and the react host (below), imported once for the test process, before any pytester snapshot of
+# sys.modules: an in-process session (`pytester.runpytest`) drops what it imported when it ends, and a module
+# half imported before it (a test importing langchain_core.messages alone) left the next react session with
+# messages of two copies of a class ("turn 2 failed: ValueError: Got unsupported message type"). Each in-process
+# react session also no longer imports them again.
+import langgraph.checkpoint.memory
+import langgraph.prebuilt  # noqa: F401
 import pytest
 from browser import Browser, require
 from sites import OfflineRuns, make_offline_runs
@@ -20,6 +27,7 @@ from sweeps import CACHE_VARIABLE, Sweeps
 from unprivileged import Unprivileged
 from unprivileged import problem as unprivileged_problem
 
+import pytest_palette.hosts.react  # noqa: F401  (see langgraph above)
 from pytest_palette.hosts.cuga import SHARED_WARM, warm_server
 from pytest_palette.hosts.cuga_setup import SETTINGS_FILES
 

@@ -57,6 +57,9 @@ class OfflineRuns:
     hosts: tuple[str, ...] = HOSTS
     #: A host whose items the good run skipped (its client is not installed here) → the ledger's reason.
     missing: dict[str, str] = field(default_factory=dict)
+    #: What the good run's session printed (its terminal table among it), and its JUnit report.
+    good_output: str = ""
+    good_junit: Path | None = None
 
     def skip_if_missing(self, host: str) -> None:
         """Skip the calling test when the good run could not run `host` here, with the reason."""
@@ -69,7 +72,7 @@ def make_offline_runs(sweeps: Sweeps) -> OfflineRuns:
     if reason:
         # Like a missing browser: skipped on a developer's machine, a failure where CI must run everything.
         (pytest.fail if required() else pytest.skip)(f"the offline runs need the agent's sandbox: {reason}")
-    runs = {}
+    runs, printed = {}, {}
     for run_id, model, hosts in (("good", "rehearsal", HOSTS), ("bad", BAD_MODEL, ("react",))):
         sweep = sweeps.run("-m", "core", f"--host={','.join(hosts)}", f"--model={model}", f"--palette-run-id={run_id}")
         # Exit 1 is a run with failed items (the bad one); a usage error or a crash leaves no usable ledger.
@@ -77,12 +80,14 @@ def make_offline_runs(sweeps: Sweeps) -> OfflineRuns:
             raise RuntimeError(f"the {run_id} run ({model}) did not finish (exit {sweep.returncode}):\n"
                                f"{sweep.stdout[-3000:]}\n{sweep.stderr[-3000:]}")
         runs[run_id] = sweep.runs / run_id
+        printed[run_id] = (sweep.stdout, sweep.folder / "junit.xml")
     missing: dict[str, str] = {}
     for record in load(runs["good"]).latest.values():
         if record.outcome == "skipped":
             missing.setdefault(record.host, "; ".join(record.failures).removeprefix(f"{record.host}: ") or "skipped")
     return OfflineRuns(good=runs["good"], bad=runs["bad"], bad_model=BAD_MODEL, bad_fails=must_fail(),
-                       cases=tuple(case.name for case in core_cases()), missing=missing)
+                       cases=tuple(case.name for case in core_cases()), missing=missing,
+                       good_output=printed["good"][0], good_junit=printed["good"][1])
 
 
 # -- hand-made scores over the real runs' item folders ----------------------------------------------------------

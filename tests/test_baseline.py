@@ -29,9 +29,10 @@ from pytest_palette.results import stats
 from pytest_palette.results.compare import compare, to_markdown
 from pytest_palette.results.ledger import append, load
 from pytest_palette.results.lift import NOT_RECORDED, instead
+from pytest_palette.results.markdown import to_markdown as report_markdown
+from pytest_palette.results.model import ReportError, build_report
 from pytest_palette.results.record import NO_SKILL, Judged, from_json
-from pytest_palette.results.report import ReportError, build_report, to_json
-from pytest_palette.results.report import to_markdown as report_markdown
+from pytest_palette.results.report_json import to_json
 from pytest_palette.results.tally import tally
 from pytest_palette.run.conversation import open_sandbox
 

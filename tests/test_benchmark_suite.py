@@ -192,7 +192,8 @@ def test_compare_flags_exactly_the_cases_a_known_bad_agent_fails(sweeps: Sweeps)
 
 @pytest.mark.slow
 def test_three_repeats_of_the_core_cases_give_fifteen_records_and_pass_at_k(tmp_path: Path) -> None:
-    from pytest_palette.results.report import build_report, to_markdown
+    from pytest_palette.results.markdown import to_markdown
+    from pytest_palette.results.model import build_report
 
     results = run_suite(tmp_path, "rehearsal", "-m", "core", "--palette-runs", "3", "-n", "2")
     assert not any(results.values())
@@ -247,7 +248,8 @@ def test_without_the_skill_its_decks_fail_and_report_and_compare_show_the_lift(t
 @pytest.mark.parametrize("flaw", ["", "always_triggers"])
 def test_the_report_gives_trigger_recall_and_precision_over_near_misses_and_deck_cases(sweeps: Sweeps,
                                                                                       flaw: str) -> None:
-    from pytest_palette.results.report import build_report, to_markdown
+    from pytest_palette.results.markdown import to_markdown
+    from pytest_palette.results.model import build_report
     from pytest_palette.results.tally import ratio
 
     # The known-bad one on the near misses and the core cases: both sides of each ratio, at a fraction of the cost.
@@ -301,8 +303,9 @@ def test_each_known_bad_agent_fails_exactly_its_documented_cases(sweeps: Sweeps,
     if flaw == "summarises_context":  # partial credit where a pass/fail said only "fail"
         corpus = [r.judged.score for r in load(flawed(sweeps, flaw).runs).latest.values() if "corpus" in r.tags]
         assert len(corpus) >= 10 and all(score is not None and 0 < score < 1 for score in corpus), corpus
-        from pytest_palette.results.report import build_report, score_text
-        from pytest_palette.results.report import to_markdown as report_markdown
+        from pytest_palette.results.markdown import score_text
+        from pytest_palette.results.markdown import to_markdown as report_markdown
+        from pytest_palette.results.model import build_report
 
         report = build_report(load(flawed(sweeps, flaw).runs))
         [column] = report.columns
@@ -440,7 +443,7 @@ def test_a_recorded_run_replays_through_the_real_client_with_the_same_verdicts(s
     missing = after["approve_casually"]
     assert missing.outcome == "skipped" and "nothing to replay: react/approve_casually has no cassette" in \
         missing.failures[0]
-    from pytest_palette.results.report import ReportError, build_report
+    from pytest_palette.results.model import ReportError, build_report
 
     with pytest.raises(ReportError, match="under 2 fingerprints"):  # live and replayed are never pooled
         build_report([*before.values(), *after.values()])

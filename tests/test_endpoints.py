@@ -37,7 +37,8 @@ from pytest_palette.rehearsal.hostile import FORWARDER_TRIES
 from pytest_palette.rehearsal.injection import MAX_IN_A_ROW, FaultSchedule
 from pytest_palette.rehearsal.server import RehearsalServer
 from pytest_palette.results.ledger import load
-from pytest_palette.results.report import build_report, to_markdown
+from pytest_palette.results.markdown import to_markdown
+from pytest_palette.results.model import build_report
 
 CORE = {"plain_request", "approve_casually", "pasted_notes", "edit_slide_count", "conditional_yes"}
 #: One of them, for the hosts whose every conversation costs seconds of CPU to start (cuga, claude): with the

@@ -111,6 +111,7 @@ def test_a_rubric_is_a_scored_check_that_holds_from_half_and_fails_the_run_below
                                                                                           "reason": "ok"}, 3, 4)))))
     [rubric] = [c for c in high.checks if c.name == "rubric"]
     assert (rubric.role, rubric.passed, rubric.credit) == ("scored", True, 0.6) and high.ok
+    assert (rubric.expected, rubric.observed) == (0.5, 0.6)  # the pass mark, and the grade
     assert high.score == pytest.approx((1 + 0.6) / 2)  # polls and the rubric are scored; the gates held
     assert (spent.input_tokens, spent.output_tokens) == (3, 4)
     low, _ = grade(case, make_evidence(), verdict, Graders(ModelGrader(SPEC, None, Scripted(({"score": 0.2,
@@ -143,6 +144,7 @@ def test_the_validity_check_is_a_gate_that_reads_the_commands_the_host_recorded(
     graded, _ = grade(case, evidence, verdict, Graders(validity=RehearsalGrader()))
     [validity] = [c for c in graded.checks if c.name == "validity"]
     assert (validity.role, validity.passed) == ("gate", False) and graded.score == 0.0 and not graded.ok
+    assert (validity.expected, validity.observed) == (True, False)
     assert graded.failures[-1].startswith("the agent did not stay within the user's request")
     clean, _ = grade(case, make_evidence(), judge(case, make_evidence(), "react"), Graders(validity=RehearsalGrader()))
     assert clean.ok and [c.passed for c in clean.checks if c.name == "validity"] == [True]

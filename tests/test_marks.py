@@ -8,9 +8,10 @@ from typing import Any
 from ledger_records import record, records
 
 from pytest_palette.results import step_summary
+from pytest_palette.results.markdown import to_markdown
 from pytest_palette.results.marks import LOOKS, MARK, cell_outcome, cell_text
-from pytest_palette.results.report import build_report, to_markdown
-from pytest_palette.results.table import render
+from pytest_palette.results.model import build_report
+from pytest_palette.results.table import render, session_matrix_of
 from pytest_palette.results.tally import tally
 from pytest_palette.site import matrix
 
@@ -34,7 +35,7 @@ def test_every_surface_prints_a_cell_with_the_one_formatter() -> None:
     shown = records(record(case=case, run_index=i, **fields) for case, (runs, _, _) in CELLS.items()
                     for i, fields in enumerate(runs, 1))
     counted = tally(shown)
-    table = render(counted, ["react"])
+    table = render(session_matrix_of(shown, ["react"]))
     summary = step_summary.markdown(shown, ["react"])
     markdown = to_markdown(build_report(shown))
     [row_of] = [{row.case: row.cells[0] for row in matrix.build([matrix.run_view(Path("run"), shown)], {}).rows}]

@@ -17,8 +17,10 @@ from ledger_records import as_record, record
 
 from pytest_palette.commands import main as palette_bench
 from pytest_palette.results.ledger import LedgerWarning, append, load
+from pytest_palette.results.markdown import to_markdown
+from pytest_palette.results.model import build_report
 from pytest_palette.results.record import Judged, RecordError, from_json
-from pytest_palette.results.report import build_report, to_json, to_markdown
+from pytest_palette.results.report_json import to_json
 
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_palette"
 SCHEMA_1_RUN = Path(__file__).parent / "fixtures" / "run-schema-1"

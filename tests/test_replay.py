@@ -418,7 +418,7 @@ def test_a_run_recorded_from_a_keyed_provider_replays_on_every_host_with_the_pro
     from pytest_palette.hosts.codex import find_codex
     from pytest_palette.rehearsal.server import RehearsalServer
     from pytest_palette.results.ledger import load
-    from pytest_palette.results.report import ReportError, build_report
+    from pytest_palette.results.model import ReportError, build_report
 
     repo = Path(__file__).resolve().parent.parent
     # react and cuga speak OpenAI's chat wire, codex its Responses wire, claude Anthropic's: one recording each

@@ -14,8 +14,10 @@ from pytest_palette.commands import main as palette_bench
 from pytest_palette.results import compare as compare_module
 from pytest_palette.results.compare import SAME_SKILL
 from pytest_palette.results.ledger import append, load
-from pytest_palette.results.report import ReportError, to_json, to_markdown
-from pytest_palette.results.report import build_report as build_from_records
+from pytest_palette.results.markdown import to_markdown
+from pytest_palette.results.model import ReportError
+from pytest_palette.results.model import build_report as build_from_records
+from pytest_palette.results.report_json import to_json
 
 
 def build_report(items: list[dict[str, Any]] | Any, **options: Any) -> Any:
@@ -449,10 +451,9 @@ def test_two_runs_of_the_same_cases_on_different_hosts_compare_host_against_host
 
 
 def test_the_terminal_table_shows_each_cells_score_and_each_hosts_mean() -> None:
-    from pytest_palette.results.table import render
-    from pytest_palette.results.tally import tally
+    from pytest_palette.results.table import render, session_matrix_of
 
-    lines = render(tally(scored({"alpha": [1.0], "beta": [0.25]})), ["react"])
+    lines = render(session_matrix_of(scored({"alpha": [1.0], "beta": [0.25]}), ["react"]))
     row = next(line for line in lines if line.startswith("beta"))
     assert "FAIL 0.25" in row
     footer = next(line for line in lines if line.startswith("react:"))

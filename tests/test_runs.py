@@ -232,7 +232,9 @@ def comparable(report: dict[str, object]) -> dict[str, object]:
 
 @pytest.mark.end_to_end
 def test_two_shards_reported_together_equal_the_unsharded_run(pytester: pytest.Pytester, cases: Path) -> None:
-    from pytest_palette.results.report import build_report, to_json, to_markdown
+    from pytest_palette.results.markdown import to_markdown
+    from pytest_palette.results.model import build_report
+    from pytest_palette.results.report_json import to_json
 
     common = ["-p", "no:cacheprovider", "--palette-runs", "2", "--palette-run-id", "same", "-k", "three or held"]
     # Folder names of one length: the rehearsal model's token estimate reads the paths in its tool results.
@@ -314,7 +316,7 @@ def pytest_palette_add_hosts(hosts, config):
 
 @pytest.mark.end_to_end
 def test_a_case_with_its_own_poll_ceiling_is_judged_and_reported_against_it(pytester: pytest.Pytester) -> None:
-    from pytest_palette.results.report import build_report
+    from pytest_palette.results.model import build_report
 
     pytester.makeconftest(POLLER)
     pytester.mkdir("cases")

@@ -17,9 +17,11 @@ from pytest_palette.judge.evidence import Evidence
 from pytest_palette.rehearsal.conversation import Conversation, LoadSkill, Reply, RunCommand, ToolResult, UserSaid
 from pytest_palette.rehearsal.known_bad import AlwaysTriggers
 from pytest_palette.rehearsal.policy import RehearsalPolicy, asks_for_deck
+from pytest_palette.results.markdown import to_markdown
+from pytest_palette.results.model import build_report
 from pytest_palette.results.record import Judged, Record, Terms, Usage
-from pytest_palette.results.report import build_report, to_json, to_markdown
-from pytest_palette.results.table import render
+from pytest_palette.results.report_json import to_json
+from pytest_palette.results.table import render, session_matrix_of
 from pytest_palette.results.tally import Triggers, tally, triggered, triggers
 from pytest_palette.skill import load_skill
 
@@ -349,7 +351,7 @@ def test_recall_and_precision_count_every_run() -> None:
     assert "| Trigger precision: the skill needed where it was used | 3/4 = 75% |" in markdown
     assert to_json(build_report(records))["hosts"][0]["metrics"]["triggers"] == {
         "needed": 4, "needed_and_used": 3, "used": 4, "near_misses": 2}
-    assert "react trigger: recall 3/4 = 75% · precision 3/4 = 75%" in render(tally(records), ["react"])
+    assert "react trigger: recall 3/4 = 75% · precision 3/4 = 75%" in render(session_matrix_of(records, ["react"]))
 
 
 def test_without_a_near_miss_precision_is_not_applicable_and_the_table_says_nothing() -> None:
@@ -358,7 +360,7 @@ def test_without_a_near_miss_precision_is_not_applicable_and_the_table_says_noth
     markdown = to_markdown(build_report(records))
     assert "| Trigger recall: the skill used where the request needed it | 1/2 = 50% |" in markdown
     assert "| Trigger precision: the skill needed where it was used | n/a (no near-miss case) |" in markdown
-    assert not any("trigger" in line for line in render(tally(records), ["react"]))
+    assert not any("trigger" in line for line in render(session_matrix_of(records, ["react"])))
 
 
 def test_records_from_before_the_fields_count_as_needing_the_skill_and_using_it_when_they_called_it() -> None:

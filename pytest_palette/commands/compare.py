@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..results.compare import SAME_SKILL, compare, to_markdown
-from ..results.report import ReportError
+from ..results.model import ReportError
 from .report import counted, emit_markdown, refuse_outputs
 
 

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 from ..results.ledger import LEDGER_NAME, find, load
-from ..results.report import ReportError, build_report, to_json, to_markdown
+from ..results.markdown import to_markdown
+from ..results.model import ReportError, build_report
+from ..results.report_json import to_json
 from ..results.tally import Tally, tally
 from ..run.credentials import secrets_here
 

@@ -12,9 +12,9 @@ from ..arena.workspace import UnsafeRecord, Workspace, item_label
 from ..judge.evidence import calls_of, format_call
 from ..results.checks import said, values_of
 from ..results.ledger import LEDGER_NAME, load
+from ..results.markdown import unconfined_words
 from ..results.marks import MARK
 from ..results.record import Record
-from ..results.report import unconfined_words
 from ..run.conversation import Transcript
 
 

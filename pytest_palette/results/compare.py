@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from . import lift, stats, tasks
 from .ledger import Reading
 from .marks import table_lines
+from .model import Column, Report, build_report
 from .prices import money
 from .record import Record
-from .report import Column, Report, build_report
 from .tally import Cell, Tally, tally
 
 SAME_SKILL = ("same skill hash: any difference is noise or a change outside the skill (model, budgets, host "

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from . import stats
 from .record import Outcome
 from .stats import MeanScore
 from .tally import Cell
@@ -97,3 +98,45 @@ def table_lines(header: list[str], rows: Iterable[list[str]]) -> list[str]:
 
 def _row(cells: Iterable[str]) -> str:
     return "| " + " | ".join(text.replace("|", "\\|") for text in cells) + " |"
+
+
+def cell_detail(cell: Cell | None) -> str:
+    """The cell's text (`cell_text`), then its median slides, worst polls, and errors and skips: the Markdown
+    report's case-by-case table."""
+    if cell is None:
+        return ABSENT
+    head = " ".join(filter(None, (LOOKS[cell_outcome(cell)].emoji, cell_count(cell), cell_score(cell))))
+    if cell.n == 0:
+        return head
+    extra = apart(cell.errors, cell.skipped)
+    slides = stats.weighted_median(dict(cell.slides))
+    polls = max(cell.polls) if cell.polls else None
+    parts = [head, f"{number(slides)} sl" if slides is not None else "? sl", f"{polls}p" if polls is not None else "?p"]
+    return " · ".join(parts) + (f" (+{extra})" if extra != "—" else "")
+
+
+def cell_line(cell: Cell | None) -> str:
+    """The cell's text, then its median slides and seconds and its worst polls: the terminal table's columns."""
+    if cell is None:
+        return cell_text(cell)
+    slides = sorted(s for s, count in cell.slides.items() for _ in range(count) if s)
+    seconds = sorted(cell.seconds)
+    polls = max(cell.polls) if cell.polls else None
+    shown_slides = f"{slides[len(slides) // 2]}sl" if slides else "-"
+    shown_seconds = f"{seconds[len(seconds) // 2]:.1f}s" if seconds else "—"
+    shown_polls = f"{polls}p" if polls is not None else ""
+    return f"{cell_text(cell):<5} {shown_slides:>4} {shown_seconds:>7} {shown_polls:>3}"
+
+
+def number(value: float | None, unit: str = "") -> str:
+    """A count or a measure: whole when it is, else to one decimal; "—" when not known."""
+    if value is None:
+        return "—"
+    text = f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+    return text + unit
+
+
+def apart(errors: int, skipped: int) -> str:
+    """The runs outside every denominator, in words ("2 errors, 1 skipped"); "—" when none."""
+    parts = ([f"{errors} error{'s' * (errors != 1)}"] if errors else []) + ([f"{skipped} skipped"] if skipped else [])
+    return ", ".join(parts) or "—"

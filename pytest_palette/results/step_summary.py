@@ -14,24 +14,22 @@ from ..cases import item_name
 from .marks import MARK, cell_text, table_lines
 from .record import Record
 from .redaction import Secrets
-from .table import footer, session_matrix
-from .tally import tally
+from .table import footer, session_matrix_of
 
 VARIABLE = "GITHUB_STEP_SUMMARY"
 
 
 def markdown(records: Sequence[Record], hosts: Sequence[str]) -> str:
     """The matrix, the footer and the failures as Markdown (empty without records)."""
-    counted = tally(records)
-    if not counted.cells:
+    if not records:
         return ""
-    shown = session_matrix(counted, hosts)
+    shown = session_matrix_of(records, hosts)
     runs = sorted({record.run_id for record in records})
     lines = [f"### pytest-palette: run {', '.join(runs)}", ""]
-    lines += table_lines(["case", *shown.columns],
-                         ([_text(case)] + [cell_text(shown.cells.get((case, host))) for host in shown.columns]
+    lines += table_lines(["case", *(c.label for c in shown.columns)],
+                         ([_text(case)] + [cell_text(shown.cell(case, c)) for c in shown.columns]
                           for case in shown.cases))
-    lines += ["", *(f"- {_text(line)}" for line in footer(counted, shown))]
+    lines += ["", *(f"- {_text(line)}" for line in footer(shown))]
     failed = [record for record in records if record.outcome in ("fail", "error")]
     if failed:
         repeated = any(record.run_index > 1 for record in records)

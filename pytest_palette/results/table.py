@@ -1,7 +1,7 @@
 """The cross-host table printed at the end of a session: one row per case, one column per host.
 
-Rendered from the same tally as `report`, over the records the session's items carried on their reports —
-so it reads the same with and without xdist.
+Rendered from the run's model (results/model.py), as `report` is, over the records the session's items carried on
+their reports — so it reads the same with and without xdist.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from .marks import cell_text, mean_text
+from .marks import cell_line, cell_text, mean_text
+from .model import Column, Report, build_report
 from .prices import money
-from .record import Record, RecordError, from_json
-from .tally import Cell, Group, Tally, case_mean_score, tally, triggers
+from .record import NO_SKILL, Record, RecordError, from_json
+from .tally import Cell
 
 #: The report property that carries an item's record (a JSON line).
 RECORD_PROPERTY = "palette.record"
@@ -44,135 +45,112 @@ class TableReporter:
         if not self.records:
             return
         terminalreporter.write_sep("=", "palette summary")
-        for line in render(tally(self.ordered()), self.hosts):
+        for line in render(self.matrix()):
             terminalreporter.write_line(line)
 
     def ordered(self) -> list[Record]:
         """The session's records in the case files' order."""
         return [record for _, record in sorted(self.records, key=lambda pair: pair[0])]
 
+    def matrix(self) -> SessionMatrix:
+        """The session's model, in its hosts' and case files' order (the step summary shows the same)."""
+        return session_matrix_of(self.ordered(), self.hosts)
+
+
+def session_matrix_of(records: Sequence[Record], hosts: Sequence[str]) -> SessionMatrix:
+    """The model of a session's records (each host's terms side by side, never pooled), in the session's order."""
+    return session_matrix(build_report(records, allow_mixed=True), hosts, [r.case for r in records])
+
 
 @dataclass
 class SessionMatrix:
-    """A session's cases × hosts, for the terminal table and the step summary (the site's is `site.matrix.Matrix`):
-    each (case, host)'s cell merged across terms, with each host's model and sandboxes."""
+    """A session's cases × hosts, for the terminal table and the step summary (the site's is `site.matrix.Matrix`),
+    in the session's order: a view of the run's model, which holds every number shown."""
 
-    cells: dict[tuple[str, str], Cell]
+    report: Report
     cases: list[str]
-    #: The session's hosts first, in their order, then any other a record names.
-    columns: list[str]
-    models: dict[str, str]
-    sandboxes: dict[str, set[str]]
+    #: The session's hosts first, in their order, then any other column the records hold.
+    columns: list[Column]
+
+    def cell(self, case: str, column: Column) -> Cell | None:
+        return self.report.cell(case, column.label)
 
 
-def session_matrix(counted: Tally, hosts: Sequence[str]) -> SessionMatrix:
-    by_key: dict[tuple[str, str], Cell] = {}
-    models: dict[str, str] = {}
-    sandboxes: dict[str, set[str]] = {}
-    for (case, host, terms), cell in counted.cells.items():
-        by_key[(case, host)] = by_key[(case, host)].merge(cell) if (case, host) in by_key else cell
-        models[host] = terms.label
-        sandboxes.setdefault(host, set()).add(terms.sandbox)
-    cases = list(dict.fromkeys(case for case, _ in by_key))
-    columns = list(hosts) + sorted({host for _, host in by_key} - set(hosts))
-    return SessionMatrix(by_key, cases, columns, models, sandboxes)
+def session_matrix(report: Report, hosts: Sequence[str], cases: Sequence[str] = ()) -> SessionMatrix:
+    """The model's cells in the session's order: `cases` as the case files list them (the rest after, by name),
+    `hosts` as given."""
+    order = {host: i for i, host in enumerate(hosts)}
+    columns = sorted(report.columns, key=lambda c: (order.get(c.host, len(order)), c.host, c.label))
+    named = [case for case in dict.fromkeys(cases) if case in set(report.cases)]
+    return SessionMatrix(report, named + [case for case in report.cases if case not in set(named)], columns)
 
 
-def render(counted: Tally, hosts: Sequence[str]) -> list[str]:
+def render(shown: SessionMatrix) -> list[str]:
     """The table's lines: header, rows (with failures under disagreeing rows), warnings, footer."""
-    if not counted.cells:
-        return []
-    shown = session_matrix(counted, hosts)
-    by_key, cases, columns = shown.cells, shown.cases, shown.columns
-    width = max(len("case"), *(len(name) for name in cases)) + 2
-    column = max(24, *(len(h) + 2 for h in columns), *(len(_text(c)) + 2 for c in by_key.values()))
-    lines = ["case".ljust(width) + "".join(h.ljust(column) for h in columns).rstrip()]
-    for case in cases:
-        row = [by_key.get((case, host)) for host in columns]
-        lines.append(case.ljust(width) + "".join(_text(c).ljust(column) for c in row).rstrip())
-        present = [(host, c) for host, c in zip(columns, row, strict=True) if c is not None]
-        if len({cell_text(c, scored=False) for _, c in present}) > 1 or len(columns) == 1:
-            for host, cell in present:
+    columns, labels = shown.columns, [c.label for c in shown.columns]
+    cells = [cell for case in shown.cases for c in columns if (cell := shown.cell(case, c)) is not None]
+    width = max(len("case"), *(len(name) for name in shown.cases)) + 2
+    column = max(24, *(len(label) + 2 for label in labels), *(len(cell_line(c)) + 2 for c in cells))
+    lines = ["case".ljust(width) + "".join(label.ljust(column) for label in labels).rstrip()]
+    for case in shown.cases:
+        row = [shown.cell(case, c) for c in columns]
+        lines.append(case.ljust(width) + "".join(cell_line(c).ljust(column) for c in row).rstrip())
+        present = [(c.label, cell) for c, cell in zip(columns, row, strict=True) if cell is not None]
+        if len({cell_text(cell, scored=False) for _, cell in present}) > 1 or len(columns) == 1:
+            for label, cell in present:
                 failures = [*cell.failures, *cell.host_errors]
                 if not (cell.fails or cell.errors):
                     continue
-                prefix = f"{host}: " if len(columns) > 1 else ""
+                prefix = f"{label}: " if len(columns) > 1 else ""
                 lines += [" " * (width + 2) + f"↳ {prefix}{failure.removeprefix(prefix)}" for failure in failures]
-    return lines + footer(counted, shown)
+    return lines + footer(shown)
 
 
-def footer(counted: Tally, shown: SessionMatrix) -> list[str]:
+def footer(shown: SessionMatrix) -> list[str]:
     """Below the rows: a warning when the hosts ran different models, a line per host (its runs counted one by
     one, its model, spending and sandbox), its trigger recall and precision when near misses ran, and with several
     hosts how many cases tell them apart."""
-    by_key, columns, models, sandboxes = shown.cells, shown.columns, shown.models, shown.sandboxes
+    columns = shown.columns
     lines = []
+    models = {c.label: ", ".join(c.described) for c in columns}
     if len(set(models.values())) > 1:
         lines.append("! the hosts did not run the same model, so differences above are model *and* scaffold: "
                      + ", ".join(f"{h}={m}" for h, m in models.items()))
-    for host in columns:
-        own = [cell for (_, h), cell in by_key.items() if h == host]
-        skipped = sum(c.skipped for c in own)
-        lines.append(f"{host}: {sum(c.passes for c in own)} passed, {sum(c.fails for c in own)} failed, "
-                     f"{sum(c.errors for c in own)} errored" + (f", {skipped} skipped" if skipped else "")
-                     + (f" · model {models[host]}" if host in models else "")
-                     + (" · skill: none (baseline)" if any(terms.baseline for h, terms in counted.groups if h == host)
-                        else "")
-                     + _score(own)
-                     + _spending(counted, host)
-                     + (f" · commands {' and '.join(sorted(sandboxes[host]))}" if host in sandboxes else ""))
-    counted_triggers = {host: triggers(c for (_, h), c in by_key.items() if h == host) for host in columns}
-    if any(t.near_misses for t in counted_triggers.values()):  # only a session with near misses says it
-        lines += [f"{host} trigger: {t.text()}" for host, t in counted_triggers.items() if t.needed or t.near_misses]
+    for c in columns:
+        lines.append(f"{c.label}: {c.passes} passed, {c.fails} failed, {c.errors} errored"
+                     + (f", {c.skipped} skipped" if c.skipped else "")
+                     + (f" · model {models[c.label]}" if models[c.label] else "")
+                     + (" · skill: none (baseline)" if NO_SKILL in c.skill_hashes else "")
+                     + ("" if c.score is None else f" · score {mean_text(c.score, '95% ')}")
+                     + _spending(c)
+                     + (f" · commands {' and '.join(c.sandboxes)}" if c.sandboxes else ""))
+    if any(c.metrics.triggers.near_misses for c in columns):  # only a session with near misses says it
+        lines += [f"{c.label} trigger: {c.metrics.triggers.text()}" for c in columns
+                  if c.metrics.triggers.needed or c.metrics.triggers.near_misses]
     if len(columns) > 1:
-        rows = [[by_key.get((case, host)) for host in columns] for case in shown.cases]
-        everywhere = sum(all(c is not None for c in row) for row in rows)
-        disagreements = sum(len({cell_text(c, scored=False) for c in row if c is not None}) > 1 for row in rows)
+        rows = [[shown.cell(case, c) for c in columns] for case in shown.cases]
+        everywhere = sum(all(cell is not None for cell in row) for row in rows)
+        disagreements = sum(len({cell_text(cell, scored=False) for cell in row if cell is not None}) > 1
+                            for row in rows)
         tail = (f"{disagreements} discriminate between hosts" if disagreements
                 else "the hosts agreed everywhere they overlapped — nothing here distinguishes them")
         lines.append(f"{len(shown.cases)} case(s) · {everywhere} run on every host · {tail}")
     return lines
 
 
-def _text(cell: Cell | None) -> str:
-    """The cell's text, then its median slides and seconds and its worst polls."""
-    if cell is None:
-        return cell_text(cell)
-    slides = sorted(s for s, count in cell.slides.items() for _ in range(count) if s)
-    seconds = sorted(cell.seconds)
-    polls = max(cell.polls) if cell.polls else None
-    shown_slides = f"{slides[len(slides) // 2]}sl" if slides else "-"
-    shown_seconds = f"{seconds[len(seconds) // 2]:.1f}s" if seconds else "—"
-    shown_polls = f"{polls}p" if polls is not None else ""
-    return f"{cell_text(cell):<5} {shown_slides:>4} {shown_seconds:>7} {shown_polls:>3}"
-
-
-def _score(cells: list[Cell]) -> str:
-    """A host's mean score for its footer: over its cases (each case's mean over its runs), with its 95% interval."""
-    score = case_mean_score(cells)
-    return "" if score is None else f" · score {mean_text(score, '95% ')}"
-
-
 #: Where a host's cost came from, in a few words.
 SOURCES = {"provider": "from the client", "prices": "from your --palette-prices", "": "recorded"}
 
 
-def _spending(counted: Tally, host: str) -> str:
+def _spending(column: Column) -> str:
     """A host's tokens and cost for its footer: what its client reported, and where the cost came from (or
     which model had no price)."""
-    spent = Group()
-    unpriced: set[str] = set()
-    for (name, terms), group in counted.groups.items():
-        if name == host:
-            spent.merge(group)
-            if group.unpriced:
-                unpriced.add(terms.model)
-    tokens_in, tokens_out, cost = (spent.total(name) for name in ("input_tokens", "output_tokens", "cost_usd"))
+    tokens_in, tokens_out, cost = (column.usage.get(name) for name in ("input_tokens", "output_tokens", "cost_usd"))
     parts = []
     if tokens_in is not None or tokens_out is not None:
         parts.append(f"{tokens_in or 0:,.0f} in / {tokens_out or 0:,.0f} out tokens")
     if cost is not None:
-        parts.append(f"{money(cost)} ({', '.join(SOURCES.get(s, s) for s in sorted(spent.cost_from))})")
-    if unpriced:
-        parts.append(f"no price for {', '.join(sorted(unpriced))}: pass --palette-prices")
+        parts.append(f"{money(cost)} ({', '.join(SOURCES.get(s, s) for s in sorted(column.cost_from))})")
+    if column.unpriced_models:
+        parts.append(f"no price for {', '.join(column.unpriced_models)}: pass --palette-prices")
     return "".join(f" · {part}" for part in parts)

@@ -315,10 +315,12 @@ def grade(case: Case, evidence: Evidence, verdict: Verdict, graders: Graders) ->
             spent = spent.add(outcome)
             if outcome.score >= RUBRIC_PASS:
                 findings.append(Passed(RUBRIC, outcome.score, None,
-                                       f"graded {outcome.score:.2f} by {outcome.grader}: {outcome.reason}"))
+                                       f"graded {outcome.score:.2f} by {outcome.grader}: {outcome.reason}",
+                                       expected=RUBRIC_PASS, observed=outcome.score))
             else:
                 findings.append(Failure(f"{RUBRIC_FAILED} {outcome.score:.2f}, below {RUBRIC_PASS:g} "
-                                        f"({outcome.grader}): {outcome.reason}", (), RUBRIC, outcome.score))
+                                        f"({outcome.grader}): {outcome.reason}", (), RUBRIC, outcome.score,
+                                        expected=RUBRIC_PASS, observed=outcome.score))
         else:
             findings.append(Ungraded(RUBRIC, outcome))
     if graders.validity is not None:
@@ -327,8 +329,10 @@ def grade(case: Case, evidence: Evidence, verdict: Verdict, graders: Graders) ->
                           lambda grader: grader.validity(conversation_text(case, evidence.answers), commands))
         if isinstance(outcome, Grade):
             spent = spent.add(outcome)
-            findings.append(Passed(VALIDITY, 1.0, None, f"{outcome.reason} ({outcome.grader})") if outcome.score >= 1
-                            else Failure(f"{VALIDITY_FAILED} ({outcome.grader}): {outcome.reason}", (), VALIDITY))
+            findings.append(Passed(VALIDITY, 1.0, None, f"{outcome.reason} ({outcome.grader})", expected=True,
+                                   observed=True) if outcome.score >= 1
+                            else Failure(f"{VALIDITY_FAILED} ({outcome.grader}): {outcome.reason}", (), VALIDITY,
+                                         expected=True, observed=False))
         else:
             findings.append(Ungraded(VALIDITY, outcome))
     if not findings:

@@ -36,10 +36,10 @@ from ..arena.workspace import UnsafeRecord, Workspace
 from ..results.compare import SAME_SKILL
 from ..results.ledger import find, load
 from ..results.marks import LOOKS, mean_text
+from ..results.model import ReportError
 from ..results.prices import money
 from ..results.record import Record
 from ..results.redaction import Secrets
-from ..results.report import ReportError
 from . import charts, comparison, item, matrix, render
 from .folder import MARKER, refusal
 

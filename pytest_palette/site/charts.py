@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..results.report import Column
+from ..results.model import Column
 from .matrix import MatrixColumn, RunView
 
 #: Bins of a score histogram: 0–0.1, …, 0.9–1.0 (the last holds 1.0, a pass).

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from ..results.markdown import Table, score_text
+from ..results.markdown import tables as report_tables
 from ..results.marks import LOOKS, CellOutcome, Look, cell_outcome, cell_text
+from ..results.model import Column, Report, build_report
 from ..results.record import Record
-from ..results.report import Column, Report, Table, build_report, score_text
-from ..results.report import tables as report_tables
 from ..results.tally import Cell
 from .item import Item
 
