@@ -66,7 +66,7 @@ class Verdict:
     blame: tuple[tuple[int, ...], ...] = field(default=(), compare=False)
     #: The skill whose rules judged the case (`pytest_palette_add_rules`).
     rules: str = PALETTE
-    #: Every check the rules made of the case, with its role and weight (pytest_palette/checks.py).
+    #: Every check the rules made of the case, with its role and weight (results/checks.py).
     checks: tuple[Check, ...] = field(default=(), compare=False)
 
     @property

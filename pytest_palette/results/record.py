@@ -39,7 +39,7 @@ Amount = Annotated[float, Meta(ge=0)]
 RunIndex = Annotated[int, Meta(ge=1, le=2**31 - 1)]
 #: A part of a whole: a credit, a share, a score.
 Fraction = Annotated[float, Meta(ge=0, le=1)]
-#: A check's role (pytest_palette/checks.py): a gate fails the run and zeroes its score; a scored check adds to it.
+#: A check's role (results/checks.py): a gate fails the run and zeroes its score; a scored check adds to it.
 Role = Literal["gate", "scored"]
 GATE: Role = "gate"
 SCORED: Role = "scored"
@@ -82,7 +82,7 @@ class Terms(Struct, cache_hash=True, **_PARTS):
 
 
 class Check(Struct, **_PARTS):
-    """One check of a judged run (pytest_palette/checks.py): whether it held, and what it earned."""
+    """One check of a judged run (results/checks.py): whether it held, and what it earned."""
 
     name: Name
     role: Role
