@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BROWSER_PACKAGES := chromium chromium-driver libreoffice-impress-nogui poppler-utils
 
-.PHONY: setup sandbox browser bun codex bench converse test quick lint clean
+.PHONY: setup sandbox browser bun codex phoenix bench converse test quick lint clean
 
 # The claude and cuga hosts' clients come too, so their columns run offline against the rehearsal model.
 # cuga goes in without its own dependency list (torch, docling, browsers: several GB); requirements-cuga.txt
@@ -56,6 +56,15 @@ codex:
 		ln -sf ../node/node_modules/@openai/codex/bin/codex.js $(BIN)/codex; } || \
 		echo "note: the Codex CLI could not be installed (npm install @openai/codex@$(CODEX_VERSION)): its tests are skipped"
 
+# Arize Phoenix, the OpenTelemetry receiver the tests of --palette-otlp send traces to (tests/phoenix_server.py): in a
+# venv of its own, pinned, from PyPI (some 140 packages, several of which would clash with the hosts' clients here).
+PHOENIX_VENV ?= .venv-phoenix
+PHOENIX_VERSION := 20.26.1
+phoenix:
+	@[ -x $(PHOENIX_VENV)/bin/phoenix ] || { $(PYTHON) -m venv $(PHOENIX_VENV) && \
+		$(PHOENIX_VENV)/bin/python -m pip install -q arize-phoenix==$(PHOENIX_VERSION) >/dev/null 2>&1; } || \
+		echo "note: Arize Phoenix could not be installed (pip install arize-phoenix==$(PHOENIX_VERSION) in $(PHOENIX_VENV)): the OTLP tests are skipped"
+
 setup: $(STAMP)
 
 bench: $(STAMP)
@@ -74,7 +83,7 @@ converse: $(STAMP)
 # rewrites the asserts of every module of every installed plugin's package (ours, langsmith, hypothesis, anyio: 400
 # modules), and without a cache it does so again in every session (measured on a fresh clone: 4.1 → 2.0 CPU-s to
 # start a session). The package is compiled first for the sandboxed Pythons (the engine), which cannot write it.
-test: $(STAMP) bun codex
+test: $(STAMP) bun codex phoenix
 	$(BIN)/python -m compileall -q pytest_palette >/dev/null
 	PYTHONDONTWRITEBYTECODE= PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests -n 3 --dist worksteal --timeout 600
 
@@ -87,4 +96,4 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(PHOENIX_VENV)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -34,6 +36,13 @@ PROGRESS_AFTER = 10.0
 MIN_OUTPUT_LIMIT = 1_000
 #: The most retries of one model call (`--palette-model-retries`): with exponential backoff, more is a stuck item.
 MAX_MODEL_RETRIES = 20
+#: OpenTelemetry's own variables naming a collector (`--palette-otlp` when not given): the traces' URL as it is,
+#: and a base URL the signal's path goes after, as the SDK reads them.
+OTLP_TRACES_VARIABLE = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+OTLP_VARIABLE = "OTEL_EXPORTER_OTLP_ENDPOINT"
+OTLP_TRACES_PATH = "v1/traces"
+#: What `--palette-otlp` says to send no traces, whatever the environment names.
+NO_OTLP = "none"
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -136,6 +145,11 @@ def add_options(parser: pytest.Parser) -> None:
                     metavar="SECONDS", help="with -v, a line for a command of the agent's still running after this "
                                             f"long, then every 30 s (default {PROGRESS_AFTER:g}; ini "
                                             "palette_progress_after)")
+    group.addoption("--palette-otlp", default=None, dest="palette_otlp", metavar="ENDPOINT",
+                    help="send each item's trace (the item, its turns, their model calls and the agent's commands) "
+                         "to this OpenTelemetry collector over OTLP/HTTP as the item ends, e.g. "
+                         f"http://localhost:4318 (default: ${OTLP_TRACES_VARIABLE} or ${OTLP_VARIABLE}, else "
+                         f"none); {NO_OTLP!r}: no traces whatever the environment says (pytest-palette[otlp])")
     for host in builtin_classes():  # each host declares its own (`Host.options`)
         host.add_options(parser)
     parser.addini("palette_cases", "folders whose *.yaml files are case files", type="paths", default=[])
@@ -188,6 +202,10 @@ class Settings:
     agent_profile: str | None = None
     #: --palette-judge-profile: a task family's judge profile (.claude/agents/<name>.md); None: judge.md, or none.
     judge_profile: str | None = None
+    #: The OTLP/HTTP URL each item's trace is sent to (`--palette-otlp`, else OpenTelemetry's variables; its
+    #: signal path included), and the flag or variable that named it; None: no traces.
+    otlp: str | None = None
+    otlp_from: str = ""
 
 
 def _agent_profile(config: pytest.Config, option: str) -> str | None:
@@ -199,6 +217,42 @@ def _agent_profile(config: pytest.Config, option: str) -> str | None:
         flag = "--" + option.replace("_", "-")
         raise pytest.UsageError(f"{flag} {name!r}: name a profile of .claude/agents/ (NAME.md)")
     return str(name)
+
+
+def _otlp(config: pytest.Config, environ: Mapping[str, str] = os.environ) -> tuple[str | None, str]:
+    """Where each item's trace goes, and what named it: `--palette-otlp` (a collector's base URL, or its traces'
+    URL), else $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, else $OTEL_EXPORTER_OTLP_ENDPOINT with the traces'
+    path after it, as the SDK reads them. A value that is no http(s) URL is one line naming where it came from; the
+    flag without the SDK installed is one too (a variable set for other programs is not: the run warns instead)."""
+    given: str | None = config.getoption("palette_otlp")
+    if given is not None and given.strip() == NO_OTLP:
+        return None, "--palette-otlp"
+    if given is not None:  # a base URL, or one that already ends in the traces' path
+        url = given.strip().rstrip("/")
+        source, whole = "--palette-otlp", url.endswith(f"/{OTLP_TRACES_PATH}")
+    elif environ.get(OTLP_TRACES_VARIABLE, "").strip():
+        source, url, whole = f"${OTLP_TRACES_VARIABLE}", environ[OTLP_TRACES_VARIABLE].strip(), True
+    elif environ.get(OTLP_VARIABLE, "").strip():
+        source, url, whole = f"${OTLP_VARIABLE}", environ[OTLP_VARIABLE].strip(), False
+    else:
+        return None, ""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
+        raise pytest.UsageError(f"{source} {url!r}: not the http(s) URL of an OTLP/HTTP collector "
+                                "(e.g. http://localhost:4318)")
+    if given is not None and not otlp_installed():
+        raise pytest.UsageError("--palette-otlp: the OpenTelemetry SDK and its OTLP/HTTP exporter are not installed: "
+                                "pip install 'pytest-palette[otlp]'")
+    return (url if whole else f"{url.rstrip('/')}/{OTLP_TRACES_PATH}"), source
+
+
+def otlp_installed() -> bool:
+    """Whether the OpenTelemetry SDK's OTLP/HTTP exporter can be imported here (the `otlp` extra), without importing
+    it: a session that sends no traces never pays for it."""
+    try:
+        return importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is not None
+    except ModuleNotFoundError:  # not even its parent packages
+        return False
 
 
 def _number(config: pytest.Config, option: str, ini: str | None, default: float) -> float:
@@ -435,6 +489,7 @@ def resolve(config: pytest.Config) -> Settings:
     sandbox_env = _sandbox_env(config)
     conversations = _conversations(config)
     credentials = _credentials()
+    otlp, otlp_from = _otlp(config)
     return Settings(
         hosts=hosts, model=model, case_dirs=_case_dirs(config), skill_dir=skill_dir, runs=runs,
         max_context=max_context, shard=shard, run_id=run_id, resume_dir=resume_dir, collect_dir=collect_dir,
@@ -442,7 +497,7 @@ def resolve(config: pytest.Config) -> Settings:
         credentials=credentials, html=_html(config), run_root=_run_root(config, resume_dir),
         grader=_grader(config, "palette_grader"), validity=_grader(config, "palette_validity"),
         agent_profile=_agent_profile(config, "palette_agent_profile"),
-        judge_profile=_agent_profile(config, "palette_judge_profile"),
+        judge_profile=_agent_profile(config, "palette_judge_profile"), otlp=otlp, otlp_from=otlp_from,
         progress_after=_number(config, "palette_progress_after", "palette_progress_after", PROGRESS_AFTER),
         turn_timeout=_number(config, "palette_turn_timeout", "palette_turn_timeout", TURN_TIMEOUT),
         build_grace=_number(config, "palette_build_grace", None, DEFAULT_BUILD_GRACE),

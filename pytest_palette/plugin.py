@@ -19,7 +19,7 @@ from .rehearsal.reference import Solutions, reference_agents
 from .results import step_summary
 from .results.table import TableReporter
 from .rules import SkillRules
-from .run import progress, signals
+from .run import progress, signals, tracing
 from .run import session as palette_session
 from .run._private import configured, settle_rootdir
 from .run.family_items import SOLUTIONS, collect_directory
@@ -68,6 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Every report and warning, before junitxml, the terminal or the table reads it: the judge's words as a failed
     # item's crash line, and no secret anywhere (run/scrubbing.py).
     config.pluginmanager.register(Scrubber(lambda: session.secrets), "palette-scrubber")
+    tracing.start(config)  # --palette-otlp: each item's trace, sent as it ends (run/tracing.py)
     if palette_session.measuring(config):  # -v lines only for a session of palette cases
         session.progress = progress.start(config, session.settings.progress_after, session.secrets)
         signals.install(config)  # SIGTERM and SIGHUP end the run as Ctrl-C does (run/signals.py)
@@ -101,9 +102,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     palette = session.config.stash.get(SESSION, None)
     if palette is not None and palette.overlap is not None:  # Ctrl-C, SIGTERM, -x: those not taken end here
         palette.overlap.close()
+    # The last traces sent; the one warning, when the collector did not take them (xdist: the workers' too, told
+    # to the controller as each ended, before this).
+    tracing.finish(session.config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    tracing.finish(config)  # where its sessionfinish never ran: no provider of its left sending
     if SESSION in config.stash:
         config.stash[SESSION].close()
 
@@ -121,6 +126,12 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 def pytest_configure_node(node: Any) -> None:
     """xdist: every worker takes the controller's run id, skill hash and fingerprint."""
     node.workerinput["palette_session"] = palette_session.for_workers(node.config.stash[SESSION])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist: a worker ended; why its collector failed, if it did, is the controller's one warning."""
+    tracing.node_down(node.config, getattr(node, "workeroutput", None))
 
 
 @pytest.hookimpl(tryfirst=True)

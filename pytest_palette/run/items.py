@@ -29,6 +29,7 @@ from ..results.prices import FROM_PROVIDER, FROM_TABLE, Price
 from ..results.record import CostSource, FamilyRun, Judged, Outcome, Record, Terms, Usage, from_json
 from ..results.table import RECORD_PROPERTY
 from ..skill import SkillCard
+from . import tracing
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
 from .conversation import HostFailure, NotStarted, Transcript, as_left, converse, open_sandbox
 from .grading import Spent, grade
@@ -294,7 +295,11 @@ class CaseItem(pytest.Item):
             usage=_usage(self._transcript, self._started, time.time(), session.price, self._graded),
             case_hash=self.case.digest(), tags=self.case.tags, family=self.family_run())
         line = append(session.ledger, record, session.secrets)
-        self.user_properties += properties(from_json(line), line)
+        written = from_json(line)
+        self.user_properties += properties(written, line)
+        # --palette-otlp: the item's trace leaves as it ends, from the record as the ledger holds it.
+        tracing.item_ended(self.config, written, self._transcript.turns if self._transcript is not None else (),
+                           self.workspace, session.secrets)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         # Plain strings: they travel unchanged through xdist.
