@@ -12,6 +12,7 @@ from pytest_palette.arena.command_log import (
     NOT_FOUND,
     CommandLog,
     CommandRun,
+    in_turns,
     invocations,
     not_found,
     read,
@@ -65,6 +66,22 @@ def test_a_log_reads_back_in_start_order_and_skips_a_torn_line(tmp_path: Path) -
     assert [(c["command"], c["at"], c["seconds"], c["exit_code"], c["from"]) for c in calls] == [
         ("plan", 10.0, 1.0, 1, "host"), ("status", 20.0, 1.5, 0, "host")]
     assert read(tmp_path / "none.jsonl") == []
+
+
+def test_each_command_falls_in_the_turn_whose_window_holds_its_start() -> None:
+    runs = [CommandRun(f"c{at}", at, at + 0.5, 0, "") for at in (5.0, 10.0, 12.0, 20.0, 31.0)]
+
+    def named(placed: list[list[CommandRun]]) -> list[list[str]]:
+        return [[run.command for run in turn] for turn in placed]
+
+    # From its message up to the next's; the last turn's runs to the end; before the first, in none.
+    assert named(in_turns(runs, [10.0, 20.0, 30.0])) == [["c10.0", "c12.0"], ["c20.0"], ["c31.0"]]
+    # A turn whose time was not kept holds none, and the one before it runs on to the next known.
+    assert named(in_turns(runs, [10.0, None, 30.0])) == [["c10.0", "c12.0", "c20.0"], [], ["c31.0"]]
+    assert named(in_turns(runs, [10.0, 20.0, None])) == [["c10.0", "c12.0"], ["c20.0", "c31.0"], []]
+    # No time kept at all: every command once, in the last turn.
+    assert named(in_turns(runs, [None, None])) == [[], [run.command for run in runs]]
+    assert in_turns(runs, []) == []
 
 
 def test_the_shell_records_each_command_with_its_exit_code_output_and_times(tmp_path: Path) -> None:

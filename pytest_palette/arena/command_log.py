@@ -17,7 +17,7 @@ import math
 import os
 import re
 import shlex
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -115,6 +115,21 @@ def not_found(text: str) -> list[tuple[str, str, bool]]:
 def read(path: Path) -> list[CommandRun]:
     """The commands recorded at `path`, in the order they started; [] when there is no record."""
     return sorted(records(path, CommandRun), key=lambda run: run.started_at)
+
+
+def in_turns(runs: Sequence[CommandRun], starts: Sequence[float | None]) -> list[list[CommandRun]]:
+    """The commands of each turn, the turns sent at `starts`: those that started from its message to the next message
+    sent at a known time (the last's to the end), so none is in two turns. A turn whose time was not kept holds none,
+    but when no turn's was (a conversation held by hand, an earlier version's) the last holds them all."""
+    placed: list[list[CommandRun]] = [[] for _ in starts]
+    if placed and all(start is None for start in starts):
+        placed[-1] = list(runs)
+        return placed
+    for number, begin in enumerate(starts):
+        end = next((later for later in starts[number + 1:] if later is not None), None)
+        if begin is not None:
+            placed[number] = [run for run in runs if run.started_at >= begin and (end is None or run.started_at < end)]
+    return placed
 
 
 def records(path: Path, kind: type[Record]) -> list[Record]:

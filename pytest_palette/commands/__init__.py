@@ -30,7 +30,8 @@ COMMANDS = (
                      "differs, item by item"),
     ("grade", "grade", "a task family's hooks and hidden tests over a saved or hand-made agent's folder, with no "
                        "agent; the exit status is the verdict"),
-    ("export", "export", "one row per item run as CSV or Parquet, for DuckDB, pandas or a spreadsheet"),
+    ("export", "export", "one row per item run as CSV or Parquet, for DuckDB, pandas or a spreadsheet; "
+                          "or inspect_ai eval logs, for inspect view"),
     ("view", "view", "a static HTML site to look at: the matrix, a page per item with its slides, comparisons"),
 )
 

@@ -287,10 +287,8 @@ def previews(workspace: Workspace) -> tuple[dict[int, Path], dict[int, str]]:
 def _turns(transcript: Transcript, runs: list[command_log.CommandRun],
            code: Sequence[code_log.CodeBlock] = ()) -> list[Turn]:
     turns = []
-    starts = [t.started_at for t in transcript.turns]
-    for number, record in enumerate(transcript.turns, 1):
-        begin = record.started_at
-        end = starts[number] if number < len(starts) else None
+    placed = command_log.in_turns(runs, [t.started_at for t in transcript.turns])
+    for number, (record, ran) in enumerate(zip(transcript.turns, placed, strict=True), 1):
         steps = [("call" if step.startswith("→") else "result", step.lstrip("→← ").strip())
                  for step in record.steps]
         usage = record.usage or {}
@@ -299,13 +297,9 @@ def _turns(transcript: Transcript, runs: list[command_log.CommandRun],
         turn = Turn(number=number, sent=record.sent, answer=record.answer, error=record.error,
                     seconds=record.seconds, steps=steps, tokens=tokens, retries=record.retries,
                     code=[block.code for block in code if block.turn == number], stop=record.stop,
-                    model_calls=record.model_calls, error_file=record.error_file)
-        if begin is not None:
-            turn.commands = [Command.of(r) for r in runs
-                             if r.started_at >= begin and (end is None or r.started_at < end)]
+                    model_calls=record.model_calls, error_file=record.error_file,
+                    commands=[Command.of(r) for r in ran])
         turns.append(turn)
-    if transcript.turns and all(t.started_at is None for t in transcript.turns) and runs and turns:
-        turns[-1].commands = [Command.of(r) for r in runs]  # times unknown: shown once, at the end
     return turns
 
 
