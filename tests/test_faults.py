@@ -319,7 +319,7 @@ def test_rejudge_turns_a_verdict_over_a_fault_into_an_error(pytester: pytest.Pyt
 def test_a_bug_of_the_harness_is_an_error_that_still_leaves_its_record(pytester: pytest.Pytester,
                                                                        cases: Path) -> None:
     pytester.makeconftest("""
-        from pytest_palette.run import evidence
+        from pytest_palette.judge import evidence
 
         def broken(*args, **kwargs):
             raise RuntimeError("the evidence reader broke")
