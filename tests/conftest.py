@@ -38,7 +38,9 @@ collect_ignore = ["fixtures"]
 # A developer's real Palette, a leaked trace path or a latency setting would change what these tests
 # measure; each test that needs one sets it itself.
 _PALETTE_VARIABLES = ("PALETTE_HOME", "PALETTE_URL", "PALETTE_TRACE", "PALETTE_ENGINE_LATENCY", "PALETTE_PYTHON",
-                      "PALETTE_ENV")
+                      "PALETTE_ENV",
+                      # A developer's collector would get every session's traces (--palette-otlp reads these).
+                      "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 
 #: Fixtures that run something whole — a pytest session, a browser, a run shared by the module or the session, a

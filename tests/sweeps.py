@@ -110,7 +110,9 @@ def run_session(folder: Path, args: Sequence[str], *, cwd: Path = REPO, env: Map
     """`python -m pytest *args` in `cwd`, into `folder/runs`, with a JUnit report read back."""
     folder.mkdir(parents=True, exist_ok=True)
     junit = folder / "junit.xml"
-    environment = {name: value for name, value in os.environ.items() if not name.startswith("PALETTE_")}
+    # Neither a developer's Palette settings nor their OpenTelemetry collector (--palette-otlp reads its variables).
+    environment = {name: value for name, value in os.environ.items()
+                   if not name.startswith(("PALETTE_", "OTEL_EXPORTER_OTLP"))}
     environment.update(env or {})
     argv = [sys.executable, "-m", "pytest", *inner_cache(), "-p", "no:randomly",
             f"--palette-run-dir={folder / 'runs'}", f"--junitxml={junit}", "-q", *args]
