@@ -148,8 +148,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--palette-otlp", default=None, dest="palette_otlp", metavar="ENDPOINT",
                     help="send each item's trace (the item, its turns, their model calls and the agent's commands) "
                          "to this OpenTelemetry collector over OTLP/HTTP as the item ends, e.g. "
-                         f"http://localhost:4318 (default: ${OTLP_TRACES_VARIABLE} or ${OTLP_VARIABLE}, else "
-                         f"none); {NO_OTLP!r}: no traces whatever the environment says (pytest-palette[otlp])")
+                         f"http://localhost:4318 (default: ini palette_otlp, else ${OTLP_TRACES_VARIABLE} or "
+                         f"${OTLP_VARIABLE}, else none); {NO_OTLP!r}: no traces whatever the environment says "
+                         "(pytest-palette[otlp])")
     for host in builtin_classes():  # each host declares its own (`Host.options`)
         host.add_options(parser)
     parser.addini("palette_cases", "folders whose *.yaml files are case files", type="paths", default=[])
@@ -161,6 +162,8 @@ def add_options(parser: pytest.Parser) -> None:
                   default=str(OUTPUT_LIMIT))
     parser.addini("palette_progress_after", "with -v, seconds a command runs before a line says so",
                   default=str(PROGRESS_AFTER))
+    parser.addini("palette_otlp", "the OpenTelemetry collector each item's trace is sent to (as --palette-otlp)",
+                  default="")
 
 
 @dataclass(frozen=True)
@@ -225,11 +228,14 @@ def _otlp(config: pytest.Config, environ: Mapping[str, str] = os.environ) -> tup
     path after it, as the SDK reads them. A value that is no http(s) URL is one line naming where it came from; the
     flag without the SDK installed is one too (a variable set for other programs is not: the run warns instead)."""
     given: str | None = config.getoption("palette_otlp")
+    named = "--palette-otlp"
+    if given is None and str(config.getini("palette_otlp")).strip():  # a project's own collector, in its ini
+        given, named = str(config.getini("palette_otlp")), "ini palette_otlp"
     if given is not None and given.strip() == NO_OTLP:
-        return None, "--palette-otlp"
+        return None, named
     if given is not None:  # a base URL, or one that already ends in the traces' path
         url = given.strip().rstrip("/")
-        source, whole = "--palette-otlp", url.endswith(f"/{OTLP_TRACES_PATH}")
+        source, whole = named, url.endswith(f"/{OTLP_TRACES_PATH}")
     elif environ.get(OTLP_TRACES_VARIABLE, "").strip():
         source, url, whole = f"${OTLP_TRACES_VARIABLE}", environ[OTLP_TRACES_VARIABLE].strip(), True
     elif environ.get(OTLP_VARIABLE, "").strip():
@@ -241,7 +247,7 @@ def _otlp(config: pytest.Config, environ: Mapping[str, str] = os.environ) -> tup
         raise pytest.UsageError(f"{source} {url!r}: not the http(s) URL of an OTLP/HTTP collector "
                                 "(e.g. http://localhost:4318)")
     if given is not None and not otlp_installed():
-        raise pytest.UsageError("--palette-otlp: the OpenTelemetry SDK and its OTLP/HTTP exporter are not installed: "
+        raise pytest.UsageError(f"{named}: the OpenTelemetry SDK and its OTLP/HTTP exporter are not installed: "
                                 "pip install 'pytest-palette[otlp]'")
     return (url if whole else f"{url.rstrip('/')}/{OTLP_TRACES_PATH}"), source
 

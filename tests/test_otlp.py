@@ -146,8 +146,8 @@ def test_a_collector_that_is_down_costs_the_run_one_warning(tmp_path: Path) -> N
     assert "Connection refused" in said and "Failed to export" not in said  # the SDK's own lines are kept out
 
 
-def _options(given: str | None, **environ: str) -> tuple[str | None, str]:
-    return _otlp(SimpleNamespace(getoption=lambda name: given), environ)  # type: ignore[arg-type]
+def _options(given: str | None, ini: str = "", **environ: str) -> tuple[str | None, str]:
+    return _otlp(SimpleNamespace(getoption=lambda name: given, getini=lambda name: ini), environ)  # type: ignore[arg-type]
 
 
 def test_the_collector_is_named_by_the_flag_else_by_opentelemetrys_variables() -> None:
@@ -161,15 +161,21 @@ def test_the_collector_is_named_by_the_flag_else_by_opentelemetrys_variables() -
                     OTEL_EXPORTER_OTLP_ENDPOINT="http://c:4318") == \
         ("http://t:9/spans", "$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     assert _options("none", OTEL_EXPORTER_OTLP_ENDPOINT="http://c:4318") == (None, "--palette-otlp")
+    # A project's ini names its collector below the flag and above the variables.
+    assert _options(None, "http://i:4318", OTEL_EXPORTER_OTLP_ENDPOINT="http://c:4318") == \
+        ("http://i:4318/v1/traces", "ini palette_otlp")
+    assert _options("http://f:4318", "http://i:4318")[0] == "http://f:4318/v1/traces"
+    assert _options(None, "none", OTEL_EXPORTER_OTLP_ENDPOINT="http://c:4318") == (None, "ini palette_otlp")
 
 
 @pytest.mark.parametrize(("given", "environ", "said"), [
     ("localhost:4318", {}, "--palette-otlp 'localhost:4318': not the http(s) URL of an OTLP/HTTP collector"),
     ("grpc://c:4317", {}, "--palette-otlp 'grpc://c:4317': not the http(s) URL"),
     (None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "c:4318"}, "$OTEL_EXPORTER_OTLP_ENDPOINT 'c:4318': not the http(s) URL"),
+    (None, {"ini": "c:4318"}, "ini palette_otlp 'c:4318': not the http(s) URL"),
 ])
 def test_a_collector_that_is_no_url_is_one_line_naming_where_it_came_from(
         given: str | None, environ: dict[str, str], said: str) -> None:
     with pytest.raises(pytest.UsageError) as refused:
-        _options(given, **environ)
+        _options(given, **environ)  # an "ini" key is the project's ini value
     assert str(refused.value).startswith(said) and "\n" not in str(refused.value)
