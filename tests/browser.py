@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-import pytest
+import needed
 
 if TYPE_CHECKING:
     from playwright.sync_api import ConsoleMessage, Page
@@ -76,18 +76,12 @@ def unavailable() -> str | None:
 
 def required() -> bool:
     """Whether a missing browser must fail the tests that need one (CI) rather than skip them."""
-    return any(os.environ.get(name, "").strip().lower() not in ("", "0", "false") for name in REQUIRE_VARIABLES)
+    return needed.required(REQUIRE_VARIABLES)
 
 
 def require() -> None:
     """Skip the calling test when no browser is here, or fail it where one is required (CI)."""
-    reason = unavailable()
-    if reason is None:
-        return
-    if required():
-        pytest.fail(f"{reason} — and {' or '.join(REQUIRE_VARIABLES)} is set, so the browser tests may not skip",
-                    pytrace=False)
-    pytest.skip(reason)
+    needed.require(unavailable(), REQUIRE_VARIABLES, "browser")
 
 
 class Browser:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -21,7 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import pytest
+import needed
+from ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 #: Where `make phoenix` installs it, then any `phoenix` on PATH.
@@ -51,27 +51,9 @@ def unavailable() -> str | None:
     return None
 
 
-def required() -> bool:
-    """Whether a missing Phoenix must fail the tests that need it (CI) rather than skip them."""
-    return any(os.environ.get(name, "").strip().lower() not in ("", "0", "false") for name in REQUIRE_VARIABLES)
-
-
 def require() -> None:
     """Skip the calling test when Phoenix is not here, or fail it where it is required (CI)."""
-    reason = unavailable()
-    if reason is None:
-        return
-    if required():
-        pytest.fail(f"{reason} — and {' or '.join(REQUIRE_VARIABLES)} is set, so the OTLP tests may not skip",
-                    pytrace=False)
-    pytest.skip(reason)
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on as this returns (Phoenix binds it a moment later)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    needed.require(unavailable(), REQUIRE_VARIABLES, "OTLP")
 
 
 class Phoenix:

@@ -8,6 +8,13 @@ import threading
 from types import TracebackType
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on as this returns (a server started next binds it a moment later)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 class ProbePort:
     """Open from `with ProbePort() as probe:` to its end; `probe.knocked` holds each peer that connected (a list
     other than [] is a connection the sandbox let through)."""

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from urllib.parse import quote
 import msgspec
 import pytest
 from browser import Browser, require
+from ports import free_port
 from sites import OfflineRuns
 from sweeps import Sweeps
 
@@ -252,14 +252,6 @@ def test_no_secret_reaches_a_log_no_link_is_followed_and_an_error_is_the_samples
                                        "pip install 'pytest-palette[inspect]'\n")
     assert main(["export", "inspect", str(run), "--out", str(path)]) == 2
     assert "is a file; name a folder" in capsys.readouterr().err
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def answering(url: str, view: subprocess.Popen[bytes], said: Path) -> None:
