@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from ..exports.table import ExportError, scrubbed, to_csv, write_parquet
-from ..results.ledger import LEDGER_NAME, find, load
+from ..results.ledger import load, nothing_at
 from ..results.rows import rows
 from ..run.credentials import secrets_here
 
@@ -35,10 +35,9 @@ def run(args: argparse.Namespace) -> int:
         if args.format not in TABLES and args.out.exists() and not args.out.is_dir():
             raise ExportError(f"--out {args.out}: is a file; name a folder: one log per run and host goes there")
         for given in args.runs:
-            if not given.exists():
-                raise ExportError(f"{given}: no such file or folder")
-            if not find(given).ledgers:
-                raise ExportError(f"{given}: no {LEDGER_NAME} at or under it — nothing was recorded there")
+            missing = nothing_at(given)
+            if missing:
+                raise ExportError(missing)
         if args.format not in TABLES:
             return _inspect(args)
         found = rows(load(*args.runs).latest.values())

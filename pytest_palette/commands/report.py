@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..results.ledger import LEDGER_NAME, find, load
+from ..results.ledger import load, nothing_at
 from ..results.markdown import to_markdown
 from ..results.model import ReportError, build_report
 from ..results.report_json import to_json
@@ -50,10 +50,9 @@ def refuse_outputs(*outputs: tuple[str, Path | None, str]) -> None:
 def counted(path: Path, *more: Path) -> Tally:
     """The tally of every run at or under each path; ReportError naming a path with nothing to report."""
     for given in (path, *more):
-        if not given.exists():
-            raise ReportError(f"{given}: no such file or folder")
-        if not find(given).ledgers:
-            raise ReportError(f"{given}: no {LEDGER_NAME} at or under it — nothing was recorded there")
+        missing = nothing_at(given)
+        if missing:
+            raise ReportError(missing)
     result = tally(load(path, *more))
     if not len(result):
         named = ", ".join(map(str, (path, *more)))

@@ -143,6 +143,16 @@ def find(path: str | os.PathLike[str]) -> Found:
     return found
 
 
+def nothing_at(path: Path) -> str | None:
+    """Why a path given to a command holds no run to read, in one line naming it; None when a ledger is at or under
+    it."""
+    if not path.exists():
+        return f"{path}: no such file or folder"
+    if not find(path).ledgers:
+        return f"{path}: no {LEDGER_NAME} at or under it — nothing was recorded there"
+    return None
+
+
 def _strays(run: Path) -> Iterator[Path]:
     """Files named like a ledger anywhere below a run's top (its own ledgers excluded)."""
     for folder, dirs, files in os.walk(run):
