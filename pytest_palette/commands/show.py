@@ -77,8 +77,8 @@ def describe(workspace: Workspace, record: Record, verbose: bool) -> list[str]:
         " (no longer on disk: removed after the run)"
     lines.append(f"   deck: {judged.slides} slides, IBM Plex={judged.has_plex}, {deck}{gone}" if judged and judged.deck
                  else "   deck: none")
-    for check in judged.checks if judged else ():
-        expected, observed = values_of(check, judged)  # type: ignore[arg-type]  # judged is set here
+    checked = [(check, *values_of(check, judged)) for check in judged.checks] if judged else []
+    for check, expected, observed in checked:
         state = "not graded" if check.passed is None else "held" if check.passed else "FAILED"
         told = (expected, observed) != (None, None)
         values = f": expected {said(expected)}, observed {said(observed)}" if told else ""

@@ -13,6 +13,7 @@ from typing import Literal
 
 from .checks import score_of
 from .record import Record
+from .record import Value as Said
 
 #: A column's kind, as a table's schema says it.
 Kind = Literal["text", "integer", "number", "boolean"]
@@ -54,7 +55,8 @@ COLUMNS: tuple[Column, ...] = (
 )
 NAMES = tuple(column.name for column in COLUMNS)
 
-Value = str | int | float | bool | None
+#: A cell: a value as a record says it, or None where it does not know.
+Value = Said | None
 
 
 def row(record: Record) -> dict[str, Value]:

@@ -81,8 +81,9 @@ def session_matrix(report: Report, hosts: Sequence[str], cases: Sequence[str] = 
     `hosts` as given."""
     order = {host: i for i, host in enumerate(hosts)}
     columns = sorted(report.columns, key=lambda c: (order.get(c.host, len(order)), c.host, c.label))
-    named = [case for case in dict.fromkeys(cases) if case in set(report.cases)]
-    return SessionMatrix(report, named + [case for case in report.cases if case not in set(named)], columns)
+    known = set(report.cases)
+    named = [case for case in dict.fromkeys(cases) if case in known]
+    return SessionMatrix(report, named + sorted(known - set(named)), columns)
 
 
 def render(shown: SessionMatrix) -> list[str]:
