@@ -23,9 +23,9 @@ from .run import progress, signals, tracing
 from .run import session as palette_session
 from .run._private import configured, settle_rootdir
 from .run.family_items import SOLUTIONS, collect_directory
-from .run.items import CaseFile, CaseItem, converse_ahead, is_case_file, select, timeouts
+from .run.items import CaseFile, CaseItem, converse_ahead, is_case_file, select, start_longest_first, timeouts
 from .run.scrubbing import Scrubber
-from .run.session import SESSION
+from .run.session import ORDER, SESSION
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -122,6 +122,17 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
         return palette_session.check(config.stash[SESSION], config.get_terminal_writer().line)
 
 
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's `load` (what -n gives): palette items go to the workers one at a time (run/dispatch.py)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from .run.dispatch import LongestFirst, is_palette_item  # xdist's: only where xdist runs
+
+    hosts = config.stash[SESSION].settings.hosts
+    return LongestFirst(config, log, lambda nodeid: is_palette_item(nodeid, config.rootpath, hosts))
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """xdist: every worker takes the controller's run id, skill hash and fingerprint."""
@@ -160,17 +171,24 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """After -k/-m: keep this shard's items and the items a resumed run still lacks; bound each with a timeout."""
+    """After -k/-m: keep this shard's items and the items a resumed run still lacks, the longest expected first where
+    they run side by side; bound each with a timeout."""
     settings = config.stash[SESSION].settings
     keep = select(items, settings)
     if len(keep) != len(items):
         kept = set(map(id, keep))
         config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
         items[:] = keep
+    config.stash[ORDER] = start_longest_first(items, config.stash[SESSION], config)
     # pytest-timeout bounds the whole item unless the user chose a timeout.
     if config.pluginmanager.hasplugin("timeout") and not (
             config.getoption("timeout", None) or float(config.getini("timeout") or 0)):
         timeouts(items, settings)
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """-v: the order the items start in, under "collected N items"."""
+    return config.stash.get(ORDER, []) if config.get_verbosity() > 0 else []
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -15,6 +15,7 @@ import pytest
 from pytest_palette.arena.command_log import CommandLog
 from pytest_palette.cases import load_cases
 from pytest_palette.hosts.claude import LiveCommands
+from pytest_palette.run import schedule
 from pytest_palette.run.progress import Board, ItemWatch, shown
 
 # Two, two and three turns: the counts come from the cases, never from this test.
@@ -50,6 +51,10 @@ LONG_PLAN = re.compile(r"^  three_slides\[react\] turn 1/2 · (running|ran) pyth
                        r"'Build a 3-slide deck on prompt caching' --out plan\.md \((\d+) s\)$")
 
 
+# An item in the order -v says they start in.
+ORDER = re.compile(r"^ +(\d+)\. \S+::(\w+)\[react\]  (\S+) units \(its shape\)$")
+
+
 @pytest.mark.parametrize("spread", [[], ["--palette-conversations", "3"], ["-n", "2"]],
                          ids=["serial", "conversations", "xdist"])
 @pytest.mark.end_to_end
@@ -67,6 +72,12 @@ def test_with_v_every_item_shows_each_turn_and_a_long_command(pytester: pytest.P
     assert len(turn_lines(cases)) == 7
     long = [found for line in lines if (found := LONG_PLAN.match(line))]
     assert long and all(int(found.group(2)) >= 1 for found in long), "\n".join(lines)
+    # Side by side, the items start longest first (no history here: by their shapes), and -v says the order once.
+    said = [found.groups() for line in lines if (found := ORDER.match(line))]
+    ranked = sorted(load_cases(cases), key=lambda case: -schedule.units(case))  # ties keep the file's order
+    assert said == ([(str(n), case.name, f"{schedule.units(case):g}") for n, case in enumerate(ranked, 1)]
+                    if spread else []), "\n".join(lines)
+    assert ("scheduling tests via LongestFirst" in lines) == (spread == ["-n", "2"])
 
 
 @pytest.mark.end_to_end

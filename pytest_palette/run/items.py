@@ -29,7 +29,7 @@ from ..results.prices import FROM_PROVIDER, FROM_TABLE, Price
 from ..results.record import CostSource, FamilyRun, Judged, Outcome, Record, Terms, Usage, from_json
 from ..results.table import RECORD_PROPERTY
 from ..skill import SkillCard
-from . import tracing
+from . import schedule, tracing
 from ._private import TerminalRepr, fill_fixtures, init_fixtures
 from .conversation import HostFailure, NotStarted, Transcript, as_left, converse, open_sandbox
 from .grading import Spent, grade
@@ -410,6 +410,28 @@ def timeouts(items: list[pytest.Item], settings: Settings) -> None:
             turns = 1 + len(item.case.replies)
             item.add_marker(pytest.mark.timeout(settings.turn_timeout * turns + settings.build_grace
                                                 + item.grading_seconds + 60))
+
+
+def start_longest_first(items: list[pytest.Item], session: Session, config: pytest.Config) -> list[str]:
+    """Where items run side by side (--palette-conversations, an xdist worker), start the longest expected first
+    (run/schedule.py); the order in words, for -v. Other tests keep their places."""
+    settings = session.settings
+    worker = getattr(config, "workerinput", None)
+    cases = [item for item in items if isinstance(item, CaseItem)]
+    if len(cases) < 2 or settings.collect_dir is not None or (settings.conversations <= 1 and worker is None):
+        return []
+    model = settings.model.text
+    past = schedule.history(settings.run_root, model, skip=session.run_id)
+    expect = schedule.expected([((i.case.name, i.host_name, model), i.case) for i in cases], past)
+    order = schedule.longest_first(expect)
+    places = iter(n for n, item in enumerate(items) if isinstance(item, CaseItem))
+    for place, index in zip(places, order, strict=True):
+        items[place] = cases[index]
+    said = schedule.said([cases[i].nodeid for i in order], [expect[i] for i in order])
+    # xdist's controller collects nothing; every worker orders alike (the same history), and the first says it.
+    if worker is not None and worker.get("workerid") == "gw0" and session.progress is not None:
+        session.progress.send({"kind": "said", "lines": said})
+    return said
 
 
 def converse_ahead(items: list[pytest.Item], session: Session) -> Overlap | None:

@@ -192,6 +192,8 @@ class Board:
 
     def _apply(self, event: dict[str, Any]) -> list[str]:
         item, kind = str(event.get("item")), event.get("kind")
+        if kind == "said":  # whole lines: the order the items start in (run/schedule.py)
+            return [str(line) for line in event.get("lines", ())]
         if kind == "turn":
             self._turns[item] = (int(event["turn"]), int(event["turns"]))
             return [f"  {item} turn {event['turn']} of {event['turns']}"]

@@ -43,6 +43,8 @@ from .readiness import readiness
 SESSION = pytest.StashKey["Session"]()
 #: case name → where it was first defined, to refuse a duplicate in another file.
 CASE_NAMES = pytest.StashKey[dict[str, str]]()
+#: The order the items start in, in words (run/schedule.py), shown with -v.
+ORDER = pytest.StashKey[list[str]]()
 
 
 @dataclass
