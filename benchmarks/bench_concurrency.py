@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import heapq
 import json
 import os
 import signal
@@ -88,7 +89,7 @@ EXIT_GRACE = 10.0
 
 @dataclass(frozen=True)
 class Item:
-    """What the benchmark reads of a record."""
+    """What the benchmark reads of a record, and of its folder (turns.json, commands.jsonl) for where its time went."""
 
     case: str
     outcome: str
@@ -98,18 +99,63 @@ class Item:
     started_at: float
     ended_at: float
     failures: tuple[str, ...]
+    #: When its first message was sent and its last turn ended (None where turns.json does not say).
+    first_sent: float | None = None
+    last_answer: float | None = None
+    #: Seconds of its turns, and of its agent's commands (their union: commands run side by side count once).
+    turns: float = 0.0
+    commands: float = 0.0
 
     @classmethod
-    def read(cls, line: str) -> Item:
+    def read(cls, line: str, run: Path) -> Item:
         record = json.loads(line)
         usage = record["usage"]
+        folder = run / record["workspace"]
+        first = last = None
+        turns = commands = 0.0
+        try:
+            said = json.loads((folder / "turns.json").read_text(encoding="utf-8"))["turns"]
+            sent = [t for t in said if t.get("started_at") is not None and t.get("seconds") is not None]
+            if sent:
+                first = float(sent[0]["started_at"])
+                last = max(float(t["started_at"]) + float(t["seconds"]) for t in sent)
+                turns = sum(float(t["seconds"]) for t in sent)
+            ran = [json.loads(c) for c in (folder / "commands.jsonl").read_text(encoding="utf-8").splitlines() if c]
+            commands = _union([(float(c["started_at"]), float(c["ended_at"])) for c in ran
+                               if c.get("started_at") and c.get("ended_at")])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
         return cls(record["case"], record["outcome"], float(usage["seconds"] or 0), float(usage["started_at"]),
-                   float(usage["ended_at"]), tuple(record["failures"]))
+                   float(usage["ended_at"]), tuple(record["failures"]), first, last, turns, commands)
 
     @property
     def done(self) -> float:
-        """When its conversation ended."""
-        return self.started_at + self.seconds
+        """When its conversation ended: its last answer (usage.seconds starts after its folder and sandbox are
+        made, so started_at + seconds falls short by that)."""
+        return self.last_answer if self.last_answer is not None else self.started_at + self.seconds
+
+    @property
+    def span(self) -> float:
+        """Its whole conversation, as a slot holds it: from its start (folder, sandbox, host) to its last answer."""
+        return self.done - self.started_at
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    """Seconds covered by the spans, each moment once."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def makespan(times: list[float], slots: int) -> float:
+    """How long `times`, started in the order given, take on `slots` slots: each starts in the first slot free."""
+    free = [0.0] * max(1, slots)
+    for seconds in times:
+        heapq.heapreplace(free, free[0] + seconds)
+    return max(free)
 
 
 @dataclass
@@ -131,8 +177,23 @@ class Run:
     left: list[str] = field(default_factory=list)
 
     def seconds(self) -> dict[str, float]:
-        """Each case's conversation time."""
-        return {r.case: r.seconds for r in self.records}
+        """Each case's conversation, as its slot held it (Item.span)."""
+        return {r.case: r.span for r in self.records}
+
+    def breakdown(self) -> list[str]:
+        """Where each item's time went, in the order they started: a line each, then the sums."""
+        if not self.records:
+            return []
+        first = min(r.started_at for r in self.records)
+        rows, sums = [], collections.Counter[str]()
+        for r in sorted(self.records, key=lambda r: r.started_at):
+            start = (r.first_sent - r.started_at) if r.first_sent is not None else 0.0
+            parts = {"queue": r.started_at - first, "start": start, "model+client": max(0.0, r.turns - r.commands),
+                     "commands": r.commands, "between": max(0.0, r.span - start - r.turns),
+                     "after": r.ended_at - r.done}
+            sums.update(parts)
+            rows.append(f"  {r.case:<26} " + "  ".join(f"{k} {v:6.1f}" for k, v in parts.items()))
+        return [*rows, f"  {'all items (s)':<26} " + "  ".join(f"{k} {v:6.0f}" for k, v in sums.items())]
 
     def outcomes(self) -> dict[str, int]:
         return dict(collections.Counter(r.outcome for r in self.records))
@@ -306,7 +367,7 @@ def run_pytest(host: str, selection: list[str], conversations: int, model_latenc
             stray.kill()
         except psutil.Error:
             pass
-    records = [Item.read(line) for ledger in sorted((folder / "runs").glob("*/results*.jsonl"))
+    records = [Item.read(line, ledger.parent) for ledger in sorted((folder / "runs").glob("*/results*.jsonl"))
                for line in ledger.read_text(encoding="utf-8").splitlines() if line.strip()]
     return Run(process.returncode, log.read_text(encoding="utf-8", errors="replace"), records, wall, began, ended,
                usage.ru_utime + usage.ru_stime + sum(sampler.outside.values()), sampler.peak,
@@ -376,24 +437,44 @@ class Measured:
     problems: list[str]
 
     def ideal(self) -> tuple[float, str, str]:
-        """The sweep's start-up, the larger of the slowest conversation alone and the item time / N, and the wind-down
-        of that case's run alone (judging one item and exiting: in the sweep, the items judged after the last
-        conversation would be charged to the ideal); which bound it is; the sum spelled out."""
+        """What the latencies allow: the sweep's start-up, the best schedule's length from each case's time alone,
+        and the wind-down of the slowest case's run alone (judging one item and exiting: in the sweep, the items
+        judged after the last conversation would be charged to the ideal); which bound it is; the sum spelled out.
+
+        Each case's time alone is measured for the cases re-run alone, and for the rest is its time under contention
+        scaled by the least slowdown seen in those: smaller, never flattering. The best schedule of those times on
+        N slots is the longest first (LPT), exact with no more than 2N cases and within 4/3 of the best beyond."""
         start = self.sweep.fixed()[0]
+        alone, best, _, scale = self.schedules()
+        slowest = max(alone, key=alone.__getitem__, default=None)
+        end = self.alone[slowest].fixed()[1] if slowest else self.sweep.fixed()[1]
+        bound = (f"the longest-first schedule on {self.conversations} slots of each case alone"
+                 + (f" ({len(alone)} measured, the rest scaled by {scale:.2f})" if alone else ""))
+        return start + best + end, bound, f"start-up {start:.1f} s + {bound} {best:.1f} s + wind-down {end:.1f} s"
+
+    def schedules(self) -> tuple[dict[str, float], float, float, float]:
+        """The cases measured alone, the best schedule's length, the length of the order the sweep started them
+        in (both from each case's time alone), and the scale from contended to alone."""
         contended = self.sweep.seconds()
         alone = {case: run.seconds()[case] for case, run in self.alone.items() if case in run.seconds()}
-        slowest = max(alone, key=alone.__getitem__, default=None)
-        middle, bound = (alone[slowest], f"slowest case alone: {slowest}") if slowest else (0.0, "nothing alone")
-        end = self.alone[slowest].fixed()[1] if slowest else self.sweep.fixed()[1]
-        if len(contended) > self.conversations:
-            # Only with more items than slots can packing bind; the times under contention are scaled by the
-            # least slowdown seen in the re-run cases, which can only make this bound smaller, never flatter.
-            scale = min([alone[c] / contended[c] for c in alone if contended[c] > 0] + [1.0])
-            packed = sum(contended.values()) * scale / self.conversations
-            if packed > middle:
-                middle, bound = packed, f"item time / {self.conversations}, scaled by {scale:.2f} to alone"
-        return (start + middle + end, bound,
-                f"start-up {start:.1f} s + {bound} {middle:.1f} s + wind-down {end:.1f} s")
+        scale = min([alone[c] / contended[c] for c in alone if contended.get(c)] + [1.0])
+        each = {case: alone.get(case, seconds * scale) for case, seconds in contended.items()}
+        best = makespan(sorted(each.values(), reverse=True), self.conversations)
+        started = [each[r.case] for r in sorted(self.sweep.records, key=lambda r: r.started_at)]
+        return alone, best, makespan(started, self.conversations), scale
+
+    def gap(self) -> str:
+        """The gap between the wall and the ideal: the share of it the order the items started in explains (the
+        rest is the conversations slowing each other down), and the CPU floor (the run's CPU over the cores)."""
+        ideal = self.ideal()[0]
+        _, best, ordered, _ = self.schedules()
+        cores = len(os.sched_getaffinity(0))
+        floor = self.sweep.cpu / cores
+        gap = self.sweep.wall - ideal
+        share = f"{min(1.0, max(0.0, (ordered - best) / gap)):.0%}" if gap > 0 else "none: no gap"
+        return (f"gap {gap:.1f} s, the schedule's share {share} (the order started: {ordered:.1f} s, the best "
+                f"{best:.1f} s); CPU floor {floor:.0f} s ({self.sweep.cpu:.0f} CPU-s / {cores} cores): wall ÷ it "
+                f"{self.sweep.wall / floor:.2f}x" + (" — the cores are the bound" if floor >= ideal else ""))
 
     def ratio(self) -> float:
         return self.sweep.wall / self.ideal()[0]
@@ -470,7 +551,11 @@ def bench(host: str, args: argparse.Namespace, selection: list[str], engine: str
     measured = Measured(host, args.conversations, target, sweep, alone, problems)
     for problem in problems:
         print(f"{host}: {problem}")
+    print(f"{host}: where each item's time went (s; queue: after the first start; model+client: its turns less "
+          "its commands; between: outside its turns; after: from its last answer to its record):")
+    print("\n".join(sweep.breakdown()))
     print(f"{host}: ideal {measured.ideal()[0]:.1f} s = {measured.ideal()[2]}")
+    print(f"{host}: {measured.gap()}")
     print(measured.line(), flush=True)
     return measured
 

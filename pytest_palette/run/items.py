@@ -87,6 +87,10 @@ class CaseItem(pytest.Item):
         self.host_name = host
         self.run_index = run_index
         self._sandbox: Sandbox | None = None
+        self._transcript: Transcript | None = None
+        self._verdict: Verdict | None = None
+        #: What the model-graded checks took (run/grading.py), kept apart from the agent's usage.
+        self._graded: Spent | None = None
         for tag in case.tags:
             self.add_marker(tag)
         init_fixtures(self, "palette_host")
@@ -96,14 +100,12 @@ class CaseItem(pytest.Item):
         return self.config.stash[SESSION]
 
     def setup(self) -> None:
-        self._transcript: Transcript | None = None
-        self._verdict: Verdict | None = None
-        #: What the model-graded checks took (run/grading.py), kept apart from the agent's usage.
-        self._graded: Spent | None = None
         session = self.palette_session
         host: Host = fill_fixtures(self)["palette_host"]
         if session.overlap is not None and self.nodeid in session.overlap:
-            self._setup_conversation(host)  # its conversation was started ahead of it (--palette-conversations)
+            # Its conversation and its judging ran ahead of it (--palette-conversations): what they raised (an
+            # ERROR, a skip) is raised here, as if they had run now.
+            session.overlap.take(self.nodeid)
             return
         self._started = time.time()
         self.workspace = session.workspace(self.host_name, self.case.name, self.run_index)
@@ -181,10 +183,16 @@ class CaseItem(pytest.Item):
         """What is done in the item's new folder before its agent starts: nothing for a case (a task family's
         item lays out the agent's folder and runs its preflight: run/family_items.py)."""
 
-    def _setup_conversation(self, host: Host) -> None:
+    def ahead(self, host: Host, ahead: Ahead) -> None:
+        """Its setup, ahead of it in a thread of its own: the conversation, then the judging (the graders' too), so
+        items judged side by side never wait for one another. `ahead` says what to close should the session end
+        first."""
+        self._setup_conversation(host, ahead)
+
+    def _setup_conversation(self, host: Host, ahead: Ahead | None = None) -> None:
         unwritable = None
         try:
-            self._converse_and_judge(host)
+            self._converse_and_judge(host, ahead)
         except OSError as error:  # the run folder went read-only, or the disk filled, under the harness
             unwritable = f"the harness could not write {error.filename or 'its files'}: {error.strerror or error}"
         except Exception as error:  # a bug of ours: recorded as an error of the run, traceback kept for us
@@ -194,7 +202,7 @@ class CaseItem(pytest.Item):
         if unwritable:  # outside the except: the ERROR says it once, not under the OSError it replaces
             self._error(unwritable)
 
-    def _converse_and_judge(self, host: Host) -> None:
+    def _converse_and_judge(self, host: Host, ahead: Ahead | None) -> None:
         """Have the conversation (or take the one started ahead) and judge what it left; a fault of the host,
         backend or machine is an ERROR."""
         session = self.palette_session
@@ -206,9 +214,7 @@ class CaseItem(pytest.Item):
                 open_run(session.ledger)
                 self._transcript = as_left(self.case, self.workspace)
             else:
-                overlap = session.overlap
-                result = overlap.take(self.nodeid) if overlap is not None and self.nodeid in overlap else \
-                    self.converse(host)
+                result = self.converse(host, ahead)
                 if isinstance(result, str):  # --palette-max-cost was reached before it started
                     self._finish("skipped", [result])
                     pytest.skip(result)
@@ -444,6 +450,6 @@ def converse_ahead(items: list[pytest.Item], session: Session) -> Overlap | None
         if isinstance(item, CaseItem) and item.has_conversation():
             host = session.hosts[item.host_name]
             jobs.append((item.nodeid, None if host.concurrent else item.host_name,
-                         functools.partial(item.converse, host)))
+                         functools.partial(item.ahead, host)))
     overlap.start(jobs)
     return overlap

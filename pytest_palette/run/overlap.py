@@ -2,9 +2,10 @@
 
 A real model keeps a conversation waiting most of its time — on the model, on the backend — so a sweep is
 latency-bound, and an xdist worker per conversation pays a whole interpreter (imports, a model client, a few
-hundred MB) to wait. Here one process has up to N conversations at once, each in a thread of its own: the
-items still run, report and are judged one by one in collection order, but an item's setup only waits for a
-conversation that started long before it. Threads suffice: a conversation's work is in its subprocesses (the
+hundred MB) to wait. Here one process has up to N conversations at once, each in a thread of its own, and each
+item's judging (its graders' too) follows its conversation in that thread: the items still report one by one in
+the session's order (the longest expected first: run/schedule.py), but an item's setup only takes what its thread
+did, and no item's judging waits for another's. Threads suffice: a conversation's work is in its subprocesses (the
 agent's commands, deck.py, the engine) and in waiting, and the GIL is free while it waits.
 
 A host whose client keeps process-wide state (`Host.concurrent` False; no built-in host since CUGA runs in a
@@ -54,7 +55,7 @@ class Overlap:
         threading.Thread(target=self._feed, args=(started,), name="palette-overlap", daemon=True).start()
 
     def _feed(self, jobs: list[tuple[str, Ahead, str | None, Callable[[Ahead], object]]]) -> None:
-        # Started in collection order, so the item pytest runs next is never the one still waiting to start.
+        # Started in the session's order, so the item pytest runs next is never the one still waiting to start.
         for key, ahead, group, converse in jobs:
             self._slots.acquire()
             if self._closed.is_set():
