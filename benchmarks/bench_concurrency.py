@@ -1,4 +1,4 @@
-"""Many conversations at once on one machine, against the slowest case alone (measured here, never asserted by a test).
+"""Many conversations at once on one machine, against the best schedule of each case alone (measured, never by a test).
 
     python benchmarks/bench_concurrency.py [--host react,cuga,claude] [--profile heavy|light] [--conversations 33]
         [--alone 3] [-k EXPR] [-m EXPR] [--quick]
@@ -11,23 +11,26 @@ Then it runs the slowest of them again, each alone (`--palette-conversations 1`,
 else of the run in flight), and prints:
 
 - wall: the sweep, as the user waits for it (pytest's start to its exit);
+- where each item's time went, a line each in the order they started: its queue wait (after the sweep's first
+  start), its start (folder, sandbox, host, up to its first message), its turns less its commands (the model's
+  waits and its client's own work), its commands (their union, from commands.jsonl), the time between its turns,
+  and after its last answer until its record (closing, judging, waiting for pytest to reach it); then the sums;
 - ideal: what the latencies allow, as three parts spelled out on a line of their own —
   the sweep's start-up (pytest's start to its first conversation: paid once, whatever N is);
-  the larger of two bounds, and which one bound: the slowest case alone, its conversation's time (the
-  record's usage.seconds: its ended_at is when pytest reached the item, which with conversations held ahead of
-  their items can be long after) in a run of that one case. The case slowest under contention need not be
-  the slowest alone (a 12-slide build slows most), so up to `--alone` (3) of the slowest are re-run, slowest
-  first, and the largest is taken. Contention only slows a case, so a candidate whose time under contention
-  is below the largest time alone found so far cannot exceed it and is not run (the model's jitter, drawn
-  per call in order, makes that a few seconds' approximation either way). Or item time / N: with more cases
-  than N slots, what the slots allow however well the cases are packed (with no more cases than slots it
-  cannot exceed the slowest alone). Its times are measured under contention, which would flatter the
-  harness, so they are scaled by the least slowdown seen in the cases re-run alone: smaller, never flattering;
+  the best schedule's length, on N slots, of each case's conversation alone (from its start to its last answer):
+  longest first (LPT), which is the best with no more than 2N cases and within 4/3 of it beyond. Up to `--alone`
+  (3) of the slowest under contention are re-run alone (`--palette-conversations 1`, the same latencies,
+  nothing else of the run in flight), slowest first; a candidate whose time under contention is below the
+  largest time alone found so far cannot exceed it and is not run. The other cases' times alone are their
+  times under contention scaled by the least slowdown seen in those re-run: smaller, never flattering.
+  Measuring every case alone would cost the sweep's length again per case;
   the wind-down of the slowest case's run alone (judging one item, exiting); the sweep's own would hide
   items judged late under the ideal. The run alone's start-up is printed, not used: on the shared 2-core
-  machine it came to 2-16 s between runs of one case, noise that would swamp the ratio.
-  Deriving the ideal from the latencies plus a per-call overhead was not chosen: the overhead is what is
-  measured, and a run alone is cheap beside the sweep;
+  machine it came to 2-16 s between runs of one case, noise that would swamp the ratio;
+- the gap between wall and ideal, and the schedule's share of it: the same times alone in the order the sweep
+  started its cases, against the best order (the rest of the gap is the conversations slowing each other down);
+  and the CPU floor — the run's CPU seconds over the cores — with wall ÷ it: where that floor is above the ideal,
+  the cores are the bound;
 - wall ÷ ideal, against the host's target (issue 22, heavy profile: react 1.15x, cuga 1.3x, claude 1.3x;
   light profile: 1.3x on every host, as issue 12 set);
 - peak memory: the largest sum, sampled every second, of the proportional set size (PSS) of the run's
@@ -485,12 +488,12 @@ class Measured:
 
     def line(self) -> str:
         """The summary: one line a user can paste."""
-        ideal, bound, _ = self.ideal()
+        ideal = self.ideal()[0]
         flight = max(1, self.sweep.overlap())
         cores = len(os.sched_getaffinity(0))
         memory = MEMORY_TARGETS.get(self.host)
-        return (f"{self.host:<7} {self.conversations} in flight  wall {self.sweep.wall:.0f} s  ideal {ideal:.0f} s "
-                f"({bound})  {self.ratio():.2f}x (target {self.target:.2f}x"
+        return (f"{self.host:<7} {self.conversations} in flight  wall {self.sweep.wall:.0f} s  ideal {ideal:.0f} s  "
+                f"{self.ratio():.2f}x (target {self.target:.2f}x"
                 f"{f', {_size(memory)}' if memory else ''}: {'MISSED' if self.missed() else 'met'})  "
                 f"peak {_size(self.sweep.peak)} ({_size(self.sweep.peak // flight)}/conv at {flight} at once)  "
                 f"CPU {self.sweep.cpu / (self.sweep.wall * cores):.0%} of {cores} cores "
