@@ -105,14 +105,44 @@ def _most_at_once(windows: list[tuple[float, float]]) -> int:
     return max(sum(start <= at < end for start, end in windows) for at, _ in windows)
 
 
+# Where each item is judged: the thread's name, a line per item.
+JUDGED_WHERE = """
+import threading
+from pathlib import Path
+
+import pytest_palette.run.items as items
+
+judge_folder = items.judge_folder
+
+def where(*args, **kwargs):
+    with Path("judged-in.txt").open("a") as said:
+        said.write(threading.current_thread().name + "\\n")
+    return judge_folder(*args, **kwargs)
+
+items.judge_folder = where
+"""
+
+
 @pytest.mark.end_to_end
 def test_conversations_run_together_and_every_item_is_still_judged(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(judged_where=JUDGED_WHERE)  # a plugin: the cases are not below this folder's conftest
     result = pytester.runpytest_subprocess(CORE, *_here(pytester), "-m", "core", "--palette-conversations", "5",
-                                           "--palette-rehearsal-latency", "0.2")
+                                           "--palette-rehearsal-latency", "0.2", "-p", "judged_where")
     result.assert_outcomes(passed=5)
     [run] = (pytester.path / "runs").glob("*")
     # All five start at once and each waits on the model several times: they run together.
     assert _most_at_once(_windows(run)) > 1
+    # Each is judged in its conversation's thread, not one after another in pytest's.
+    judged = (pytester.path / "judged-in.txt").read_text().split()
+    assert len(judged) == 5 and all(name.startswith("palette-conversation-") for name in judged), judged
+    # The next session of these cases starts them longest first, from this run's times (-v says so).
+    again = pytester.runpytest_inprocess(CORE, *_here(pytester), "-m", "core", "--palette-conversations", "5",
+                                         "--collect-only", "-v")
+    records = [json.loads(line) for line in (run / "results.jsonl").open()]
+    took = {r["case"]: r["usage"]["seconds"] for r in records}
+    said = [line.split(". ", 1)[1] for line in again.outlines if line.startswith("    ") and ". " in line]
+    assert "palette: 5 items start longest first (5 by history):" in again.outlines, again.outlines
+    assert [line.split("::")[1].split("[")[0] for line in said] == sorted(took, key=lambda c: -took[c])
 
 
 @pytest.mark.end_to_end
