@@ -427,8 +427,7 @@ def start_longest_first(items: list[pytest.Item], session: Session, config: pyte
     if len(cases) < 2 or settings.collect_dir is not None or (settings.conversations <= 1 and worker is None):
         return []
     model = settings.model.text
-    past = schedule.history(settings.run_root, model, skip=session.run_id)
-    expect = schedule.expected([((i.case.name, i.host_name, model), i.case) for i in cases], past)
+    expect = schedule.expected([((i.case.name, i.host_name, model), i.case) for i in cases], session.history())
     order = schedule.longest_first(expect)
     places = iter(n for n, item in enumerate(items) if isinstance(item, CaseItem))
     for place, index in zip(places, order, strict=True):

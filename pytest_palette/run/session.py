@@ -34,7 +34,7 @@ from ..results.record import NO_SKILL, RecordError, Role, Terms, from_json
 from ..results.redaction import Secrets
 from ..rules import RulesMissing, SkillRules, rules_for
 from ..skill import SkillCard, load_card, skill_hash
-from . import credentials
+from . import credentials, schedule
 from .grading import Graders, graders_for
 from .overlap import Overlap
 from .progress import Board, Sink
@@ -79,6 +79,14 @@ class Session:
     #: What the harness may still write copying the items' outputs in this process (docs/sandbox.md, "Limits"):
     #: the run's bound, or an xdist worker's even share of it.
     copies: untrusted.Budget = field(default_factory=lambda: run_copies(1))
+    #: The run folder's times of each case and host under this model (run/schedule.py): read once, on the controller;
+    #: an xdist worker gets the controller's, so every worker orders its items alike whatever is written meanwhile.
+    _history: dict[schedule.Key, list[float]] | None = None
+
+    def history(self) -> dict[schedule.Key, list[float]]:
+        if self._history is None:
+            self._history = schedule.history(self.settings.run_root, self.settings.model.text, skip=self.run_id)
+        return self._history
 
     @functools.cached_property
     def skill_scripts(self) -> frozenset[str] | None:
@@ -234,7 +242,8 @@ def _start(config: pytest.Config, settings: Settings) -> Session:
     if given is not None:
         return Session(settings, hosts, given["run_id"], skill, given["skill_hash"], given["fingerprint"],
                        dict(given["unavailable"]), began=float(given["began"]), rules=rules, rule_sets=rule_sets,
-                       copies=run_copies(int(getattr(config, "workerinput", {}).get("workercount", 1))))
+                       copies=run_copies(int(getattr(config, "workerinput", {}).get("workercount", 1))),
+                       _history={(case, host, model): list(times) for case, host, model, times in given["history"]})
     digest = skill_hash(settings.skill_dir) if settings.skill_dir is not None else NO_SKILL
     run_id = settings.run_id or time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
     host_terms: dict[str, object] = {}
@@ -314,7 +323,8 @@ def for_workers(session: Session) -> dict[str, Any]:
     """What an xdist worker receives instead of choosing again: plain values only."""
     return {"run_id": session.run_id, "skill_hash": session.skill_hash, "fingerprint": session.fingerprint,
             "unavailable": dict(session.unavailable), "began": session.began,
-            "progress": str(session.progress.folder) if isinstance(session.progress, Board) else None}
+            "progress": str(session.progress.folder) if isinstance(session.progress, Board) else None,
+            "history": [[*key, times] for key, times in session.history().items()]}
 
 
 def fingerprint(settings: Settings, skill_hash: str, skill: str = PALETTE,
