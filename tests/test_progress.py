@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -169,20 +167,18 @@ def test_the_claude_hosts_bash_calls_are_watched_as_its_cli_streams_them(tmp_pat
         heard.append(("start", command))
         return lambda: heard.append(("end", command))
 
-    stream = tmp_path / "turn-01.jsonl"
     call = {"type": "assistant", "message": {"content": [
         {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "deck.py plan --key sk-secret"}}]}}
     result = {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}}
     unanswered = {"type": "assistant", "message": {"content": [
         {"type": "tool_use", "id": "t2", "name": "Bash", "input": {"command": "deck.py status"}}]}}
-    # A stand-in for the CLI: it streams a call, its result and a call left running, then exits.
-    script = "; ".join(f"echo {shlex.quote(json.dumps(event))} >> {shlex.quote(str(stream))}"
-                       for event in (call, result, unanswered))
-    live = LiveCommands(stream, CommandLog(tmp_path / "commands.jsonl", watch), ["sk-secret"])
-    process = subprocess.Popen(["/bin/sh", "-c", script])
-    try:
-        assert live.wait(process, timeout=120) == 0
-    finally:
-        live.close()
+    # The CLI's stream, line by line as it prints it: a call, its result, a call left running, then its result.
+    live = LiveCommands(CommandLog(tmp_path / "commands.jsonl", watch), ["sk-secret"])
+    for event in (call, result, unanswered):
+        live.heard(json.dumps(event).encode())
+    assert not live.failed
+    live.heard(json.dumps({"type": "result", "is_error": True}).encode())
+    live.close()
+    assert live.failed  # a result that is an error: the conversation's CLI is let exit
     assert heard == [("start", "deck.py plan --key [redacted]"), ("end", "deck.py plan --key [redacted]"),
                      ("start", "deck.py status"), ("end", "deck.py status")]

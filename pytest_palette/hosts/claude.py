@@ -1,8 +1,11 @@
-"""The claude host: the real Claude Code CLI driving the skill, one process per turn, one session per item.
+"""The claude host: the real Claude Code CLI driving the skill, one process and one session per item.
 
-Turn 1 runs `claude -p --session-id <uuid4>`, later turns `claude -p --resume=<uuid>`, each with
-`--output-format stream-json --verbose` so that one run gives both the CLI's `system/init` line (the
-skills it discovered, checked on every turn) and its final `result` (answer, cost, usage, denials).
+The first turn starts `claude -p --input-format stream-json --session-id <uuid4>`, which carries every later turn
+too: each message is a line of JSON on its standard input (claude_process.py). Its start, about 0.5 CPU-s before its
+first model request, is paid once per conversation, not once per turn. With `--output-format stream-json --verbose`
+each turn gives both the CLI's `system/init` line (the skills it discovered, checked on every turn) and the turn's
+own `result` (answer, cost, usage, denials). Were the CLI gone before a later turn, that turn starts it again with
+`--resume=<uuid>`.
 
 The CLI is found in the `claude-agent-sdk` wheel (a native binary, no Node), else on PATH, unless
 `--palette-claude-cli` names one. It gets an isolated config directory per item (beside `work/`, not in
@@ -36,14 +39,13 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..arena.command_log import CommandLog
 from ..layer.endpoint import PLACEHOLDER_KEY, KeyForwarder
@@ -63,6 +65,7 @@ from .base import (
     held_to_recording,
     step_budget_option,
 )
+from .claude_process import CliProcess, TimedOut, stop, user_line
 from .claude_stream import TAIL, CliOutput, context_window, failure, parse_stream, stopped, usage_of
 from .stops import TurnStopped
 
@@ -217,15 +220,18 @@ def confined_options(env: Mapping[str, str], output_limit: int | None = None) ->
 def turn_command(cli: Path, model_id: str, session_id: str, first: bool,
                  permission_mode: str = PERMISSION_MODE, env: Mapping[str, str] | None = None,
                  output_limit: int | None = None, max_turns: int | None = None,
-                 profile: str | None = None) -> list[str]:
-    """One turn's argv. The message goes on standard input, not in argv: one argument holds at most 128 KiB
-    (a paste can be larger), and a reply that starts with "-" is then never read as an option. `max_turns` is the
-    turn's step budget (`--palette-max-turns`): the CLI's model calls in this one invocation."""
+                 profile: str | None = None, conversation: bool = False) -> list[str]:
+    """The CLI's argv: for one turn, or with `conversation` for every turn still to come, each message a line of
+    JSON on its standard input (`--input-format stream-json`, claude_process.py). The message goes on standard
+    input, not in argv: one argument holds at most 128 KiB (a paste can be larger), and a reply that starts with "-"
+    is then never read as an option. `max_turns` is each turn's step budget (`--palette-max-turns`): the CLI's model
+    calls for one message. `first`: the session is new (`--session-id`), else it is resumed."""
     session = ["--session-id", session_id] if first else [f"--resume={session_id}"]
+    streamed = ["--input-format", "stream-json"] if conversation else []
     budget = ["--max-turns", str(max_turns)] if max_turns is not None else []
     # An agent profile goes where the CLI takes more of a system prompt (`HostSettings.profile`).
     appended = ["--append-system-prompt", profile.strip()] if profile and profile.strip() else []
-    return [str(cli), "-p", "--output-format", "stream-json", "--verbose", "--model", model_id,
+    return [str(cli), "-p", *streamed, "--output-format", "stream-json", "--verbose", "--model", model_id,
             "--permission-mode", permission_mode, *budget, *appended, *confined_options(env or {}, output_limit),
             *session]
 
@@ -295,7 +301,7 @@ def lock_files(work: Path, config: Path, home: Path) -> list[Path]:
 
 
 class ClaudeSession(HostSession):
-    """One item's conversation: one session id, one CLI process per turn, its output kept per turn."""
+    """One item's conversation: one session id, one CLI process for all its turns, its output kept per turn."""
 
     def __init__(self, cli: Path, work: Path, skill: SkillCard | None, env: Mapping[str, str], model_id: str,
                  folder: Path, permission_mode: str = PERMISSION_MODE, log: CommandLog | None = None,
@@ -326,6 +332,12 @@ class ClaudeSession(HostSession):
         self.permission_mode = permission_mode
         self.session_id = str(uuid.uuid4())
         self.turns: list[TurnRecord] = []
+        #: The CLI that carries the conversation (claude_process.py), from its first turn; None before, or once ended.
+        self._process: CliProcess | None = None
+        #: Whether a CLI has started the session: a CLI started again resumes it.
+        self._started = False
+        #: Whether a turn is under way (its result not yet read).
+        self._busy = False
         # The caller's key too: it stays with the forwarder, but nothing the CLI printed may hold it either.
         self._secrets = [*secrets_in(self.env), *(s for s in secrets if s),
                          *(sandbox.secrets if sandbox is not None else [])]
@@ -344,9 +356,13 @@ class ClaudeSession(HostSession):
         return held_to_recording(self.replay, lambda: self._send(message, timeout))
 
     def close(self) -> None:
-        if self.forwarder is not None:
-            self.forwarder.stop()
-            self.forwarder = None
+        try:
+            # Between turns its input ends and it exits, its session written; mid-turn (Ctrl-C) it is stopped.
+            self._end(stop=self._busy)
+        finally:
+            if self.forwarder is not None:
+                self.forwarder.stop()
+                self.forwarder = None
 
     def _send(self, message: str, timeout: float) -> TurnRecord:
         number = len(self.turns) + 1
@@ -407,32 +423,61 @@ class ClaudeSession(HostSession):
         return round(share, 6)
 
     def _run(self, message: str, number: int, timeout: float) -> tuple[int, str, str]:
-        """Run the CLI for one turn; its output goes to files (a build it leaves running holds no pipe)."""
-        argv = turn_command(self.cli, self.model_id, self.session_id, number == 1, self.permission_mode, self.env,
-                            self.output_limit, self.max_turns, self.profile)
-        if self.sandbox is not None:
-            argv = self.sandbox.client([*(self.relay or []), *argv], self.work, network=self.relay is None)
+        """One turn of the conversation's CLI: its stream and standard error go to the turn's files as they come.
+
+        The CLI is started at the first turn and carries every later one (one start per conversation, not per turn);
+        should it be gone (it never is between turns of a conversation that goes on), the next turn starts it again,
+        resuming the session. The exit status is 0 while it runs; after a result that is an error it is the CLI's
+        own, as a process per turn gave it: its input is closed and it exits, and the conversation ends there."""
         self.folder.mkdir(parents=True, exist_ok=True)
         turn = self.folder / f"turn-{number:02d}"
         prompt = turn.with_suffix(".prompt")
         prompt.write_text(message, encoding="utf-8")
-        with prompt.open("rb") as said, turn.with_suffix(".jsonl").open("wb") as out, \
-                turn.with_suffix(".stderr").open("wb") as err:
+        with turn.with_suffix(".jsonl").open("wb") as out, turn.with_suffix(".stderr").open("wb") as err:
+            cli = self._cli()
+            live = LiveCommands(self.log, self._secrets)
+            self._busy = True  # until the turn's result: a conversation closed meanwhile stops its CLI at once
             try:
-                process = subprocess.Popen(argv, cwd=self.work, env=self.env, stdin=said,
-                                           stdout=out, stderr=err, start_new_session=True)
-            except OSError as error:
-                raise HostError(f"could not run {self.cli}: {error}") from None
-            live = LiveCommands(turn.with_suffix(".jsonl"), self.log, self._secrets)
-            try:
-                returncode = live.wait(process, timeout)
-            except subprocess.TimeoutExpired:
-                _stop(process)
+                answered = cli.turn(user_line(message, self.session_id), out, err, timeout, live.heard)
+                self._busy = False
+            except TimedOut:
+                self._end(err, stop=True)
                 raise TurnStopped("turn_timeout", f"turn {number} timed out after {timeout:g} s (the CLI was "
                                                   "stopped)") from None
             finally:
                 live.close()
+            if not answered or live.failed:
+                returncode = self._end(err)
+            else:
+                returncode = 0
         return returncode, self._scrub(turn.with_suffix(".jsonl")), self._scrub(turn.with_suffix(".stderr"))
+
+    def _cli(self) -> CliProcess:
+        """The conversation's CLI, started when none runs: a new session at first, else resuming it."""
+        if self._process is not None and self._process.running():
+            return self._process
+        if self._process is not None:
+            self._end()
+        argv = turn_command(self.cli, self.model_id, self.session_id, not self._started, self.permission_mode,
+                            self.env, self.output_limit, self.max_turns, self.profile, conversation=True)
+        if self.sandbox is not None:
+            argv = self.sandbox.client([*(self.relay or []), *argv], self.work, network=self.relay is None)
+        try:
+            self._process = CliProcess(argv, self.work, self.env)
+        except OSError as error:
+            raise HostError(f"could not run {self.cli}: {error}") from None
+        self._started = True
+        return self._process
+
+    def _end(self, err: IO[bytes] | None = None, stop: bool = False) -> int:
+        """End the conversation's CLI: let it exit (or, with `stop`, stop its process group at once); its status."""
+        process, self._process = self._process, None
+        if process is None:
+            return 0
+        if stop:
+            process.stop(KILL_GRACE)
+            return process.process.returncode
+        return process.end(err, KILL_GRACE)
 
     def _scrub(self, path: Path) -> str:
         """The file's text with any secret replaced, rewritten when one was there."""
@@ -462,84 +507,50 @@ class ClaudeSession(HostSession):
 
 class LiveCommands:
     """The Bash calls of a turn as the CLI streams them, for a command log's watch (the progress lines of -v):
-    the log's own record is written from the whole stream once the turn has ended."""
+    the log's own record is written from the whole stream once the turn has ended. It also notes a result that is an
+    error, after which the conversation's CLI is let exit (its exit status is part of the turn's words)."""
 
-    #: How often the stream is read while the CLI runs.
-    EVERY = 0.5
-
-    def __init__(self, stream: Path, log: CommandLog | None, secrets: list[str]) -> None:
-        self.stream, self.secrets = stream, secrets
+    def __init__(self, log: CommandLog | None, secrets: list[str]) -> None:
+        self.secrets = secrets
         self.watch = log.watch if log is not None else None
-        self._read, self._rest = 0, b""
         self._ended: dict[str, Callable[[], None]] = {}
+        #: Whether the turn's result says it is an error.
+        self.failed = False
 
-    def wait(self, process: subprocess.Popen[bytes], timeout: float) -> int:
-        """`process.wait(timeout)`, reading the stream meanwhile when someone watches."""
-        if self.watch is None:
-            return process.wait(timeout=timeout)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return process.wait(timeout=max(0.0, min(self.EVERY, deadline - time.monotonic())))
-            except subprocess.TimeoutExpired:
-                if time.monotonic() >= deadline:
-                    raise
-                self.poll()
-
-    def poll(self) -> None:
-        """Report the Bash calls started and ended in what the CLI added to its stream (whole lines only)."""
-        if self.watch is None:
+    def heard(self, line: bytes) -> None:
+        """One line of the stream, as the CLI printed it."""
+        if self.watch is None and b'"result"' not in line:
             return
         try:
-            with self.stream.open("rb") as stream:
-                stream.seek(self._read)
-                added = stream.read()
-        except OSError:
+            event = json.loads(line)
+        except ValueError:
             return
-        self._read += len(added)
-        *lines, self._rest = (self._rest + added).split(b"\n")
-        for line in lines:
-            try:
-                event = json.loads(line)
-            except ValueError:
+        if not isinstance(event, dict):
+            return
+        if event.get("type") == "result":
+            self.failed = bool(event.get("is_error"))
+        if self.watch is None:
+            return
+        content = (event.get("message") or {}).get("content")
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
                 continue
-            content = (event.get("message") or {}).get("content") if isinstance(event, dict) else None
-            for block in content if isinstance(content, list) else []:
-                if not isinstance(block, dict):
-                    continue
-                command = (block.get("input") or {}).get("command") if block.get("name") == "Bash" else None
-                if block.get("type") == "tool_use" and isinstance(command, str):
-                    self._ended[str(block.get("id"))] = self.watch(redact(command, self.secrets), time.time())
-                elif block.get("type") == "tool_result":
-                    self._ended.pop(str(block.get("tool_use_id")), lambda: None)()
+            command = (block.get("input") or {}).get("command") if block.get("name") == "Bash" else None
+            if block.get("type") == "tool_use" and isinstance(command, str):
+                self._ended[str(block.get("id"))] = self.watch(redact(command, self.secrets), time.time())
+            elif block.get("type") == "tool_result":
+                self._ended.pop(str(block.get("tool_use_id")), lambda: None)()
 
     def close(self) -> None:
-        """The turn is over: what it streamed last is read, and a call left without a result ends here."""
-        self.poll()
+        """The turn is over: a call left without a result ends here."""
         for ended in self._ended.values():
             ended()
         self._ended.clear()
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
-    """Stop the CLI and everything it started in its process group: TERM, a grace, then KILL the group.
-
-    The KILL goes to the group even when the CLI itself has exited: a tool's child may ignore TERM.
-    (deck.py's builds start their own sessions, so they are not in this group.)
-    """
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    try:
-        process.wait(timeout=KILL_GRACE)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait(timeout=KILL_GRACE)
+    """Stop the CLI and everything it started in its process group (claude_process.stop), with KILL_GRACE."""
+    stop(process, KILL_GRACE)
 
 
 # -- the host --------------------------------------------------------------------------------------
