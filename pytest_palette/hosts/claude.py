@@ -649,6 +649,9 @@ class ClaudeHost(Host):
         except HostError:
             client = "Claude Code (not installed)"
         described = {"model": route.model.label, "client": client, "cli_model": cli_model(route),
+                     # How it is driven is what the model sees: a CLI that carries the conversation tells it a
+                     # longer default for a background command than a run per message would.
+                     "process": "one CLI per conversation, each message a line of its stream-json input",
                      "permission_mode": self.permission_mode,
                      "bash_timeout": f"{settings.command_timeout:g} s",
                      "bash_output_limit": f"{min(settings.output_limit, CLI_INLINE_CEILING):,} characters inline"
