@@ -44,7 +44,10 @@ else of the run in flight), and prints:
   busy the whole machine was meanwhile (other work on it slows the run too). Near 100% of the cores, the
   cores are the bound.
 
-One summary line a host, and a table of them at the end. `--quick` checks the script in about two minutes
+One summary line a host (with the median start of its conversations in the sweep), and a table of them at the
+end, under which each host's start in CPU seconds where a script of its own measures it: cuga's
+(bench_cuga_start.py: a conversation forked from the warm CUGA) and claude's (bench_claude_turn.py: the CLI per
+turn of a word-only conversation); `--no-starts` leaves them out. `--quick` checks the script in about two minutes
 (light profile, 4 cases, 4 in flight, 2 re-run alone). A host whose client is not installed is named and
 skipped. Exits 1 when a target is missed, an item does not pass, or a run leaves a process behind (which is
 then stopped); nothing is left in /tmp (each run's folder is a temporary one).
@@ -58,6 +61,7 @@ import heapq
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -182,6 +186,11 @@ class Run:
     def seconds(self) -> dict[str, float]:
         """Each case's conversation, as its slot held it (Item.span)."""
         return {r.case: r.span for r in self.records}
+
+    def start(self) -> float:
+        """The median start of its conversations (folder, sandbox, host, up to the first message), in seconds."""
+        starts = [r.first_sent - r.started_at for r in self.records if r.first_sent is not None]
+        return statistics.median(starts) if starts else 0.0
 
     def breakdown(self) -> list[str]:
         """Where each item's time went, in the order they started: a line each, then the sums."""
@@ -495,6 +504,7 @@ class Measured:
         return (f"{self.host:<7} {self.conversations} in flight  wall {self.sweep.wall:.0f} s  ideal {ideal:.0f} s  "
                 f"{self.ratio():.2f}x (target {self.target:.2f}x"
                 f"{f', {_size(memory)}' if memory else ''}: {'MISSED' if self.missed() else 'met'})  "
+                f"start {self.sweep.start():.1f} s  "
                 f"peak {_size(self.sweep.peak)} ({_size(self.sweep.peak // flight)}/conv at {flight} at once)  "
                 f"CPU {self.sweep.cpu / (self.sweep.wall * cores):.0%} of {cores} cores "
                 f"(machine {self.sweep.busy:.0%} busy)")
@@ -563,6 +573,25 @@ def bench(host: str, args: argparse.Namespace, selection: list[str], engine: str
     return measured
 
 
+#: What a conversation's start costs in CPU, where a script of its own measures it (its last line is printed).
+STARTS = {"cuga": ["bench_cuga_start.py", "--conversations", "4"],
+          "claude": ["bench_claude_turn.py", "--conversations", "1", "--turns", "3"]}
+
+
+def start_costs(hosts: list[str]) -> list[str]:
+    """Each host's start in CPU seconds, by its own script run here, one after another (a line each)."""
+    lines = []
+    for host in hosts:
+        if host not in STARTS:
+            continue
+        script, *given = STARTS[host]
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *given], cwd=ROOT,
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+        said = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+        lines.append(f"{host:<7} start: {said[-1] if said else f'{script} said nothing (exit {done.returncode})'}")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="react", help="hosts, comma-separated, run one after another")
@@ -573,6 +602,7 @@ def main() -> int:
     parser.add_argument("--engine-latency", default=None, help="overrides the profile's PALETTE_ENGINE_LATENCY")
     parser.add_argument("-k", default=None, help="a pytest -k expression choosing cases")
     parser.add_argument("-m", default=None, help=f"a pytest -m expression choosing cases (default {DECK_CASES!r})")
+    parser.add_argument("--no-starts", action="store_true", help="leave out the start costs measured at the end")
     parser.add_argument("--quick", action="store_true",
                         help=f"check the script: light profile, -k {QUICK_CASES!r}, 4 in flight, 2 alone")
     args = parser.parse_args()
@@ -596,9 +626,13 @@ def main() -> int:
     except KeyboardInterrupt:
         print("interrupted: every run stopped, nothing left", file=sys.stderr)
         return 130
+    starts = [] if args.no_starts or args.quick else start_costs([h for h, r in results.items()
+                                                                   if isinstance(r, Measured)])
     print(f"\n{args.profile} profile (model {args.model_latency} s a call, engine {engine}), wall ÷ the ideal:")
     for host, result in results.items():
         print(result.line() if isinstance(result, Measured) else f"{host:<7} {result.why}")
+    for line in starts:
+        print(line)
     missed = [r.missed() if isinstance(r, Measured) else not r.skipped for r in results.values()]
     return 1 if any(missed) else 0
 
