@@ -87,3 +87,45 @@ def test_the_layer_forwards_no_client_that_holds_its_own_key(tmp_path: Path) -> 
         layer.endpoint(route_of(parse_model("watsonx:m")), "watsonx", workspace, {}, settings,
                        open_sandbox(workspace, settings))
     layer.close()
+
+
+def test_conversations_starting_together_share_one_question_to_the_rehearsal_server(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import itertools
+    import threading
+    import types
+
+    from pytest_palette.layer import endpoint
+
+    rehearsal = endpoint.RehearsalEndpoint()
+    model = parse_model("rehearsal")
+    first = rehearsal.server(model)
+    asked = []
+    monkeypatch.setattr(first, "answers", lambda: asked.append(1) or True)
+    # A clock that counts: each caller reads it once before it waits for the question under way.
+    ticks, arrived, callers = itertools.count(), threading.Event(), 5
+
+    def monotonic() -> float:
+        tick = next(ticks)
+        if tick == callers - 1:
+            arrived.set()
+        return float(tick)
+
+    monkeypatch.setattr(endpoint, "time", types.SimpleNamespace(monotonic=monotonic))
+    got: list[object] = []
+    try:
+        with rehearsal._probing:  # a question under way while they all arrive
+            threads = [threading.Thread(target=lambda: got.append(rehearsal.server(model))) for _ in range(callers)]
+            for thread in threads:
+                thread.start()
+            assert arrived.wait(30), "the callers did not wait for the question under way"
+        for thread in threads:
+            thread.join(30)
+        # One question, asked after they all arrived, answers every one of them.
+        assert got == [first] * callers and len(asked) == 1
+        # A server that stops answering is replaced, once, for every caller.
+        monkeypatch.setattr(first, "answers", lambda: False)
+        replaced = rehearsal.server(model)
+        assert replaced is not first and rehearsal.server(model) is replaced
+    finally:
+        rehearsal.close()

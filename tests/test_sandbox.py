@@ -382,3 +382,53 @@ def test_a_run_without_bubblewrap_refuses_in_one_line(pytester: pytest.Pytester,
     assert checked.ret == 1
     checked.stdout.fnmatch_lines(["agent's commands: bubblewrap: NOT ready",
                                   "  ✗ the agent's sandbox needs bubblewrap*"])
+
+
+def test_items_starting_together_read_path_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from pytest_palette.arena import sandbox
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "tool").write_text("#!/bin/sh\n")
+    callers, arrived, lock = 4, threading.Event(), threading.Lock()
+    signature, commands, seen = sandbox._signature, sandbox._commands, []
+
+    def arriving(search_path: str) -> tuple[int, ...]:
+        with lock:
+            seen.append(search_path)
+            if len(seen) == callers:
+                arrived.set()
+        return signature(search_path)
+
+    scans = []
+
+    def reading(path: Path) -> list[Path]:
+        scans.append(path)
+        arrived.wait(30)  # every caller has come for the same PATH while the first reads it
+        return commands(path)
+
+    monkeypatch.setattr(sandbox, "_signature", arriving)
+    monkeypatch.setattr(sandbox, "_commands", reading)
+    found: list[list[Path]] = []
+    threads = [threading.Thread(target=lambda: found.append(sandbox.path_folders(str(folder))))
+               for _ in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert found == [[folder]] * callers and scans == [folder]
+
+
+def test_claiming_a_free_user_id_looks_at_the_processes_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_palette.arena import sandbox
+
+    looks = []
+    monkeypatch.setattr(sandbox, "_of_user", lambda uid, zombies=False: looks.append(uid) or [])
+    claimer = Sandbox.__new__(Sandbox)
+    claimer._lock = None
+    uid = claimer._claim_id()
+    try:
+        assert looks == [uid]
+    finally:
+        assert claimer._lock is not None
+        os.close(claimer._lock)

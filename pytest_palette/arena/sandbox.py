@@ -42,6 +42,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -416,7 +417,10 @@ class Sandbox:
             except BlockingIOError:
                 os.close(descriptor)
                 continue
-            if _kill_user(uid) or _of_user(uid, zombies=True):  # left by a crashed holder: let them go first
+            # Left by a crashed holder, running or not yet reaped: let them go first. One look at every process
+            # when there are none (each look reads the status of every process on the machine).
+            if _of_user(uid, zombies=True):
+                _kill_user(uid)
                 os.close(descriptor)
                 continue
             self._lock = descriptor
@@ -657,7 +661,10 @@ def path_folders(search_path: str, keep_out: Iterable[Path] = ()) -> list[Path]:
                 chosen.append(candidate)
                 return
 
-    for folder, leads in _scan(search_path, _signature(search_path)):
+    signature = _signature(search_path)
+    with _SCANNING:
+        scanned = _scan(search_path, signature)
+    for folder, leads in scanned:
         if allowed(folder):
             add(folder)
             for lead in leads:
@@ -676,6 +683,11 @@ def _signature(search_path: str) -> tuple[int, ...]:
         except OSError:
             times.append(0)
     return tuple(times)
+
+
+#: One scan at a time: the items a session starts together all miss the cache at once, and each would read every
+#: command on PATH (36 conversations at once spent 4.8 CPU-s of the harness's GIL on it, 5 s of each one's start).
+_SCANNING = threading.Lock()
 
 
 @functools.lru_cache(maxsize=8)

@@ -774,7 +774,10 @@ class CugaHost(Host):
                         self._forks[settings_file] = (server, None)
                         return server
                     server.close()
+                # Started now, not when this conversation's sandbox is up: every conversation of the sweep waits for
+                # it to warm (its imports, about 5 CPU-s).
                 self._forks[settings_file] = warm_server(settings_file, env)
+                self._forks[settings_file][0].start()
             return self._forks[settings_file][0]
 
     def fault(self, route: Route) -> str | None:

@@ -376,6 +376,27 @@ IMPORTED_HOME: list[str] = []
 WARM_MODEL = {"OPENAI_API_KEY": "palette-warm-up-no-key", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
 
 
+#: What cuga 0.4.3 imports on a conversation's first turn, inside its functions (the agent built above does not reach
+#: them): imported here once, or each forked conversation imported them itself, 273 modules and about 0.6 CPU-s each
+#: (its server's FastAPI app among them, which CUGA's prepare node reads its knowledge engine from), 36 at once on 2
+#: cores at the start of a sweep. Only modules: nothing of them runs until a turn calls them.
+TURN_IMPORTS = (
+    "cuga.backend.server.main",
+    "cuga.backend.evolve.memory",
+    "cuga.backend.cuga_graph.nodes.cuga_lite.shortlister.factory",
+    "cuga.backend.agent_spawn.runtime",
+    "cuga.backend.agent_spawn.tools",
+    "cuga.backend.cuga_graph.nodes.cuga_agent_core.execution.variable_bridge",
+    "cuga.backend.cuga_graph.policy.output_formatter_utils",
+    "cuga.backend.cuga_graph.utils.langfuse_tracing",
+    "anyio._backends._asyncio",
+    "langchain_core.tracers.context",
+    "langchain_core.tracers.run_collector",
+    "langchain_core.tracers.stdout",
+    "langchain_core.messages.block_translators.langchain_v0",
+)
+
+
 def warm() -> None:
     """Run once in the fork server, in a folder of its own and with no conversation's data: CUGA imported, and an
     agent built and dropped, so that what its graph imports on first use is imported too (the 5 CPU-s a start
@@ -396,6 +417,8 @@ def warm() -> None:
                           skills_folder=str(folder), callbacks=[usage_recorder({})])
         _ = agent.graph
         for name in StepLimit.CALLERS:  # imported, not watched: each conversation watches them itself
+            importlib.import_module(name)
+        for name in TURN_IMPORTS:
             importlib.import_module(name)
         del agent
     finally:

@@ -44,6 +44,9 @@ class RehearsalEndpoint:
     def __init__(self) -> None:
         self._servers: dict[str, RehearsalServer] = {}  # by model id
         self._lock = threading.Lock()
+        #: The last question asked of each model's server: when it was asked, and the server if it answered.
+        self._probed: dict[str, tuple[float, RehearsalServer | None]] = {}
+        self._probing = threading.Lock()
 
     def server(self, model: ModelSpec, settings: HostSettings | None = None) -> RehearsalServer:
         """The running server for a `rehearsal` or `rehearsal:<known-bad>` model: a new one when the last
@@ -54,18 +57,35 @@ class RehearsalEndpoint:
             raise ValueError(f"{model.text} is not served by the rehearsal endpoint")
         with self._lock:
             running = self._servers.get(model.model_id)
-            if running is not None and not running.answers():
-                running.stop()
-                running = None
-            if running is None:
-                faults = settings.rehearsal_faults if settings else None
-                latency = settings.rehearsal_latency if settings else None
-                limits = settings.rehearsal_limits if settings else None
-                running = self._servers[model.model_id] = RehearsalServer(
-                    rehearsal_policy(model), faults=FaultSchedule.parse(faults) if faults else None,
-                    latency=ModelLatency.parse(latency) if latency else None,
-                    limits=ModelLimits.parse(limits) if limits else None).start()
+        if running is not None and self._answers(model.model_id, running):
             return running
+        with self._lock:
+            current = self._servers.get(model.model_id)
+            if current is not None and current is not running:  # another conversation replaced it meanwhile
+                return current
+            if current is not None:
+                current.stop()
+            faults = settings.rehearsal_faults if settings else None
+            latency = settings.rehearsal_latency if settings else None
+            limits = settings.rehearsal_limits if settings else None
+            started = self._servers[model.model_id] = RehearsalServer(
+                rehearsal_policy(model), faults=FaultSchedule.parse(faults) if faults else None,
+                latency=ModelLatency.parse(latency) if latency else None,
+                limits=ModelLimits.parse(limits) if limits else None).start()
+            return started
+
+    def _answers(self, model_id: str, server: RehearsalServer) -> bool:
+        """Whether `server` answers, by a question asked after this call began: one at a time, and shared by every
+        caller that waited for it. A sweep's conversations all start at once, and each question is a round trip to
+        the server in this process: asked one by one under the lock, 36 conversations waited up to 5 s for them."""
+        asked = time.monotonic()
+        with self._probing:
+            when, answered = self._probed.get(model_id, (0.0, None))
+            if answered is not server or when < asked:
+                when = time.monotonic()
+                answered = server if server.answers() else None
+                self._probed[model_id] = (when, answered)
+            return answered is server
 
     def fault(self, model: ModelSpec) -> str | None:
         """Why a turn of `model` may have failed here: its server stopped answering (or None)."""
@@ -80,6 +100,8 @@ class RehearsalEndpoint:
             for server in self._servers.values():
                 server.stop()
             self._servers.clear()
+        with self._probing:
+            self._probed.clear()
 
 
 # -- the model's key stays with the harness ----------------------------------------------------------------------
