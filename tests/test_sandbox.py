@@ -16,6 +16,7 @@ import pytest
 from ports import ProbePort
 from sweeps import inner_cache
 
+from pytest_palette.arena import leftovers
 from pytest_palette.arena.sandbox import (
     ENDED,
     KeeperFailed,
@@ -327,9 +328,9 @@ def test_a_hostile_agent_is_contained_on_every_host_and_still_judged(
     assert int(shown[HOSTILE_FINALE[-1]].split("fork refused after ")[1].split()[0]) < Limits().processes
     assert not (item / "escaped.txt").exists() and not Path("/tmp/palette-escaped.txt").exists()
     assert not Path("/palette-escaped.txt").exists()
-    # Nothing of the agent is left running, and no file of the run holds a key.
-    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and any(
-        f"sleep {n}" in " ".join(p.info["cmdline"]) for n in (900, 901))]
+    # Nothing of the agent is left running (its `sleep 900`s among them), and no file of the run holds a key. Its
+    # own processes only: this test's other hosts may be running theirs beside it (xdist).
+    assert leftovers.processes_of(item / "palette-calls.jsonl") == []
     for path in (pytester.path / "runs").rglob("*"):
         if path.is_file():
             text = path.read_bytes().decode(errors="replace")

@@ -339,6 +339,10 @@ class Host(abc.ABC):
         laid out and graded (`workspace.work`, unless the host's client works in a folder of its own there)."""
         return workspace.work
 
+    def warm_up(self, route: Route, settings: HostSettings, env: Mapping[str, str]) -> None:
+        """Before a sweep's conversations start together (`--palette-conversations`): start what each of them would
+        otherwise wait for, so that it warms while their folders and sandboxes are made. Nothing by default."""
+
     @abc.abstractmethod
     def open(self, workspace: Workspace, skill: SkillCard | None, env: Mapping[str, str], route: Route,
              settings: HostSettings, sandbox: Sandbox) -> HostSession:

@@ -764,6 +764,12 @@ class CugaHost(Host):
         return CugaSession(workspace, skill, env, cuga, route, settings, sandbox, self.layer,
                            max_steps=self.max_steps, forks=forks)
 
+    def warm_up(self, route: Route, settings: HostSettings, env: Mapping[str, str]) -> None:
+        """The warm CUGA its conversations fork from (its imports, about 5 CPU-s), started before the first of them
+        opens: else every conversation of the sweep waits for it after its sandbox is up."""
+        if forked(route, settings) and not unsupported_reason(route) and not installed_problem():
+            self._warm(cuga_model(route, env, url=NO_CALL_URL).settings_file, env)
+
     def _warm(self, settings_file: str, env: Mapping[str, str]) -> ForkServer:
         with self._forks_lock:
             if settings_file not in self._forks:

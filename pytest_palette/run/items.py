@@ -13,16 +13,18 @@ import dataclasses
 import functools
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 
 from ..arena.sandbox import Sandbox
+from ..backend import agent_environment
 from ..cases import Case, CaseFileError, item_name, load_cases
 from ..hosts.base import HandedOver, Host, HostSettings
 from ..judge import PALETTE, Verdict, evidence, explain
+from ..layer.route import route_of
 from ..options import Settings
 from ..results.ledger import append, open_run
 from ..results.prices import FROM_PROVIDER, FROM_TABLE, Price
@@ -450,5 +452,18 @@ def converse_ahead(items: list[pytest.Item], session: Session) -> Overlap | None
             host = session.hosts[item.host_name]
             jobs.append((item.nodeid, None if host.concurrent else item.host_name,
                          functools.partial(item.ahead, host)))
+    warm_up({session.hosts[item.host_name] for item in items if isinstance(item, CaseItem)
+             and item.has_conversation()}, session)
     overlap.start(jobs)
     return overlap
+
+
+def warm_up(hosts: Iterable[Host], session: Session) -> None:
+    """Each host starts what its conversations would wait for (`Host.warm_up`: it returns at once, the warming goes
+    on meanwhile), before the first of them opens; and here, not in a thread, so that nothing it starts can outlive
+    the session's end."""
+    settings = session.settings
+    route = route_of(settings.model)
+    for host in hosts:
+        with contextlib.suppress(Exception):  # a host that cannot warm says why as its first conversation opens
+            host.warm_up(route, settings.host, agent_environment(None))
