@@ -205,8 +205,8 @@ class CaseItem(pytest.Item):
             self._error(unwritable)
 
     def _converse_and_judge(self, host: Host, ahead: Ahead | None) -> None:
-        """Have the conversation (or take the one started ahead) and judge what it left; a fault of the host,
-        backend or machine is an ERROR."""
+        """Have the conversation (here, or in its thread ahead of it: `ahead`) and judge what it left; a fault of the
+        host, backend or machine is an ERROR."""
         session = self.palette_session
         settings = session.settings
         failed: HostFailure | None = None
@@ -447,13 +447,13 @@ def converse_ahead(items: list[pytest.Item], session: Session) -> Overlap | None
         return None
     overlap = Overlap(session.settings.conversations)
     jobs = []
+    hosts: dict[str, Host] = {}
     for item in items:
         if isinstance(item, CaseItem) and item.has_conversation():
-            host = session.hosts[item.host_name]
+            host = hosts[item.host_name] = session.hosts[item.host_name]
             jobs.append((item.nodeid, None if host.concurrent else item.host_name,
                          functools.partial(item.ahead, host)))
-    warm_up({session.hosts[item.host_name] for item in items if isinstance(item, CaseItem)
-             and item.has_conversation()}, session)
+    warm_up(hosts.values(), session)
     overlap.start(jobs)
     return overlap
 
