@@ -37,9 +37,12 @@ SHOWN = 160
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.@+~-]+){2,}/?")
-#: An id in hex: 8 digits or more, or 6 or 7 with a decimal digit among them (Codex's "Chunk ID: e0800f"; a word
-#: such as "decade" is not one).
+#: An id in hex: 8 digits or more, or 6 or 7 with a decimal digit among them (a word such as "decade" is not
+#: one; a chunk id may be, see _CHUNK).
 _HEX = re.compile(r"\b(?:[0-9a-f]{8,}|(?=[0-9a-f]*[0-9])[0-9a-f]{6,7})\b")
+#: Codex's frame of a command's output names its chunk by a random id of 6 hex digits, which may hold no decimal
+#: digit (one output in 360): held by its place in the frame, not by its look.
+_CHUNK = re.compile(r"^Chunk ID: \S+$", re.M)
 #: What a client adds to a user's message of its own: the Claude CLI's reminders (its environment, the date, tokens
 #: left), Codex's environment context (its folder, the date, the time zone).
 _REMINDER = re.compile(r"<(system-reminder|environment_context)>.*?</\1>", re.S)
@@ -120,7 +123,7 @@ def recorded_run(text: str) -> RecordedRun:
 def _masked(text: str) -> str:
     """A command's output with what changes from run to run masked: paths, hex ids, numbers (times, sizes). An id
     and a number read alike: a hex id may be all digits in one run and not in the next."""
-    return _NUMBER.sub("#", _HEX.sub("#", _PATH.sub("<path>", text)))
+    return _NUMBER.sub("#", _HEX.sub("#", _PATH.sub("<path>", _CHUNK.sub("Chunk ID: #", text))))
 
 
 def _shape(value: Any) -> Any:
