@@ -50,6 +50,8 @@ from .layout import Task
 #: How long a hook may run, and the grace between SIGTERM and SIGKILL at the end of a grading.
 HOOK_SECONDS = 120.0
 GRACE_SECONDS = 2.0
+#: How long a SIGKILLed process may take to end (none may ignore it; only a wait in the kernel delays it).
+KILL_SECONDS = 10.0
 #: The end of a grader's output kept (its words), and of the rows read from `$RESULTS_FD`.
 OUTPUT_BYTES = 64 * 1024
 ROWS_BYTES = 1024 * 1024
@@ -220,6 +222,9 @@ class Graders:
                 for group in self._groups:
                     with contextlib.suppress(OSError):
                         os.killpg(group, signal.SIGKILL)
+                # A killed process ends only once it is next scheduled: on a busy machine it is still there a
+                # moment after the signal. Closed means gone (as the confined side's keeper waits for its own).
+                _wait_gone([pid for group in self._groups for pid in _group(group)], KILL_SECONDS)
                 self.sandbox.close()
             return left
         finally:
