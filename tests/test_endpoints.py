@@ -14,7 +14,8 @@ import os
 import re
 import socket
 import stat
-import threading
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -28,7 +29,6 @@ from pytest_palette.hosts.base import HostSettings
 from pytest_palette.hosts.claude import cli_environment, find_cli
 from pytest_palette.hosts.claude_stream import parse_stream
 from pytest_palette.hosts.cuga_setup import credentials_needed, cuga_model
-from pytest_palette.layer import relay
 from pytest_palette.layer.endpoint import ANTHROPIC_ROUTES, FORWARDER_LOG, OPENAI_ROUTES, KeyForwarder
 from pytest_palette.layer.route import route_of
 from pytest_palette.layer.serving import provider
@@ -391,7 +391,11 @@ def test_the_relay_passes_a_refusal_on_whole_though_the_forwarder_never_read_the
     # socket. The refusal, already on its way back, must still reach the client — not a connection cut short.
     forwarder = KeyForwarder("http://127.0.0.1:9", {}).start()
     listener = socket.create_server(("127.0.0.1", 0))
-    threading.Thread(target=relay._serve, args=(listener, str(forwarder.socket)), daemon=True).start()
+    # The relay in a process of its own (as in a sandbox), on this listener: its threads are its own to count.
+    code = "import socket, sys; from pytest_palette.layer import relay; " \
+           "relay.serve(socket.socket(fileno=int(sys.argv[1])), sys.argv[2])"
+    process = subprocess.Popen([sys.executable, "-c", code, str(listener.fileno()), str(forwarder.socket)],
+                               pass_fds=[listener.fileno()])
     try:
         for size in (10, 300_000):  # the second, past every socket buffer: its copy cannot end before the refusal
             connection = http.client.HTTPConnection("127.0.0.1", listener.getsockname()[1], timeout=30)
@@ -399,7 +403,19 @@ def test_the_relay_passes_a_refusal_on_whole_though_the_forwarder_never_read_the
             answer = connection.getresponse()
             assert (answer.status, b"forwarder's token" in answer.read()) == (401, True), size
             connection.close()
+        # Connections held side by side take no thread each: an agent that spends its user's processes (up to the
+        # item's limit) cannot leave a model call half-relayed for want of one.
+        held = [socket.create_connection(listener.getsockname(), timeout=30) for _ in range(8)]
+        for connection in held:  # refused at once; the client's side stays open, so each relayed pair is still held
+            connection.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: sk-ant-guessed\r\n"
+                               b"Content-Length: 5\r\n\r\n")
+            assert connection.makefile("rb").read().startswith(b"HTTP/1.1 401")
+        assert os.listdir(f"/proc/{process.pid}/task") == [str(process.pid)]
+        for connection in held:
+            connection.close()
     finally:
+        process.kill()
+        process.wait()
         listener.close()
         forwarder.stop()
 
