@@ -91,9 +91,13 @@ def serve(listener: socket.socket, path: str) -> None:
 async def _ended(child: subprocess.Popen[bytes]) -> int:
     """The program's exit status, waited for on the loop (its pidfd), not in a thread."""
     loop = asyncio.get_running_loop()
-    ended = loop.create_future()
+    ended: asyncio.Future[None] = loop.create_future()
     pidfd = os.pidfd_open(child.pid)
-    loop.add_reader(pidfd, lambda: ended.done() or ended.set_result(None))
+    def readable() -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    loop.add_reader(pidfd, readable)
     try:
         await ended
     finally:
