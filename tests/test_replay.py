@@ -57,7 +57,7 @@ def test_a_request_matches_with_other_paths_times_and_ids() -> None:
 
 
 @pytest.mark.parametrize(("changed", "said"), [
-    (RECORDED[:3], "it sent 3 message(s) where the recording sent 4"),
+    (RECORDED[:3], "it sent 3 message(s) where the recording sent 4; from message 4 it sent none, the recording tool"),
     ([*RECORDED[:1], message("human", "Build a 4-slide deck"), *RECORDED[2:]], "message 2 (human) differs"),
     ([*RECORDED[:2], message("ai", "", [{**RUN, "args": {"command": "ls"}}]), RECORDED[3]], "message 3 (ai) differs"),
     ([*RECORDED[:3], message("tool", json.dumps({"state": "failed", "error": "boom"}))], "message 4 (tool) differs"),
