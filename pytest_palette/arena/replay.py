@@ -171,10 +171,11 @@ def divergence(recorded: Sequence[dict[str, Any]], sent: Sequence[dict[str, Any]
     reminders in the user's message are held with their numbers and ids masked too: the client's environment,
     the date, its count of tokens left."""
     if len(sent) != len(recorded):
-        kinds = [str(m.get("type")) for m in sent], [str(m.get("type")) for m in recorded]
-        first = next((i for i, pair in enumerate(zip(*kinds)) if pair[0] != pair[1]), min(map(len, kinds)))
+        ours, theirs = [str(m.get("type")) for m in sent], [str(m.get("type")) for m in recorded]
+        first = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b),
+                     min(len(ours), len(theirs)))
         return (f"it sent {len(sent)} message(s) where the recording sent {len(recorded)}; from message {first + 1} "
-                f"it sent {', '.join(kinds[0][first:]) or 'none'}, the recording {', '.join(kinds[1][first:]) or 'none'}")
+                f"it sent {', '.join(ours[first:]) or 'none'}, the recording {', '.join(theirs[first:]) or 'none'}")
     for index, (was, now) in enumerate(zip(recorded, sent, strict=True), 1):
         if was == now:  # most of a request is the history already held: equal as it is, nothing to mask
             continue
