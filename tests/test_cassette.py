@@ -14,7 +14,7 @@ import pytest
 from known_bad_cases import first_divergence
 from ledger_records import record
 
-from pytest_palette.arena.cassette import CASSETTE_NAME, REDACTED, Cassette, Exchange, read_cassette
+from pytest_palette.arena.cassette import CASSETTE_NAME, REDACTED, Cassette, Exchange, WireRecorder, read_cassette
 from pytest_palette.rehearsal.known_bad import KNOWN_BAD
 from pytest_palette.rehearsal.policy import RehearsalPolicy
 
@@ -38,6 +38,21 @@ def test_a_cassette_replaces_every_key_it_was_given_and_reads_back_in_order(tmp_
     with (tmp_path / CASSETTE_NAME).open("a") as handle:
         handle.write('{"index": 3, "tur')
     assert len(read_cassette(tmp_path)) == 2 and read_cassette(tmp_path / "nowhere") == []
+
+
+def test_a_wire_call_keeps_the_place_it_was_made_in_though_its_answer_ends_after_the_next(tmp_path: Path) -> None:
+    # A client sends its next call on the last event of an answer, before that answer's stream has closed: the
+    # second call's answer can be written first. Each is numbered as it began, and read back in that order.
+    cassette = Cassette(tmp_path / CASSETTE_NAME, "m", "openai")
+    recorder = WireRecorder(cassette, "responses", tmp_path, lambda: 1)
+    first, second, listing = recorder.begin("/v1/responses"), recorder.begin("/v1/responses"), \
+        recorder.begin("/v1/models")
+    for index, said in ((second, "second"), (first, "first")):
+        recorder("/v1/responses", json.dumps({"input": said}).encode(), 200, "text/event-stream", b"", 0.0, 1.0,
+                 index)
+    assert listing is None
+    assert [(json.loads(line)["index"]) for line in (tmp_path / CASSETTE_NAME).read_text().splitlines()] == [2, 1]
+    assert [(e.index, e.messages[0]["content"]) for e in read_cassette(tmp_path)] == [(1, "first"), (2, "second")]
 
 
 def test_a_cassette_that_is_a_link_is_not_read(tmp_path: Path) -> None:

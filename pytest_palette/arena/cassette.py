@@ -98,13 +98,19 @@ class WireRecorder:
     def __init__(self, cassette: Cassette, wire: Wire, root: Path, turn: Callable[[], int]) -> None:
         self.cassette, self.wire, self.root, self.turn = cassette, wire, str(root), turn
 
+    def begin(self, path: str) -> int | None:
+        """The place of a call the client just made, taken as it comes (None for what is not a model call): the
+        answers end in another order when a client sends its next call on the last event of an answer, before that
+        answer's stream has closed."""
+        return self.cassette.next_index() if path.split("?")[0] in MODEL_ROUTES else None
+
     def __call__(self, path: str, request: bytes | None, status: int, content_type: str, answer: bytes,
-                 started: float, ended: float) -> None:
+                 started: float, ended: float, index: int | None = None) -> None:
         if path.split("?")[0] not in MODEL_ROUTES:
             return
         messages, tools = request_messages(self.wire, request)
         self.cassette.add(Exchange(
-            index=self.cassette.next_index(), turn=self.turn(), model=self.cassette.model,
+            index=self.cassette.next_index() if index is None else index, turn=self.turn(), model=self.cassette.model,
             provider=self.cassette.provider, started_at=round(started, 3), ended_at=round(ended, 3),
             messages=messages, tools=tools,
             answer={"status": status, "content_type": content_type, "body": answer.decode("utf-8", "replace")},
@@ -146,4 +152,5 @@ def read_cassette(folder: Path) -> list[Exchange]:
             exchanges.append(msgspec.json.decode(line, type=Exchange))
         except msgspec.DecodeError:
             break
-    return exchanges
+    # Written as each answer ended, numbered as each call began: call order is the numbers'.
+    return sorted(exchanges, key=lambda exchange: exchange.index)

@@ -378,6 +378,7 @@ class KeyForwarder:
             self._replayed(request, path, body)
             return
         started = time.time()
+        index = self.record.begin(path) if self.record is not None else None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _OWN_HEADERS}
         headers.update(self.credentials)
         up = self.upstream
@@ -409,7 +410,7 @@ class KeyForwarder:
             # Heard before the client has the answer's end: once it has, its turn may end before the harness knew.
             if self.record is not None:
                 self.record(path, body, answer.status, answer.getheader("Content-Type") or "", bytes(kept), started,
-                            time.time())
+                            time.time(), index)
             if self.observe is not None:
                 self.observe(answer.status, bytes(kept))
             request.wfile.write(b"0\r\n\r\n")

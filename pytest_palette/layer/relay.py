@@ -77,7 +77,11 @@ async def _accept(listener: socket.socket, path: str) -> None:
     listener.setblocking(False)
     connections: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references to its tasks
     while True:
-        client, _ = await loop.sock_accept(listener)
+        try:
+            client, _ = await loop.sock_accept(listener)
+        except OSError:  # out of descriptors for now: a connection ending frees one
+            await asyncio.sleep(0.1)
+            continue
         task = asyncio.ensure_future(_connect(client, path))
         connections.add(task)
         task.add_done_callback(connections.discard)
