@@ -105,12 +105,12 @@ class WireRecorder:
         return self.cassette.next_index() if path.split("?")[0] in MODEL_ROUTES else None
 
     def __call__(self, path: str, request: bytes | None, status: int, content_type: str, answer: bytes,
-                 started: float, ended: float, index: int | None = None) -> None:
-        if path.split("?")[0] not in MODEL_ROUTES:
+                 started: float, ended: float, index: int | None) -> None:
+        if index is None:  # not a model call: `begin` gave it no place
             return
         messages, tools = request_messages(self.wire, request)
         self.cassette.add(Exchange(
-            index=self.cassette.next_index() if index is None else index, turn=self.turn(), model=self.cassette.model,
+            index=index, turn=self.turn(), model=self.cassette.model,
             provider=self.cassette.provider, started_at=round(started, 3), ended_at=round(ended, 3),
             messages=messages, tools=tools,
             answer={"status": status, "content_type": content_type, "body": answer.decode("utf-8", "replace")},
